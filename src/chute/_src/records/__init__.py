@@ -1,0 +1,1 @@
+"""The chute record format (`.crec`): writer, reader and spec (FORMAT.md)."""

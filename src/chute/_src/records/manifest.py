@@ -1,0 +1,80 @@
+"""The `manifest.json` of a sharded `.crec` dataset: shard names, counts, checksums."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from chute._src.errors import DataError
+
+__all__ = ["MANIFEST_NAME", "ShardEntry", "read_manifest", "write_manifest"]
+
+MANIFEST_NAME = "manifest.json"
+_FORMAT = "chute-records"
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard: its file name (relative to the manifest), records, size, trailer CRC."""
+
+    name: str
+    num_records: int
+    size: int
+    trailer_crc32c: int
+
+
+def write_manifest(directory: Path, shards: list[ShardEntry]) -> Path:
+    """Writes `manifest.json` atomically into `directory`."""
+    doc = {
+        "format": _FORMAT,
+        "version": 1,
+        "num_records": sum(s.num_records for s in shards),
+        "shards": [asdict(s) for s in shards],
+    }
+    path = directory / MANIFEST_NAME
+    tmp = directory / f".{MANIFEST_NAME}.partial"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(path: Path) -> list[tuple[Path, ShardEntry]]:
+    """Reads a manifest; returns each shard's absolute path and entry."""
+    fix = "re-create the dataset with chute.records.ShardedRecordWriter or `chute convert`"
+    try:
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise DataError(
+            f"{path.parent}: no {MANIFEST_NAME}: a sharded .crec dataset needs its manifest; "
+            f"the write was interrupted or this is not a chute dataset; {fix}"
+        ) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: the manifest is not valid JSON ({e}); {fix}") from None
+    try:
+        if doc.get("format") != _FORMAT or doc.get("version") != 1:
+            raise DataError(
+                f"{path}: not a chute manifest (format={doc.get('format')!r}, "
+                f"version={doc.get('version')!r}, expected {_FORMAT!r} version 1); {fix}"
+            )
+        out = []
+        for s in doc["shards"]:
+            entry = ShardEntry(
+                str(s["name"]), int(s["num_records"]), int(s["size"]), int(s["trailer_crc32c"])
+            )
+            if os.path.isabs(entry.name) or ".." in Path(entry.name).parts:
+                raise DataError(
+                    f"{path}: shard name {entry.name!r} leaves the dataset directory; "
+                    f"shard names must be relative; {fix}"
+                )
+            out.append((path.parent / entry.name, entry))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"{path}: malformed manifest ({e!r}); {fix}") from None
+    return out

@@ -1,0 +1,241 @@
+"""`RecordFileDataSource`: random access to `.crec` files, one or many shards."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chute._src.errors import DataError
+from chute._src.records.format import crc32c
+from chute._src.records.manifest import MANIFEST_NAME, ShardEntry, read_manifest
+from chute._src.records.reader import CrecFile
+from chute._src.sources._paths import PathsArg, expand_paths
+
+__all__ = ["RecordFileDataSource"]
+
+
+def _resolve(paths: PathsArg) -> list[tuple[str, ShardEntry | None]]:
+    out: list[tuple[str, ShardEntry | None]] = []
+    for p in expand_paths(paths, "RecordFileDataSource"):
+        path = Path(p)
+        if path.is_dir():
+            path = path / MANIFEST_NAME
+        if path.name == MANIFEST_NAME:
+            out.extend((str(s), e) for s, e in read_manifest(path))
+        else:
+            out.append((p, None))
+    return out
+
+
+class RecordFileDataSource:
+    """Records of `.crec` files, by global index across all files, as bytes.
+
+    `paths` is a file, a glob pattern, a directory holding a `manifest.json` (as
+    written by `chute.records.ShardedRecordWriter` or `chute convert`), the manifest
+    itself, or a list of these; files are concatenated in order. Files are memory
+    mapped on first use, so the source is cheap to create and to pickle: a copy in
+    another process reopens the files itself. Every read checks the record's CRC32C
+    unless `verify_checksums=False`; corruption raises `chute.DataError` naming the
+    file and the record. Thread-safe.
+
+    >>> import tempfile, os
+    >>> from chute.records import RecordWriter
+    >>> path = os.path.join(tempfile.mkdtemp(), "data.crec")
+    >>> with RecordWriter(path) as w:
+    ...     for word in [b"alpha", b"beta", b"gamma"]:
+    ...         _ = w.write(word)
+    >>> src = RecordFileDataSource(path)
+    >>> len(src), src[2], src.__getitems__([1, 0])
+    (3, b'gamma', [b'beta', b'alpha'])
+    >>> buf = bytearray(64)
+    >>> ends = src.read_into([2, 0], buf)
+    >>> bytes(buf[ends[0] : ends[1]]), bytes(buf[ends[1] : ends[2]])
+    (b'gamma', b'alpha')
+    """
+
+    def __init__(self, paths: PathsArg, *, verify_checksums: bool = True) -> None:
+        self._entries = _resolve(paths)
+        if not self._entries:
+            raise DataError(f"RecordFileDataSource({paths!r}): the manifest lists no shards")
+        self._verify = verify_checksums
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._files: list[CrecFile] | None = None
+        self._single: CrecFile | None = None
+        self._starts: list[int] = []
+        self._len = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"entries": self._entries, "verify": self._verify}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._entries = state["entries"]
+        self._verify = state["verify"]
+        self._init_runtime()
+
+    def _open(self) -> list[CrecFile]:
+        with self._lock:
+            if self._files is not None:
+                return self._files
+            files: list[CrecFile] = []
+            base = 0
+            try:
+                for path, entry in self._entries:
+                    f = CrecFile(path, verify=self._verify, base=base)
+                    files.append(f)
+                    if entry is not None:
+                        self._check_entry(f, entry)
+                    base += f.num_records
+            except BaseException:
+                for f in files:
+                    f.close()
+                raise
+            self._starts = [f.base for f in files]
+            self._len = base
+            self._single = files[0] if len(files) == 1 else None
+            self._files = files
+            return files
+
+    @staticmethod
+    def _check_entry(f: CrecFile, entry: ShardEntry) -> None:
+        found = (f.num_records, f.size, f.trailer_crc())
+        expected = (entry.num_records, entry.size, entry.trailer_crc32c)
+        if found != expected:
+            raise DataError(
+                f"{f.path}: the shard does not match its manifest entry (records, size, "
+                f"trailer CRC32C: file has {found}, manifest says {expected}); a shard was "
+                "replaced or partly copied; copy the whole dataset directory again"
+            )
+
+    @property
+    def paths(self) -> list[str]:
+        """The files read, in order."""
+        return [p for p, _ in self._entries]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The JSON metadata stored by the writer of the first file."""
+        return dict(self._open()[0].metadata)
+
+    def __len__(self) -> int:
+        if self._files is None:
+            self._open()
+        return self._len
+
+    def _locate(self, index: int) -> tuple[CrecFile, int]:
+        files = self._files or self._open()
+        n = self._len
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"index {index} is out of range for {self!r} of length {n}")
+        k = bisect.bisect_right(self._starts, index) - 1
+        f = files[k]
+        return f, index - f.base
+
+    def __getitem__(self, index: int) -> bytes:
+        f = self._single
+        if f is not None and 0 <= index < f.num_records:
+            return f.read(index)
+        f, i = self._locate(index)
+        return f.read(i)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
+        f = self._single
+        if f is None:
+            self._files or self._open()
+            f = self._single
+        if f is not None:
+            read = f.read
+            n = f.num_records
+            return [read(i) if 0 <= i < n else self[i] for i in indices]
+        locate = self._locate
+        out = []
+        for g in indices:
+            f, i = locate(g)
+            out.append(f.read(i))
+        return out
+
+    def view(self, index: int) -> memoryview:
+        """Record `index` without a copy: a read-only view into the mapped file.
+
+        Compressed records are decompressed into a new buffer. The view stays valid
+        as long as the source is alive.
+        """
+        f, i = self._locate(index)
+        if f.codecs[i]:
+            return memoryview(f.read(i))
+        o = f.offsets[i]
+        v = f.view[o : o + f.lengths[i]]
+        if self._verify:
+            c = crc32c(v)
+            if c != f.crcs[i]:
+                raise f.checksum_error(i, f.crcs[i], c)
+        return v
+
+    def record_sizes(self, indices: Sequence[int]) -> np.ndarray:
+        """The decoded size in bytes of each record of `indices` (int64)."""
+        out = np.empty(len(indices), dtype=np.int64)
+        for k, g in enumerate(indices):
+            f, i = self._locate(int(g))
+            out[k] = f.raw_lengths[i]
+        return out
+
+    def read_into(self, indices: Sequence[int], out: Any) -> np.ndarray:
+        """Copies the records of `indices` back to back into the writable buffer `out`.
+
+        Returns `ends`, int64 of length `len(indices) + 1` with `ends[0] == 0`: record k
+        is `out[ends[k]:ends[k + 1]]`. Checksums are verified on the copy. `out` is any
+        writable C-contiguous buffer (bytearray, numpy array, ...) of at least
+        `record_sizes(indices).sum()` bytes; reuse it across calls.
+        """
+        dst = memoryview(out)
+        if dst.readonly:
+            raise ValueError("read_into needs a writable buffer; got a read-only one")
+        dst = dst.cast("B") if dst.format != "B" or dst.ndim != 1 else dst
+        located = [self._locate(int(g)) for g in indices]
+        total = sum(f.raw_lengths[i] for f, i in located)
+        if total > dst.nbytes:
+            raise ValueError(
+                f"read_into: the buffer holds {dst.nbytes} bytes but the {len(located)} "
+                f"records need {total}; allocate at least record_sizes(indices).sum() bytes"
+            )
+        ends = np.zeros(len(located) + 1, dtype=np.int64)
+        pos = 0
+        verify = self._verify
+        for k, (f, i) in enumerate(located):
+            if f.codecs[i]:
+                data = f.read(i)
+                end = pos + len(data)
+                dst[pos:end] = data
+            else:
+                o = f.offsets[i]
+                end = pos + f.lengths[i]
+                dst[pos:end] = f.view[o : o + f.lengths[i]]
+                if verify:
+                    c = crc32c(dst[pos:end])
+                    if c != f.crcs[i]:
+                        raise f.checksum_error(i, f.crcs[i], c)
+            pos = end
+            ends[k + 1] = pos
+        return ends
+
+    def close(self) -> None:
+        """Unmaps the files; the source reopens them if used again."""
+        with self._lock:
+            for f in self._files or []:
+                f.close()
+            self._files = None
+            self._single = None
+
+    def __repr__(self) -> str:
+        paths = self.paths
+        shown = repr(paths[0]) if len(paths) == 1 else f"<{len(paths)} files: {paths[0]!r}, ...>"
+        return f"RecordFileDataSource({shown}, verify_checksums={self._verify})"
