@@ -1,0 +1,54 @@
+"""chute: a deterministic, exactly resumable, fast data loader for JAX and PyTorch.
+
+The names follow Grain's, so `import chute as grain` runs code written for Grain.
+"""
+
+from chute import samplers as samplers
+from chute import sharding as sharding
+from chute import sources as sources
+from chute import testing as testing
+from chute import transforms as transforms
+from chute._src.dataloader import DataLoader as DataLoader
+from chute._src.dataset import IterDataset as IterDataset
+from chute._src.dataset import MapDataset as MapDataset
+from chute._src.errors import CheckpointError as CheckpointError
+from chute._src.errors import ChuteError as ChuteError
+from chute._src.errors import DataError as DataError
+from chute._src.iterator import DatasetIterator as DatasetIterator
+from chute._src.options import ReadOptions as ReadOptions
+from chute._src.samplers import IndexSampler as IndexSampler
+from chute._src.samplers import RecordMetadata as RecordMetadata
+from chute._src.samplers import SequentialSampler as SequentialSampler
+from chute._src.transforms import Batch as Batch
+from chute._src.transforms import FilterTransform as FilterTransform
+from chute._src.transforms import MapTransform as MapTransform
+from chute._src.transforms import MapWithIndex as MapWithIndex
+from chute._src.transforms import RandomMapTransform as RandomMapTransform
+from chute._src.transforms import TypeConversion as TypeConversion
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch",
+    "CheckpointError",
+    "ChuteError",
+    "DataError",
+    "DataLoader",
+    "DatasetIterator",
+    "FilterTransform",
+    "IndexSampler",
+    "IterDataset",
+    "MapDataset",
+    "MapTransform",
+    "MapWithIndex",
+    "RandomMapTransform",
+    "ReadOptions",
+    "RecordMetadata",
+    "SequentialSampler",
+    "TypeConversion",
+    "samplers",
+    "sharding",
+    "sources",
+    "testing",
+    "transforms",
+]

@@ -1,0 +1,1 @@
+"""chute's implementation. Nothing here is public: import from `chute` instead."""

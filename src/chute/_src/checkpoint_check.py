@@ -1,0 +1,111 @@
+"""`assert_equal_output_after_checkpoint`: the restore-at-every-step check all stages use."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+
+def assert_trees_equal(actual: Any, expected: Any, where: str = "element") -> None:
+    """Asserts two nested structures are equal, arrays by value, dtype and shape."""
+    if isinstance(expected, np.ndarray) or isinstance(actual, np.ndarray):
+        a, e = np.asarray(actual), np.asarray(expected)
+        if a.dtype != e.dtype or a.shape != e.shape or not np.array_equal(a, e):
+            raise AssertionError(f"{where}: {actual!r} != {expected!r}")
+        return
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict) or actual.keys() != expected.keys():
+            raise AssertionError(f"{where}: {actual!r} != {expected!r}")
+        for k in expected:
+            assert_trees_equal(actual[k], expected[k], f"{where}[{k!r}]")
+        return
+    if isinstance(expected, list | tuple):
+        if type(actual) is not type(expected) or len(actual) != len(expected):
+            raise AssertionError(f"{where}: {actual!r} != {expected!r}")
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_trees_equal(a, e, f"{where}[{i}]")
+        return
+    if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
+        assert_trees_equal(dataclasses.asdict(actual), dataclasses.asdict(expected), where)
+        return
+    if actual != expected or type(actual) is not type(expected):
+        raise AssertionError(f"{where}: {actual!r} != {expected!r}")
+
+
+def _take(it: Iterator[Any], n: int) -> list[Any]:
+    return list(itertools.islice(it, n))
+
+
+def assert_equal_output_after_checkpoint(
+    ds: Iterable[Any],
+    *,
+    restore_into: Iterable[Any] | None = None,
+    max_elements: int = 200,
+    steps: Iterable[int] | None = None,
+) -> None:
+    """Checks that restoring a checkpoint continues the stream element for element.
+
+    Iterates `ds` once for reference (at most `max_elements`). Then, at every step `k`
+    (or those in `steps`), takes `get_state()`, sends it through JSON, restores it into a
+    fresh iterator of `restore_into` (default: `ds` again; pass the same pipeline built with
+    other thread or worker counts to check those too) and checks that what follows equals
+    the reference from `k` on, including where the stream ends. Finally it restores an
+    early state into an iterator that has run to the end, which must rewind it.
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(20).shuffle(seed=0).repeat(2).batch(3)
+    >>> assert_equal_output_after_checkpoint(ds)
+    """
+    target = restore_into if restore_into is not None else ds
+    it = iter(ds)
+    reference = _take(it, max_elements)
+    exhausted = len(reference) < max_elements
+    n = len(reference)
+    wanted = set(range(n + 1)) if steps is None else {k for k in steps if 0 <= k <= n}
+    it = iter(ds)
+    early_state: dict[str, Any] | None = None
+    try:
+        for k in range(n + 1):
+            if k in wanted:
+                state = json.loads(json.dumps(it.get_state()))  # type: ignore[attr-defined]
+                if early_state is None:
+                    early_state = state
+                fresh = iter(target)
+                try:
+                    fresh.set_state(state)  # type: ignore[attr-defined]
+                    rest = _take(fresh, n - k + (1 if exhausted else 0))
+                finally:
+                    _close(fresh)
+                if exhausted and len(rest) > n - k:
+                    raise AssertionError(
+                        f"after restoring at step {k}: the stream went on past its end "
+                        f"(element {n} = {rest[-1]!r})"
+                    )
+                if len(rest) != n - k:
+                    raise AssertionError(
+                        f"after restoring at step {k}: got {len(rest)} more elements, "
+                        f"expected {n - k}"
+                    )
+                for j, (a, e) in enumerate(zip(rest, reference[k:])):
+                    assert_trees_equal(a, e, f"element {k + j} after restoring at step {k}")
+            if k < n:
+                assert_trees_equal(next(it), reference[k], f"element {k} of a second iteration")
+        if early_state is not None:
+            it.set_state(early_state)  # type: ignore[attr-defined]
+            first = _take(it, 1)
+            start = min(wanted)
+            if reference[start : start + 1]:
+                assert_trees_equal(first[0], reference[start], f"element {start} after rewinding")
+    finally:
+        _close(it)
+
+
+def _close(it: Any) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()

@@ -1,0 +1,216 @@
+"""The DataLoader API of seed 000: data source + sampler + operations.
+
+A thin layer: it translates its arguments into a Dataset pipeline and iterates that, so
+both APIs share one engine, one state format and one set of guarantees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
+from chute._src.iterator import DatasetIterator
+from chute._src.options import ReadOptions
+from chute._src.samplers import IndexSampler
+from chute._src.seeding import derive_seed
+from chute._src.sharding import NoSharding, ShardOptions
+from chute._src.transforms import (
+    Batch,
+    FilterTransform,
+    MapTransform,
+    MapWithIndex,
+    RandomMapTransform,
+)
+
+
+class DataLoader:
+    """Reads `data_source` in the order of `sampler` and applies `operations`.
+
+    >>> import chute
+    >>> loader = chute.DataLoader(
+    ...     data_source=chute.sources.RangeDataSource(0, 10, 1),
+    ...     sampler=chute.IndexSampler(10, shuffle=True, seed=0, num_epochs=1),
+    ...     operations=[chute.Batch(batch_size=4)],
+    ... )
+    >>> [b.tolist() for b in loader]
+    [[4, 0, 7, 3], [9, 2, 8, 5], [1, 6]]
+    """
+
+    def __init__(
+        self,
+        *,
+        data_source: Any,
+        sampler: Any,
+        operations: Sequence[Any] = (),
+        worker_count: int | None = 0,
+        worker_buffer_size: int = 1,
+        shard_options: ShardOptions | None = None,
+        read_options: ReadOptions | None = None,
+        num_threads: int | None = None,
+        enable_profiling: bool = False,
+    ) -> None:
+        if worker_count is None:
+            worker_count = 0
+        if isinstance(worker_count, bool) or not isinstance(worker_count, int) or worker_count < 0:
+            raise ValueError(
+                f"DataLoader: worker_count={worker_count!r} is invalid: it must be an int >= 0."
+            )
+        if worker_count > 0:
+            raise ValueError(
+                f"DataLoader: worker_count={worker_count} is not available in this version of "
+                "chute: worker processes are not built yet; use worker_count=0 (and "
+                "num_threads=N for sources whose reads release the GIL)."
+            )
+        if num_threads is not None:
+            if read_options is not None:
+                raise ValueError(
+                    "DataLoader: both num_threads and read_options were given: pass one; "
+                    "num_threads=N is short for read_options=ReadOptions(num_threads=N)."
+                )
+            read_options = ReadOptions(num_threads=num_threads)
+        self._sampler = _with_shard_options(sampler, shard_options)
+        self._data_source = data_source
+        self._operations = list(operations)
+        self._read_options = read_options or ReadOptions()
+        self._worker_buffer_size = worker_buffer_size
+        self._enable_profiling = enable_profiling
+        self._dataset = self._build()
+
+    @property
+    def dataset(self) -> IterDataset[Any]:
+        """The Dataset pipeline this loader iterates."""
+        return self._dataset
+
+    def _build(self) -> IterDataset[Any]:
+        ds: MapDataset[Any] = MapDataset.source(self._data_source)
+        sampler = self._sampler
+        if isinstance(sampler, IndexSampler):
+            ds = sampler.apply(ds)
+        else:
+            ds = MapDataset.range(len(sampler)).map(_SamplerKey(sampler)).map(_Read(ds))
+        seed = getattr(sampler, "seed", None)
+        it: IterDataset[Any] | None = None
+        filtered = False
+        for position, op in enumerate(self._operations):
+            if isinstance(op, Batch):
+                if it is None and not filtered:
+                    ds = ds.batch(
+                        op.batch_size, drop_remainder=op.drop_remainder, batch_fn=op.batch_fn
+                    )
+                    continue
+                if it is None:  # full batches after a filter are formed while iterating
+                    it = ds.to_iter_dataset(self._read_options)
+                it = it.batch(op.batch_size, drop_remainder=op.drop_remainder, batch_fn=op.batch_fn)
+                continue
+            if isinstance(op, RandomMapTransform):
+                if seed is None:
+                    raise ValueError(
+                        f"DataLoader: operation {position} ({type(op).__name__}) is random, but "
+                        "the sampler has no seed: pass seed=42 to the sampler, e.g. "
+                        "IndexSampler(..., seed=42)."
+                    )
+                op_seed = derive_seed(seed, SEED_TAG_RANDOM_MAP, position)
+                if it is None:
+                    ds = ds.random_map(op, seed=op_seed)
+                else:
+                    it = it.random_map(op, seed=op_seed)
+                continue
+            filtered = filtered or isinstance(op, FilterTransform)
+            if it is None:
+                ds = _apply_map_op(ds, op, position)
+            else:
+                it = _apply_iter_op(it, op, position)
+        return it if it is not None else ds.to_iter_dataset(self._read_options)
+
+    def __iter__(self) -> DataLoaderIterator:
+        return DataLoaderIterator(iter(self._dataset))
+
+    def __repr__(self) -> str:
+        return (
+            f"DataLoader(data_source={type(self._data_source).__name__}, "
+            f"sampler={self._sampler!r}, operations={self._operations!r})"
+        )
+
+
+class DataLoaderIterator(DatasetIterator[Any]):
+    """The iterator of a `DataLoader`: `next`, `get_state`, `set_state`."""
+
+    stage = "data_loader"
+
+    def __next__(self) -> Any:
+        return next(self._parent)
+
+    def _next_many(self, n: int) -> list[Any]:
+        return self._parent._next_many(n)
+
+
+def _with_shard_options(sampler: Any, shard_options: ShardOptions | None) -> Any:
+    if not (hasattr(sampler, "__len__") and hasattr(sampler, "__getitem__")):
+        raise TypeError(
+            f"DataLoader: sampler={sampler!r} is not a sampler: it needs __len__ and "
+            "__getitem__ returning RecordMetadata; use chute.IndexSampler(...)."
+        )
+    if shard_options is None or isinstance(shard_options, NoSharding):
+        return sampler
+    if not isinstance(sampler, IndexSampler):
+        raise ValueError(
+            f"DataLoader: shard_options={shard_options!r} can only be applied to an "
+            f"IndexSampler or SequentialSampler, not {type(sampler).__name__}: shard inside "
+            "your sampler instead."
+        )
+    own = sampler.shard_options
+    if not isinstance(own, NoSharding) and own != shard_options:
+        raise ValueError(
+            f"DataLoader: shard_options={shard_options!r} conflicts with the sampler's "
+            f"{own!r}: give shard options in one place only."
+        )
+    return sampler.with_shard_options(shard_options)
+
+
+def _apply_map_op(ds: MapDataset[Any], op: Any, position: int) -> MapDataset[Any]:
+    if isinstance(op, FilterTransform):
+        return ds.filter(op)
+    if isinstance(op, MapWithIndex):
+        return ds.map_with_index(op)
+    if isinstance(op, MapTransform) or callable(op):
+        return ds.map(op)
+    raise _bad_operation(op, position)
+
+
+def _apply_iter_op(it: IterDataset[Any], op: Any, position: int) -> IterDataset[Any]:
+    if isinstance(op, FilterTransform):
+        return it.filter(op)
+    if isinstance(op, MapWithIndex):
+        return it.map_with_index(op)
+    if isinstance(op, MapTransform) or callable(op):
+        return it.map(op)
+    raise _bad_operation(op, position)
+
+
+def _bad_operation(op: Any, position: int) -> TypeError:
+    return TypeError(
+        f"DataLoader: operation {position}, {op!r} of type {type(op).__name__}, is not an "
+        "operation: use a MapTransform, RandomMapTransform, FilterTransform, MapWithIndex, "
+        "Batch or a plain function."
+    )
+
+
+class _SamplerKey:
+    """Picklable `i -> sampler[i].record_key`, for samplers that are not an IndexSampler."""
+
+    def __init__(self, sampler: Any) -> None:
+        self._sampler = sampler
+
+    def __call__(self, index: int) -> Any:
+        return self._sampler[index].record_key
+
+
+class _Read:
+    """Picklable `key -> source[key]` over a source `MapDataset`."""
+
+    def __init__(self, source: MapDataset[Any]) -> None:
+        self._source = source
+
+    def __call__(self, key: int) -> Any:
+        return self._source[key]

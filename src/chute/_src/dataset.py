@@ -1,0 +1,303 @@
+"""The core types: `MapDataset` (random access), `IterDataset` (iterable).
+
+Both are lazy descriptions of a pipeline: building one computes nothing. A `MapDataset`
+node answers `_getitems(indices)` for a whole numpy block of indices at once, so index
+arithmetic (shuffle, slice, repeat, batch) costs a few numpy calls per block, not a Python
+call per element. Indices past `len(ds)` address later epochs: every node reads index `i`
+as position `i % len` of epoch `i // len`, which is how `repeat` gives each epoch its own
+shuffle and its own random draws. An `IterDataset` yields a `DatasetIterator`, which owns
+all mutable state.
+
+Each chain method is a thin constructor of a named class in its own module.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+
+import numpy as np
+
+from chute._src.seeding import derive_seed, validate_seed
+
+if TYPE_CHECKING:
+    from chute._src.iterator import DatasetIterator
+    from chute._src.options import ReadOptions
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+INFINITE = sys.maxsize
+"""The length of an infinitely repeated `MapDataset`, as in Grain."""
+
+# Tags that keep the seeds of different kinds of stage apart.
+SEED_TAG_SHUFFLE = 1
+SEED_TAG_RANDOM_MAP = 2
+
+
+class _Node:
+    """What `MapDataset` and `IterDataset` share: parents, the pipeline seed, a fingerprint."""
+
+    def __init__(self, parents: Sequence[_Node] = ()) -> None:
+        self._parents: tuple[_Node, ...] = tuple(parents)
+        self._pipeline_seed: int | None = next(
+            (p._pipeline_seed for p in self._parents if p._pipeline_seed is not None), None
+        )
+        self._depth: int = 1 + max((p._depth for p in self._parents), default=-1)
+        self._fingerprint: str | None = None
+
+    @property
+    def parents(self) -> tuple[_Node, ...]:
+        return self._parents
+
+    def _op_seed(self, seed: int | None, tag: int, where: str) -> int:
+        """The seed of a random stage: its own, or one derived from the pipeline seed.
+
+        The derivation is keyed by the stage's depth in the pipeline, so two random stages
+        of one pipeline draw independent streams from one `ds.seed(...)`.
+        """
+        if seed is not None:
+            return derive_seed(validate_seed(seed, where), tag)
+        if self._pipeline_seed is None:
+            raise ValueError(
+                f"{where} has no seed: {where} is random and chute's randomness is always "
+                f"seeded; pass {where}(..., seed=42), or set a seed for the whole pipeline "
+                "before it with ds.seed(42)."
+            )
+        return derive_seed(self._pipeline_seed, tag, self._depth)
+
+    def _fingerprint_params(self) -> str:
+        """What distinguishes this stage from another of its type (never file paths)."""
+        return ""
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the pipeline's structure and parameters, used by checkpoints."""
+        if self._fingerprint is None:
+            h = hashlib.blake2b(digest_size=8)
+            h.update(f"{type(self).__name__}({self._fingerprint_params()})".encode())
+            for p in self._parents:
+                h.update(p.fingerprint.encode())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+
+class MapDataset(_Node, Generic[T]):
+    """A lazy, random-access dataset: `len(ds)`, `ds[i]`, `ds[a:b:c]`.
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(10).shuffle(seed=1).map(lambda x: x * 10)
+    >>> len(ds), sorted(ds[i] for i in range(10))[:3]
+    (10, [0, 10, 20])
+    >>> [b.tolist() for b in ds.batch(4)]
+    [[90, 60, 10, 30], [40, 80, 20, 70], [50, 0]]
+    """
+
+    _parents: tuple[MapDataset[Any], ...]
+
+    def __init__(self, parents: Sequence[MapDataset[Any]] = ()) -> None:
+        super().__init__(parents)
+        # True when some upstream stage may produce None (a filtered element).
+        self._may_be_none: bool = any(p._may_be_none for p in self._parents)
+
+    # -- what every node implements ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """The number of elements of one epoch (`INFINITE` when repeated forever)."""
+
+    @abc.abstractmethod
+    def _getitems(self, indices: np.ndarray) -> list[T | None]:
+        """Elements at `indices` (int64, >= 0; past `len` means a later epoch)."""
+
+    # -- access --------------------------------------------------------------------------------
+
+    @overload
+    def __getitem__(self, index: int) -> T | None: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> MapDataset[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | MapDataset[T] | None:
+        if isinstance(index, slice):
+            return self.slice(index)
+        try:
+            i = int(index)  # accepts numpy integers
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"MapDataset index {index!r} of type {type(index).__name__} is invalid: "
+                "an index must be an int or a slice."
+            ) from None
+        if i < 0:
+            if i + len(self) < 0:
+                raise IndexError(f"index {i} is out of range for a dataset of {len(self)}")
+            i += len(self)
+        return self._getitems(np.array([i], dtype=np.int64))[0]
+
+    def __iter__(self) -> DatasetIterator[T]:
+        return iter(self.to_iter_dataset())
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+    # -- constructors ------------------------------------------------------------------------
+
+    @staticmethod
+    def source(source: Any) -> MapDataset[Any]:
+        """A dataset reading a random-access source (`__len__` + `__getitem__`)."""
+        from chute._src.map.source import SourceMapDataset
+
+        return SourceMapDataset(source)
+
+    @staticmethod
+    def range(start: int, stop: int | None = None, step: int = 1) -> MapDataset[int]:
+        """The integers of `range(start, stop, step)`."""
+        from chute._src.map.source import RangeMapDataset
+
+        return RangeMapDataset(start, stop, step)
+
+    # -- transformations -------------------------------------------------------------------
+
+    def map(self, transform: Callable[[T], S] | Any) -> MapDataset[S]:
+        """Applies `transform` (a function or a `MapTransform`) to every element."""
+        from chute._src.map.map import MapMapDataset
+
+        return MapMapDataset(self, transform)
+
+    def map_with_index(self, transform: Callable[[int, T], S] | Any) -> MapDataset[S]:
+        """Applies `transform(index, element)` (a function or a `MapWithIndex`)."""
+        from chute._src.map.map import MapWithIndexMapDataset
+
+        return MapWithIndexMapDataset(self, transform)
+
+    def random_map(
+        self, transform: Callable[[T, np.random.Generator], S] | Any, *, seed: int | None = None
+    ) -> MapDataset[S]:
+        """Applies `transform(element, rng)`; `rng` is keyed by (seed, element index)."""
+        from chute._src.map.map import RandomMapMapDataset
+
+        return RandomMapMapDataset(self, transform, seed=seed)
+
+    def filter(self, predicate: Callable[[T], bool] | Any) -> MapDataset[T]:
+        """Keeps elements where `predicate` is true; others read as None, skipped when iterating."""
+        from chute._src.map.filter import FilterMapDataset
+
+        return FilterMapDataset(self, predicate)
+
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[list[T]], S] | None = None,
+    ) -> MapDataset[S]:
+        """Groups consecutive elements, stacking them leaf by leaf (or with `batch_fn`)."""
+        from chute._src.map.batch import BatchMapDataset
+
+        return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+
+    def shuffle(self, seed: int | None = None) -> MapDataset[T]:
+        """A global shuffle in O(1) memory; every epoch of a `repeat` is shuffled anew."""
+        from chute._src.map.shuffle import ShuffleMapDataset
+
+        return ShuffleMapDataset(self, seed=seed)
+
+    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
+        """Repeats `num_epochs` times (forever with None)."""
+        from chute._src.map.repeat import RepeatMapDataset
+
+        return RepeatMapDataset(self, num_epochs)
+
+    def slice(self, sl: slice) -> MapDataset[T]:
+        """The elements selected by `sl` (what `ds[a:b:c]` calls); `ds[k::n]` shards."""
+        from chute._src.map.slice import SliceMapDataset
+
+        return SliceMapDataset(self, sl)
+
+    def seed(self, seed: int) -> MapDataset[T]:
+        """Sets the seed that random stages after this point derive their seeds from."""
+        from chute._src.map.seed import SeedMapDataset
+
+        return SeedMapDataset(self, seed)
+
+    def pipe(self, fn: Callable[..., S], *args: Any, **kwargs: Any) -> S:
+        """`fn(self, *args, **kwargs)`: lets a function take part in a method chain."""
+        return fn(self, *args, **kwargs)
+
+    def to_iter_dataset(self, read_options: ReadOptions | None = None) -> IterDataset[T]:
+        """An `IterDataset` over this dataset in index order, skipping filtered elements."""
+        from chute._src.iter.prefetch import PrefetchIterDataset
+
+        return PrefetchIterDataset(self, read_options)
+
+
+class IterDataset(_Node, Generic[T]):
+    """A lazy iterable dataset; `iter(ds)` gives a checkpointable `DatasetIterator`.
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(6).to_iter_dataset().filter(lambda x: x % 2).batch(2)
+    >>> [b.tolist() for b in ds]
+    [[1, 3], [5]]
+    """
+
+    @abc.abstractmethod
+    def __iter__(self) -> DatasetIterator[T]:
+        """A fresh iterator, positioned at the start."""
+
+    def _parent_iter(self, i: int = 0) -> DatasetIterator[Any]:
+        """A fresh iterator of parent `i`."""
+        return iter(cast("IterDataset[Any]", self._parents[i]))
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+    def map(self, transform: Callable[[T], S] | Any) -> IterDataset[S]:
+        """Applies `transform` (a function or a `MapTransform`) to every element."""
+        from chute._src.iter.map import MapIterDataset
+
+        return MapIterDataset(self, transform)
+
+    def map_with_index(self, transform: Callable[[int, T], S] | Any) -> IterDataset[S]:
+        """Applies `transform(index, element)`, index counting this stage's inputs."""
+        from chute._src.iter.map import MapWithIndexIterDataset
+
+        return MapWithIndexIterDataset(self, transform)
+
+    def random_map(
+        self, transform: Callable[[T, np.random.Generator], S] | Any, *, seed: int | None = None
+    ) -> IterDataset[S]:
+        """Applies `transform(element, rng)`; `rng` is keyed by (seed, element position)."""
+        from chute._src.iter.map import RandomMapIterDataset
+
+        return RandomMapIterDataset(self, transform, seed=seed)
+
+    def filter(self, predicate: Callable[[T], bool] | Any) -> IterDataset[T]:
+        """Keeps the elements for which `predicate` (a function or `FilterTransform`) is true."""
+        from chute._src.iter.filter import FilterIterDataset
+
+        return FilterIterDataset(self, predicate)
+
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[list[T]], S] | None = None,
+    ) -> IterDataset[S]:
+        """Groups consecutive elements, stacking them leaf by leaf (or with `batch_fn`)."""
+        from chute._src.iter.batch import BatchIterDataset
+
+        return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+
+    def seed(self, seed: int) -> IterDataset[T]:
+        """Sets the seed that random stages after this point derive their seeds from."""
+        from chute._src.iter.seed import SeedIterDataset
+
+        return SeedIterDataset(self, seed)
+
+    def pipe(self, fn: Callable[..., S], *args: Any, **kwargs: Any) -> S:
+        """`fn(self, *args, **kwargs)`: lets a function take part in a method chain."""
+        return fn(self, *args, **kwargs)

@@ -1,0 +1,69 @@
+"""`IterDataset.filter`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from chute._src.dataset import IterDataset
+from chute._src.errors import add_stage_note
+from chute._src.iterator import DatasetIterator
+from chute._src.transforms import as_filter_fn, describe
+
+T = TypeVar("T")
+
+
+class FilterIterDataset(IterDataset[T]):
+    def __init__(self, parent: IterDataset[T], predicate: Any) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[Any], bool] = as_filter_fn(predicate)
+
+    def __iter__(self) -> DatasetIterator[T]:
+        return _FilterIterator(self._parent_iter(), self)
+
+    def __repr__(self) -> str:
+        return f"FilterIterDataset(transform={describe(self._fn)})"
+
+    def _fingerprint_params(self) -> str:
+        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
+
+
+class _FilterIterator(DatasetIterator[T]):
+    stage = "filter"
+
+    def __init__(self, parent: DatasetIterator[T], ds: FilterIterDataset[T]) -> None:
+        super().__init__(parent)
+        self._fn = ds._fn
+        self._ds = ds
+        self._seen = 0  # elements tested, to name the failing one
+
+    def __next__(self) -> T:
+        parent, fn = self._parent, self._fn
+        while True:
+            x = next(parent)
+            try:
+                keep = fn(x)
+            except Exception as e:
+                add_stage_note(e, self._ds, self._seen)
+                raise
+            self._seen += 1
+            if keep:
+                return x
+
+    def _next_many(self, n: int) -> list[T]:
+        out: list[T] = []
+        fn = self._fn
+        while len(out) < n:
+            xs = self._parent._next_many(n - len(out))
+            if not xs:
+                break
+            for j, x in enumerate(xs):
+                try:
+                    keep = fn(x)
+                except Exception as e:
+                    add_stage_note(e, self._ds, self._seen + j)
+                    raise
+                if keep:
+                    out.append(x)
+            self._seen += len(xs)
+        return out

@@ -1,0 +1,143 @@
+"""`IterDataset.map`, `.map_with_index` and `.random_map`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset
+from chute._src.errors import add_stage_note
+from chute._src.iterator import DatasetIterator, check_int
+from chute._src.seeding import ElementRngs
+from chute._src.transforms import as_map_fn, as_map_with_index_fn, as_random_map_fn, describe
+
+
+class MapIterDataset(IterDataset[Any]):
+    def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[Any], Any] = as_map_fn(transform, "map")
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MapIterator(self._parent_iter(), self._fn, self)
+
+    def __repr__(self) -> str:
+        return f"MapIterDataset(transform={describe(self._fn)})"
+
+    def _fingerprint_params(self) -> str:
+        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
+
+
+class _MapIterator(DatasetIterator[Any]):
+    stage = "map"
+
+    def __init__(self, parent: DatasetIterator[Any], fn: Callable[[Any], Any], ds: object) -> None:
+        super().__init__(parent)
+        self._fn = fn
+        self._ds = ds
+        self._count = 0  # elements mapped, to name the failing one
+
+    def __next__(self) -> Any:
+        x = next(self._parent)
+        try:
+            y = self._fn(x)
+        except Exception as e:
+            add_stage_note(e, self._ds, self._count)
+            raise
+        self._count += 1
+        return y
+
+    def _next_many(self, n: int) -> list[Any]:
+        xs = self._parent._next_many(n)
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        try:
+            for x in xs:
+                append(fn(x))
+        except Exception as e:
+            add_stage_note(e, self._ds, self._count + len(out))
+            raise
+        self._count += len(out)
+        return out
+
+
+class MapWithIndexIterDataset(IterDataset[Any]):
+    def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[int, Any], Any] = as_map_with_index_fn(transform)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _IndexedIterator(self._parent_iter(), self, None)
+
+    def __repr__(self) -> str:
+        return f"MapWithIndexIterDataset(transform={describe(self._fn)})"
+
+    def _fingerprint_params(self) -> str:
+        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
+
+
+class RandomMapIterDataset(IterDataset[Any]):
+    def __init__(self, parent: IterDataset[Any], transform: Any, *, seed: int | None) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
+        self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _IndexedIterator(self._parent_iter(), self, ElementRngs(self._seed))
+
+    def __repr__(self) -> str:
+        return f"RandomMapIterDataset(transform={describe(self._fn)})"
+
+    def _fingerprint_params(self) -> str:
+        return f"{getattr(self._fn, '__qualname__', type(self._fn).__name__)}, seed={self._seed}"
+
+
+class _IndexedIterator(DatasetIterator[Any]):
+    """Counts the elements it has mapped: the index of map_with_index, the key of random_map."""
+
+    stage = "indexed_map"
+
+    def __init__(
+        self,
+        parent: DatasetIterator[Any],
+        ds: MapWithIndexIterDataset | RandomMapIterDataset,
+        rngs: ElementRngs | None,
+    ) -> None:
+        super().__init__(parent)
+        self._ds = ds
+        self._fn: Any = ds._fn
+        self._rngs = rngs
+        self._index = 0
+
+    def _apply(self, xs: list[Any]) -> list[Any]:
+        fn, start = self._fn, self._index
+        out: list[Any] = []
+        append = out.append
+        try:
+            if self._rngs is None:
+                for i, x in enumerate(xs, start):
+                    append(fn(i, x))
+            else:
+                rngs = self._rngs
+                keys = rngs.for_indices(np.arange(start, start + len(xs), dtype=np.int64))
+                for k, x in zip(keys.tolist(), xs):
+                    append(fn(x, rngs.rng(k)))
+        except Exception as e:
+            add_stage_note(e, self._ds, start + len(out))
+            raise
+        self._index = start + len(out)
+        return out
+
+    def __next__(self) -> Any:
+        return self._apply([next(self._parent)])[0]
+
+    def _next_many(self, n: int) -> list[Any]:
+        return self._apply(self._parent._next_many(n))
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"index": self._index}
+
+    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+        self._index = check_int(state, "index", path)

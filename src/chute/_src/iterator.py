@@ -1,0 +1,140 @@
+"""`DatasetIterator`: the stateful cursor over an `IterDataset`, and its checkpoint state.
+
+A state is a plain JSON-serialisable dict shaped like the pipeline: each iterator stores
+its stage name, its own few integers, and its parent's state under "parent". `set_state`
+walks the same shape and rejects a state whose stages do not match, naming the path.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, ClassVar, Generic, TypeVar, cast
+
+from chute._src.errors import CheckpointError
+
+T = TypeVar("T")
+
+
+class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
+    """An iterator with `get_state()`/`set_state()`, `start_prefetch()` and `close()`."""
+
+    stage: ClassVar[str] = "iterator"
+    """The stage name recorded in the state; a state must match it to be restored."""
+
+    def __init__(self, parent: DatasetIterator[Any] | None = None) -> None:
+        # Typed as present: only leaf iterators (which never read it) have none.
+        self._parent: DatasetIterator[Any] = cast("DatasetIterator[Any]", parent)
+
+    def __iter__(self) -> DatasetIterator[T]:
+        return self
+
+    @abc.abstractmethod
+    def __next__(self) -> T:
+        """The next element; `StopIteration` at the end."""
+
+    def _next_many(self, n: int) -> list[T]:
+        """Up to `n` next elements (fewer only at the end). Stages override it for speed."""
+        out: list[T] = []
+        append = out.append
+        try:
+            for _ in range(n):
+                append(self.__next__())
+        except StopIteration:
+            pass
+        return out
+
+    # -- checkpointing ---------------------------------------------------------------------
+
+    def _own_state(self) -> dict[str, Any]:
+        """This stage's own state (not its parent's); stateless stages keep the default."""
+        return {}
+
+    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+        """Restores what `_own_state` returned; `state` has been checked for its keys."""
+
+    def get_state(self) -> dict[str, Any]:
+        """A small JSON-serialisable dict from which `set_state` continues exactly here."""
+        state: dict[str, Any] = {"stage": self.stage, **self._own_state()}
+        if self._parent is not None:
+            state["parent"] = self._parent.get_state()
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Continues from `state`, taken by `get_state` of an identical pipeline."""
+        self._restore(state, "state")
+
+    def _restore(self, state: Any, path: str) -> None:
+        own_keys = set(self._own_state())
+        expected = {"stage", *own_keys} | ({"parent"} if self._parent is not None else set())
+        check_state(state, self.stage, expected, path)
+        self._restore_own_state(state, path)
+        if self._parent is not None:
+            self._parent._restore(state["parent"], f"{path}['parent']")
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start_prefetch(self) -> None:
+        """Starts background work (threads, workers) now, before the first `next`."""
+        if self._parent is not None:
+            self._parent.start_prefetch()
+
+    def close(self) -> None:
+        """Stops background work and releases resources; idempotent."""
+        if self._parent is not None:
+            self._parent.close()
+
+    def __enter__(self) -> DatasetIterator[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def check_state(state: Any, stage: str, keys: set[str], path: str) -> None:
+    """Raises `CheckpointError` unless `state` is a dict for `stage` with exactly `keys`."""
+    fix = (
+        "restore a state taken by get_state() of the same pipeline, built the same way "
+        "(the number of threads and workers may differ)"
+    )
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{path} is a {type(state).__name__}, not a dict: an iterator state is the dict "
+            f"get_state() returns; {fix}."
+        )
+    if state.get("stage") != stage:
+        raise CheckpointError(
+            f"{path} is the state of a {state.get('stage')!r} stage, but this pipeline has a "
+            f"{stage!r} stage there: the state is from a different pipeline; {fix}."
+        )
+    if set(state) != keys:
+        raise CheckpointError(
+            f"{path} has keys {sorted(state)}, expected {sorted(keys)} for a {stage!r} "
+            f"stage: the state is corrupt or from another version; {fix}."
+        )
+
+
+def check_int(
+    state: dict[str, Any], key: str, path: str, lo: int = 0, hi: int | None = None
+) -> int:
+    """`state[key]` as an int in `[lo, hi]`, or a `CheckpointError` naming the path."""
+    value = state[key]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < lo
+        or (hi is not None and value > hi)
+    ):
+        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise CheckpointError(
+            f"{path}[{key!r}] = {value!r} is invalid: it must be an int {bound}; the state is "
+            "corrupt or from a different pipeline; restore a state taken by get_state() of "
+            "the same pipeline."
+        )
+    return value

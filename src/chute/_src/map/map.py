@@ -1,0 +1,114 @@
+"""`MapDataset.map`, `.map_with_index` and `.random_map`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from chute._src.dataset import SEED_TAG_RANDOM_MAP, MapDataset
+from chute._src.errors import add_stage_note
+from chute._src.seeding import ElementRngs
+from chute._src.transforms import (
+    as_map_fn,
+    as_map_with_index_fn,
+    as_random_map_fn,
+    describe,
+)
+
+
+class MapMapDataset(MapDataset[Any]):
+    """Applies a function to each element of a block; filtered (None) elements stay None."""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[Any], Any] = as_map_fn(transform, "map")
+
+    def __len__(self) -> int:
+        return len(self._parents[0])
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        xs = self._parents[0]._getitems(indices)
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        try:
+            if self._may_be_none:
+                for x in xs:
+                    append(None if x is None else fn(x))
+            else:
+                for x in xs:
+                    append(fn(x))
+        except Exception as e:
+            add_stage_note(e, self, int(indices[len(out)]))
+            raise
+        return out
+
+    def __repr__(self) -> str:
+        return f"MapMapDataset(transform={describe(self._fn)})"
+
+    def _fingerprint_params(self) -> str:
+        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
+
+
+class MapWithIndexMapDataset(MapDataset[Any]):
+    """Applies `fn(index, element)`; the index counts epochs too (`i + epoch * len`)."""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[int, Any], Any] = as_map_with_index_fn(transform)
+
+    def __len__(self) -> int:
+        return len(self._parents[0])
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        xs = self._parents[0]._getitems(indices)
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        try:
+            for i, x in zip(indices.tolist(), xs):
+                append(None if x is None else fn(i, x))
+        except Exception as e:
+            add_stage_note(e, self, int(indices[len(out)]))
+            raise
+        return out
+
+    def __repr__(self) -> str:
+        return f"MapWithIndexMapDataset(transform={describe(self._fn)})"
+
+    def _fingerprint_params(self) -> str:
+        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
+
+
+class RandomMapMapDataset(MapDataset[Any]):
+    """Applies `fn(element, rng)` with `rng` keyed by (stage seed, element index)."""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any, *, seed: int | None) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
+        self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
+
+    def __len__(self) -> int:
+        return len(self._parents[0])
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        xs = self._parents[0]._getitems(indices)
+        fn = self._fn
+        rngs = ElementRngs(self._seed)
+        out: list[Any] = []
+        append = out.append
+        try:
+            for key, x in zip(rngs.for_indices(indices).tolist(), xs):
+                append(None if x is None else fn(x, rngs.rng(key)))
+        except Exception as e:
+            add_stage_note(e, self, int(indices[len(out)]))
+            raise
+        return out
+
+    def __repr__(self) -> str:
+        return f"RandomMapMapDataset(transform={describe(self._fn)})"
+
+    def _fingerprint_params(self) -> str:
+        return f"{getattr(self._fn, '__qualname__', type(self._fn).__name__)}, seed={self._seed}"

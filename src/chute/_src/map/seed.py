@@ -1,0 +1,32 @@
+"""`MapDataset.seed`: sets the pipeline seed that later random stages derive theirs from."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+
+from chute._src.dataset import MapDataset
+from chute._src.seeding import validate_seed
+
+T = TypeVar("T")
+
+
+class SeedMapDataset(MapDataset[T]):
+    """Passes elements through; only changes the seed its descendants inherit."""
+
+    def __init__(self, parent: MapDataset[T], seed: int) -> None:
+        super().__init__([parent])
+        self._pipeline_seed = validate_seed(seed, "seed")
+
+    def __len__(self) -> int:
+        return len(self._parents[0])
+
+    def _getitems(self, indices: np.ndarray) -> list[T | None]:
+        return self._parents[0]._getitems(indices)
+
+    def __repr__(self) -> str:
+        return f"SeedMapDataset(seed={self._pipeline_seed})"
+
+    def _fingerprint_params(self) -> str:
+        return f"seed={self._pipeline_seed}"

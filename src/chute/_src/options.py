@@ -1,0 +1,34 @@
+"""Execution options."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How `to_iter_dataset` computes elements in one process.
+
+    num_threads: threads computing elements in parallel, in index order; 0 computes them in
+      the consuming thread. Threads help when the work releases the GIL (I/O, numpy,
+      tokenizers, decoding); work that holds the GIL wants worker processes instead.
+    prefetch_buffer_size: how many elements may be computed ahead of the consumer.
+    """
+
+    num_threads: int = 16
+    prefetch_buffer_size: int = 500
+
+    def __post_init__(self) -> None:
+        for name in ("num_threads", "prefetch_buffer_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"ReadOptions: {name}={value!r} is invalid: it must be an int >= 0; "
+                    f"e.g. ReadOptions({name}=4)."
+                )
+        if self.num_threads > 0 and self.prefetch_buffer_size == 0:
+            raise ValueError(
+                f"ReadOptions: num_threads={self.num_threads} with prefetch_buffer_size=0 "
+                "is invalid: threads need room to compute ahead; set prefetch_buffer_size "
+                ">= num_threads, or num_threads=0."
+            )

@@ -1,0 +1,149 @@
+"""Samplers of the DataLoader API (seed 000): which record to read at each step.
+
+A sampler here is a recipe over record keys that the DataLoader applies to the source as
+Dataset stages (shuffle, shard, repeat), so the DataLoader has no engine of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chute._src.seeding import ElementRngs, derive_seed, validate_seed
+from chute._src.sharding import NoSharding, ShardOptions
+
+if TYPE_CHECKING:
+    from chute._src.dataset import MapDataset
+
+
+@dataclasses.dataclass
+class RecordMetadata:
+    """What a sampler says about step `index`: the record to read and its rng."""
+
+    index: int
+    record_key: int | None = None
+    rng: np.random.Generator | None = None
+
+
+class IndexSampler:
+    """Record keys of `num_records` records: shuffled per epoch, sharded, repeated.
+
+    >>> s = IndexSampler(5, shuffle=True, seed=3, num_epochs=2)
+    >>> len(s), sorted(s[i].record_key for i in range(5))
+    (10, [0, 1, 2, 3, 4])
+    """
+
+    def __init__(
+        self,
+        num_records: int,
+        shard_options: ShardOptions | None = None,
+        shuffle: bool = False,
+        num_epochs: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if isinstance(num_records, bool) or not isinstance(num_records, int) or num_records <= 0:
+            raise ValueError(
+                f"IndexSampler: num_records={num_records!r} is invalid: it must be an int > 0; "
+                "pass len(data_source)."
+            )
+        if num_epochs is not None and (
+            isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs <= 0
+        ):
+            raise ValueError(
+                f"IndexSampler: num_epochs={num_epochs!r} is invalid: it must be an int > 0, "
+                "or None to repeat forever."
+            )
+        if shuffle and seed is None:
+            raise ValueError(
+                "IndexSampler: shuffle=True needs a seed: chute's shuffles are always seeded "
+                "so that runs are reproducible; pass seed=42 (any int)."
+            )
+        if seed is not None:
+            seed = validate_seed(seed, "IndexSampler")
+        if shard_options is not None and not isinstance(shard_options, ShardOptions):
+            raise TypeError(
+                f"IndexSampler: shard_options={shard_options!r} is not a ShardOptions: pass "
+                "chute.sharding.ShardOptions(shard_index, shard_count) or NoSharding()."
+            )
+        self._num_records = num_records
+        self._shard_options = shard_options or NoSharding()
+        self._shuffle = shuffle
+        self._num_epochs = num_epochs
+        self._seed = seed
+        from chute._src.dataset import MapDataset
+
+        self._keys = self.apply(MapDataset.range(num_records))
+        self._rngs = ElementRngs(derive_seed(seed, 0)) if seed is not None else None
+
+    @property
+    def seed(self) -> int | None:
+        return self._seed
+
+    @property
+    def shard_options(self) -> ShardOptions:
+        return self._shard_options
+
+    def apply(self, ds: MapDataset[Any]) -> MapDataset[Any]:
+        """`ds` (of `num_records` elements) in this sampler's order, as Dataset stages."""
+        if len(ds) != self._num_records:
+            raise ValueError(
+                f"{self!r} samples {self._num_records} records, but the data source has "
+                f"{len(ds)}: build the sampler with num_records=len(data_source)."
+            )
+        if self._shuffle:
+            assert self._seed is not None
+            ds = ds.shuffle(seed=self._seed)
+        if not isinstance(self._shard_options, NoSharding):
+            ds = ds[self._shard_options.shard_slice(self._num_records)]
+        if self._num_epochs != 1:
+            ds = ds.repeat(self._num_epochs)
+        return ds
+
+    def with_shard_options(self, shard_options: ShardOptions) -> IndexSampler:
+        return IndexSampler(
+            self._num_records, shard_options, self._shuffle, self._num_epochs, self._seed
+        )
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, index: int) -> RecordMetadata:
+        if not 0 <= index < len(self):
+            raise IndexError(
+                f"{self!r}: index {index} is out of range: it must be in [0, {len(self)})."
+            )
+        rng = None
+        if self._rngs is not None:
+            key = int(self._rngs.for_indices(np.array([index]))[0])
+            rng = self._rngs.rng(key)
+        return RecordMetadata(index=index, record_key=self._keys[index], rng=rng)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_records={self._num_records}, "
+            f"shard_options={self._shard_options!r}, shuffle={self._shuffle}, "
+            f"num_epochs={self._num_epochs}, seed={self._seed})"
+        )
+
+
+class SequentialSampler(IndexSampler):
+    """Record keys in order, one epoch, sharded."""
+
+    def __init__(
+        self,
+        num_records: int,
+        shard_options: ShardOptions | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(num_records, shard_options, shuffle=False, num_epochs=1, seed=seed)
+
+    def with_shard_options(self, shard_options: ShardOptions) -> SequentialSampler:
+        return SequentialSampler(self._num_records, shard_options, self._seed)
+
+    def __repr__(self) -> str:
+        return (
+            f"SequentialSampler(num_records={self._num_records}, "
+            f"shard_options={self._shard_options!r}, seed={self._seed})"
+        )

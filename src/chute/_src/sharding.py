@@ -1,0 +1,97 @@
+"""Which part of the data this process reads, for distributed training (seed 000)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardOptions:
+    """Shard `shard_index` of `shard_count`.
+
+    Records are dealt out by position: in every epoch, position `p` of the (shuffled)
+    order goes to shard `p % shard_count`, so each record of an epoch goes to exactly one
+    shard. With `drop_remainder`, the last `n % shard_count` positions of each epoch are
+    dropped so that every shard gets the same number of records.
+    """
+
+    shard_index: int
+    shard_count: int
+    drop_remainder: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("shard_index", "shard_count"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"ShardOptions: {name}={value!r} is invalid: it must be an int.")
+        if self.shard_count <= 0:
+            raise ValueError(
+                f"ShardOptions: shard_count={self.shard_count} is invalid: it must be > 0; "
+                "use the number of processes reading the data, e.g. jax.process_count()."
+            )
+        if not 0 <= self.shard_index < self.shard_count:
+            raise ValueError(
+                f"ShardOptions: shard_index={self.shard_index} is invalid: it must be in "
+                f"[0, shard_count={self.shard_count}); use this process's index, e.g. "
+                "jax.process_index()."
+            )
+
+    def shard_slice(self, num_records: int) -> slice:
+        """The positions of one epoch of `num_records` that this shard reads."""
+        stop = num_records
+        if self.drop_remainder:
+            stop -= num_records % self.shard_count
+        return slice(self.shard_index, stop, self.shard_count)
+
+
+class NoSharding(ShardOptions):
+    """Every process reads all the data."""
+
+    def __init__(self) -> None:
+        super().__init__(shard_index=0, shard_count=1, drop_remainder=False)
+
+
+class ShardByJaxProcess(ShardOptions):
+    """Shard `jax.process_index()` of `jax.process_count()`."""
+
+    def __init__(self, drop_remainder: bool = False) -> None:
+        jax = _import_jax("ShardByJaxProcess")
+        super().__init__(
+            shard_index=jax.process_index(),
+            shard_count=jax.process_count(),
+            drop_remainder=drop_remainder,
+        )
+
+
+def shard_by_jax_process(drop_remainder: bool = False) -> ShardOptions:
+    """ShardOptions for this JAX process; `ValueError` outside a JAX distributed run.
+
+    As in seed 000, a standalone run catches the error and reads everything:
+
+    >>> try:
+    ...     shard_options = shard_by_jax_process()
+    ... except ValueError:
+    ...     shard_options = None
+    """
+    try:
+        jax = _import_jax("shard_by_jax_process")
+    except ImportError as e:
+        raise ValueError(str(e)) from e
+    if not jax.distributed.is_initialized():
+        raise ValueError(
+            "shard_by_jax_process: this is not a JAX distributed run "
+            "(jax.distributed.is_initialized() is False): call jax.distributed.initialize() "
+            "first, or catch this ValueError and read all data in a standalone run."
+        )
+    return ShardByJaxProcess(drop_remainder=drop_remainder)
+
+
+def _import_jax(where: str) -> Any:
+    try:
+        import jax
+    except ImportError as e:
+        raise ImportError(
+            f"{where} needs JAX, which is not installed: pip install 'chute[jax]'."
+        ) from e
+    return jax

@@ -1,0 +1,1 @@
+"""Data sources: random-access readers of records."""

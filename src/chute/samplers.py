@@ -1,0 +1,7 @@
+"""Samplers for the DataLoader API."""
+
+from chute._src.samplers import IndexSampler as IndexSampler
+from chute._src.samplers import RecordMetadata as RecordMetadata
+from chute._src.samplers import SequentialSampler as SequentialSampler
+
+__all__ = ["IndexSampler", "RecordMetadata", "SequentialSampler"]
