@@ -34,7 +34,7 @@ class DataLoader:
     ...     operations=[chute.Batch(batch_size=4)],
     ... )
     >>> [b.tolist() for b in loader]
-    [[4, 0, 7, 3], [9, 2, 8, 5], [1, 6]]
+    [[4, 1, 9, 7], [3, 2, 5, 0], [8, 6]]
     """
 
     def __init__(

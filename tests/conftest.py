@@ -1,0 +1,53 @@
+"""Shared fixtures: the real corpus and tokenizer from ../shared/data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    """`shared/data` beside the checkout (override with CHUTE_SHARED_DATA)."""
+    env = os.environ.get("CHUTE_SHARED_DATA")
+    if env:
+        return Path(env)
+    for parent in REPO.parents:
+        candidate = parent / "shared" / "data"
+        if candidate.is_dir():
+            return candidate
+    raise RuntimeError(
+        "shared/data not found beside the checkout: set CHUTE_SHARED_DATA to its path"
+    )
+
+
+@pytest.fixture(scope="session")
+def corpus_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3,000-record corpus made by shared/data/make_corpus.py (real English prose)."""
+    out = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    subprocess.run(
+        [sys.executable, str(shared_data_dir() / "make_corpus.py"), str(out), "3000"],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def corpus_records(corpus_path: Path) -> list[bytes]:
+    return corpus_path.read_bytes().splitlines()
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path() -> Path:
+    return shared_data_dir() / "bert-base-uncased.tokenizer.json"
+
+
+def loads(record: bytes) -> dict[str, object]:
+    return json.loads(record)  # type: ignore[no-any-return]
