@@ -1,0 +1,122 @@
+"""`ParquetDataSource`: rows of Parquet files as dicts (the `parquet` extra, pyarrow)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from chute._src.errors import DataError
+from chute._src.sources._concat import Concat
+from chute._src.sources._paths import PathsArg, expand_paths
+
+__all__ = ["ParquetDataSource"]
+
+
+def _pq() -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise ImportError("ParquetDataSource needs pyarrow: pip install 'chute[parquet]'") from e
+    return pq
+
+
+class ParquetDataSource:
+    """Rows of Parquet files as dicts `{column: value}`, by global index across files.
+
+    Random access decodes the row group that holds a row and keeps the last
+    `row_group_cache_size` decoded row groups, so reads near each other are cheap.
+    `columns` selects columns. Picklable, thread-safe.
+    """
+
+    def __init__(
+        self,
+        paths: PathsArg,
+        columns: Sequence[str] | None = None,
+        *,
+        row_group_cache_size: int = 4,
+    ) -> None:
+        _pq()
+        self._paths = expand_paths(paths, "ParquetDataSource")
+        self._columns = list(columns) if columns is not None else None
+        self._cache_size = row_group_cache_size
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._files: list[Any] | None = None
+        self._concat = Concat([])
+        self._groups: list[Concat] = []
+        self._cache: OrderedDict[tuple[int, int], dict[str, list[Any]]] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"paths": self._paths, "columns": self._columns, "cache": self._cache_size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._paths, self._columns = state["paths"], state["columns"]
+        self._cache_size = state["cache"]
+        self._init_runtime()
+
+    def _open(self) -> list[Any]:
+        pq = _pq()
+        with self._lock:
+            if self._files is None:
+                files = []
+                for p in self._paths:
+                    try:
+                        f = pq.ParquetFile(p)
+                    except Exception as e:  # pyarrow.ArrowInvalid and friends
+                        raise DataError(
+                            f"{p}: not a readable Parquet file ({e}); it is truncated, corrupt "
+                            "or not Parquet; re-create it or restore a good copy"
+                        ) from None
+                    md = f.metadata
+                    self._groups.append(
+                        Concat([md.row_group(g).num_rows for g in range(md.num_row_groups)])
+                    )
+                    files.append(f)
+                self._concat = Concat([len(g) for g in self._groups])
+                self._files = files
+            return self._files
+
+    def __len__(self) -> int:
+        self._files or self._open()
+        return len(self._concat)
+
+    def _row_group(self, k: int, g: int) -> dict[str, list[Any]]:
+        key = (k, g)
+        with self._lock:
+            cols = self._cache.get(key)
+            if cols is not None:
+                self._cache.move_to_end(key)
+                return cols
+            assert self._files is not None
+            try:
+                table = self._files[k].read_row_group(g, columns=self._columns)
+            except Exception as e:  # pyarrow errors on corrupt pages
+                raise DataError(
+                    f"{self._paths[k]}: row group {g} could not be read ({e}); the file is "
+                    "corrupt; re-create it or restore a good copy"
+                ) from None
+            cols = {name: table.column(name).to_pylist() for name in table.column_names}
+            self._cache[key] = cols
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+            return cols
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        self._files or self._open()
+        k, i = self._concat.locate(index, self)
+        g, j = self._groups[k].locate(i)
+        cols = self._row_group(k, g)
+        return {name: values[j] for name, values in cols.items()}
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        return [self[i] for i in indices]
+
+    def __repr__(self) -> str:
+        p = self._paths
+        shown = repr(p[0]) if len(p) == 1 else f"<{len(p)} files: {p[0]!r}, ...>"
+        cols = f", columns={self._columns!r}" if self._columns is not None else ""
+        return f"ParquetDataSource({shown}{cols})"

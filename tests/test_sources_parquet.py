@@ -1,0 +1,49 @@
+"""ParquetDataSource through chute.sources (pyarrow is in the `test` extra)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chute import DataError
+from chute.sources import ParquetDataSource
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+ROWS = [{"id": i, "text": f"row {i}", "score": i / 2} for i in range(250)]
+
+
+def _write(path: Path, rows: list[dict[str, object]], row_group_size: int = 32) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
+    return path
+
+
+def test_rows_as_dicts(tmp_path: Path) -> None:
+    src = ParquetDataSource(_write(tmp_path / "a.parquet", ROWS), row_group_cache_size=2)
+    assert len(src) == 250
+    order = [int(i) for i in np.random.default_rng(1).permutation(250)]
+    assert src.__getitems__(order) == [ROWS[i] for i in order]
+    assert src[-1] == ROWS[-1]
+    only = ParquetDataSource(tmp_path / "a.parquet", columns=["text"])
+    assert only[7] == {"text": "row 7"}
+
+
+def test_many_files_and_pickle(tmp_path: Path) -> None:
+    _write(tmp_path / "a.parquet", ROWS[:100])
+    _write(tmp_path / "b.parquet", ROWS[100:], row_group_size=1000)
+    src = ParquetDataSource(str(tmp_path / "*.parquet"))
+    clone = pickle.loads(pickle.dumps(src))
+    assert [clone[i] for i in range(250)] == ROWS
+    assert repr(ParquetDataSource(tmp_path / "a.parquet", columns=["id"])).endswith(
+        "columns=['id'])"
+    )
+
+
+def test_not_parquet(tmp_path: Path) -> None:
+    (tmp_path / "x.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(DataError, match=r"x\.parquet: not a readable Parquet file"):
+        len(ParquetDataSource(tmp_path / "x.parquet"))
