@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -20,13 +22,15 @@ def test_shuffle_is_a_permutation(n: int, seed: int) -> None:
 
 def test_pinned_output() -> None:
     """Known-good output: a change here breaks every user's reproducibility."""
-    assert list(chute.MapDataset.range(10).shuffle(seed=42)) == [4, 8, 9, 0, 1, 6, 5, 3, 2, 7]
+    assert list(chute.MapDataset.range(10).shuffle(seed=42)) == [2, 3, 5, 7, 1, 0, 8, 6, 9, 4]
     ds = chute.MapDataset.range(1000).shuffle(seed=0)
-    assert [ds[i] for i in (0, 1, 2, 499, 999)] == [311, 896, 835, 478, 426]
+    assert [ds[i] for i in (0, 1, 2, 499, 999)] == [223, 200, 408, 866, 984]
     two_epochs = chute.MapDataset.range(6).shuffle(seed=5).repeat(2)
-    assert list(two_epochs) == [1, 2, 4, 5, 0, 3, 0, 5, 4, 3, 2, 1]
+    assert list(two_epochs) == [1, 3, 5, 4, 2, 0, 5, 1, 4, 0, 2, 3]
     seeded = chute.MapDataset.range(8).seed(3).shuffle()
-    assert list(seeded) == [3, 4, 1, 7, 6, 5, 0, 2]
+    assert list(seeded) == [1, 2, 6, 7, 5, 4, 3, 0]
+    large = chute.MapDataset.range(1_000_003).shuffle(seed=7)  # the Feistel network
+    assert [large[i] for i in (0, 1, 500_000, 1_000_002)] == [863312, 756604, 793576, 934839]
 
 
 def test_each_epoch_is_shuffled_differently() -> None:
@@ -53,7 +57,20 @@ def test_shuffle_is_roughly_uniform() -> None:
     counts = np.zeros(8, int)
     for seed in range(4000):
         counts[list(chute.MapDataset.range(8).shuffle(seed=seed)).index(0)] += 1
-    assert counts.min() > 350 and counts.max() < 650, counts
+    assert counts.min() > 400 and counts.max() < 600, counts
+
+
+def test_every_permutation_of_a_small_set_is_about_equally_likely() -> None:
+    counts = Counter(tuple(chute.MapDataset.range(4).shuffle(seed=s)) for s in range(12_000))
+    assert len(counts) == 24 and min(counts.values()) > 380 and max(counts.values()) < 620
+
+
+def test_feistel_range_is_roughly_uniform() -> None:
+    """Above the table size the Feistel network permutes: where does position 0 read?"""
+    counts = np.zeros(8, int)
+    for seed in range(2000):
+        counts[chute.MapDataset.range(70_001).shuffle(seed=seed)[0] * 8 // 70_001] += 1
+    assert counts.min() > 180 and counts.max() < 320, counts
 
 
 def test_shuffle_errors_name_the_fix() -> None:

@@ -34,7 +34,7 @@ class DataLoader:
     ...     operations=[chute.Batch(batch_size=4)],
     ... )
     >>> [b.tolist() for b in loader]
-    [[4, 1, 9, 7], [3, 2, 5, 0], [8, 6]]
+    [[8, 6, 4, 1], [7, 3, 9, 2], [5, 0]]
     """
 
     def __init__(

@@ -93,7 +93,7 @@ class MapDataset(_Node, Generic[T]):
     >>> len(ds), sorted(ds[i] for i in range(10))[:3]
     (10, [0, 10, 20])
     >>> [b.tolist() for b in ds.batch(4)]
-    [[60, 90, 80, 30], [50, 0, 70, 40], [20, 10]]
+    [[20, 90, 0, 40], [50, 60, 70, 10], [80, 30]]
     """
 
     _parents: tuple[MapDataset[Any], ...]

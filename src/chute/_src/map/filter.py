@@ -9,6 +9,7 @@ import numpy as np
 
 from chute._src.dataset import MapDataset
 from chute._src.errors import add_stage_note
+from chute._src.map._apply import failed_position
 from chute._src.transforms import as_filter_fn, describe
 
 T = TypeVar("T")
@@ -28,15 +29,12 @@ class FilterMapDataset(MapDataset[T]):
     def _getitems(self, indices: np.ndarray) -> list[T | None]:
         xs = self._parents[0]._getitems(indices)
         fn = self._fn
-        out: list[T | None] = []
-        append = out.append
+        it = iter(xs)
         try:
-            for x in xs:
-                append(x if x is not None and fn(x) else None)
+            return [x if x is not None and fn(x) else None for x in it]
         except Exception as e:
-            add_stage_note(e, self, int(indices[len(out)]))
+            add_stage_note(e, self, int(indices[failed_position(it, len(xs))]))
             raise
-        return out
 
     def __repr__(self) -> str:
         return f"FilterMapDataset(transform={describe(self._fn)})"

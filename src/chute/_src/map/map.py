@@ -9,6 +9,7 @@ import numpy as np
 
 from chute._src.dataset import SEED_TAG_RANDOM_MAP, MapDataset
 from chute._src.errors import add_stage_note
+from chute._src.map._apply import failed_position
 from chute._src.seeding import ElementRngs
 from chute._src.transforms import (
     as_map_fn,
@@ -31,19 +32,14 @@ class MapMapDataset(MapDataset[Any]):
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         xs = self._parents[0]._getitems(indices)
         fn = self._fn
-        out: list[Any] = []
-        append = out.append
+        it = iter(xs)
         try:
             if self._may_be_none:
-                for x in xs:
-                    append(None if x is None else fn(x))
-            else:
-                for x in xs:
-                    append(fn(x))
+                return [None if x is None else fn(x) for x in it]
+            return list(map(fn, it))
         except Exception as e:
-            add_stage_note(e, self, int(indices[len(out)]))
+            add_stage_note(e, self, int(indices[failed_position(it, len(xs))]))
             raise
-        return out
 
     def __repr__(self) -> str:
         return f"MapMapDataset(transform={describe(self._fn)})"
@@ -65,15 +61,12 @@ class MapWithIndexMapDataset(MapDataset[Any]):
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         xs = self._parents[0]._getitems(indices)
         fn = self._fn
-        out: list[Any] = []
-        append = out.append
+        it = iter(xs)
         try:
-            for i, x in zip(indices.tolist(), xs):
-                append(None if x is None else fn(i, x))
+            return [None if x is None else fn(i, x) for x, i in zip(it, indices.tolist())]
         except Exception as e:
-            add_stage_note(e, self, int(indices[len(out)]))
+            add_stage_note(e, self, int(indices[failed_position(it, len(xs))]))
             raise
-        return out
 
     def __repr__(self) -> str:
         return f"MapWithIndexMapDataset(transform={describe(self._fn)})"
@@ -97,15 +90,16 @@ class RandomMapMapDataset(MapDataset[Any]):
         xs = self._parents[0]._getitems(indices)
         fn = self._fn
         rngs = ElementRngs(self._seed)
-        out: list[Any] = []
-        append = out.append
+        rng = rngs.rng
+        it = iter(xs)
         try:
-            for key, x in zip(rngs.for_indices(indices).tolist(), xs):
-                append(None if x is None else fn(x, rngs.rng(key)))
+            return [
+                None if x is None else fn(x, rng(key))
+                for x, key in zip(it, rngs.for_indices(indices).tolist())
+            ]
         except Exception as e:
-            add_stage_note(e, self, int(indices[len(out)]))
+            add_stage_note(e, self, int(indices[failed_position(it, len(xs))]))
             raise
-        return out
 
     def __repr__(self) -> str:
         return f"RandomMapMapDataset(transform={describe(self._fn)})"

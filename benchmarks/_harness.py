@@ -1,0 +1,58 @@
+"""Shared helpers for the benchmark scripts: timing, machine info, a plain table."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable
+
+
+def machine() -> str:
+    versions = []
+    for pkg in ("chute", "grain", "numpy", "torch", "array-record", "tokenizers"):
+        try:
+            versions.append(f"{pkg} {importlib.metadata.version(pkg)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
+        + ", ".join(versions)
+    )
+
+
+def rate(run: Callable[[], int], repeats: int = 3) -> float:
+    """Best-of-`repeats` items/s of `run`, which returns how many items it processed."""
+    return rates({"run": run}, repeats)["run"]
+
+
+def rates(runs: dict[str, Callable[[], int]], repeats: int = 3) -> dict[str, float]:
+    """Best-of-`repeats` items/s of each run, the runs interleaved round by round.
+
+    Interleaving means a burst of load from elsewhere on a shared machine hits every
+    contender in that round, rather than skewing one of them: compare ratios, not absolutes.
+    """
+    best = dict.fromkeys(runs, 0.0)
+    for _ in range(repeats):
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            n = run()
+            best[name] = max(best[name], n / (time.perf_counter() - t0))
+    return best
+
+
+def count_elements(batches: Iterable[object]) -> int:
+    n = 0
+    for b in batches:
+        n += len(b)  # type: ignore[arg-type]
+    return n
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([line, sep, *body])
