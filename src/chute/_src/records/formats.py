@@ -1,0 +1,159 @@
+"""Which reader a path needs (by extension, overridable), and its records as bytes."""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chute._src.errors import DataError
+from chute._src.records.manifest import MANIFEST_NAME
+
+__all__ = ["Format", "as_bytes_source", "detect_format", "iter_blocks", "open_source"]
+
+
+class Format(enum.Enum):
+    """The file formats `chute convert`, `inspect` and `verify` understand."""
+
+    CREC = "crec"
+    JSONL = "jsonl"
+    ARRAY_RECORD = "arrayrecord"
+    PARQUET = "parquet"
+    TFRECORD = "tfrecord"
+    NUMPY = "numpy"
+
+
+_SUFFIXES = {
+    ".crec": Format.CREC,
+    ".jsonl": Format.JSONL,
+    ".ndjson": Format.JSONL,
+    ".json": Format.JSONL,
+    ".array_record": Format.ARRAY_RECORD,
+    ".arrayrecord": Format.ARRAY_RECORD,
+    ".parquet": Format.PARQUET,
+    ".pq": Format.PARQUET,
+    ".tfrecord": Format.TFRECORD,
+    ".tfrecords": Format.TFRECORD,
+    ".npy": Format.NUMPY,
+}
+
+
+def detect_format(path: str | os.PathLike[str]) -> Format:
+    """The format a path's name implies (TFDS-style `x.tfrecord-00000-of-00010` too).
+
+    >>> detect_format("train.array_record-00000-of-00004"), detect_format("a/b.jsonl")
+    (<Format.ARRAY_RECORD: 'arrayrecord'>, <Format.JSONL: 'jsonl'>)
+    """
+    p = Path(path)
+    if p.is_dir() or p.name == MANIFEST_NAME:
+        if (p / MANIFEST_NAME).exists() or p.name == MANIFEST_NAME:
+            return Format.CREC
+        if p.is_dir():
+            raise DataError(
+                f"{p}: a directory without {MANIFEST_NAME}; give its files (or a glob), "
+                "or a .crec dataset directory written by chute"
+            )
+    name = p.name.lower()
+    for suffix, fmt in _SUFFIXES.items():
+        if name.endswith(suffix) or f"{suffix}-" in name:
+            return fmt
+    choices = ", ".join(f.value for f in Format)
+    raise ValueError(
+        f"cannot tell the format of {str(path)!r} from its name; pass --from/--to with "
+        f"one of {choices}"
+    )
+
+
+def open_source(paths: Sequence[str], fmt: Format) -> Any:
+    """The chute source reading `paths` as `fmt` (records as that source returns them)."""
+    from chute import sources
+
+    if fmt is Format.CREC:
+        return sources.RecordFileDataSource(list(paths))
+    if fmt is Format.JSONL:
+        return sources.JsonlDataSource(list(paths), decode=False)
+    if fmt is Format.ARRAY_RECORD:
+        return sources.ArrayRecordDataSource(list(paths))
+    if fmt is Format.PARQUET:
+        return sources.ParquetDataSource(list(paths))
+    if fmt is Format.TFRECORD:
+        return sources.TFRecordDataSource(list(paths))
+    return sources.NumpyDataSource(list(paths))
+
+
+def _json_dumps() -> Any:
+    try:
+        import orjson
+
+        def dumps(x: Any) -> bytes:
+            return orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY)
+
+    except ImportError:  # pragma: no cover - orjson is in the test extra
+        import json
+
+        def dumps(x: Any) -> bytes:
+            return json.dumps(x).encode()
+
+    return dumps
+
+
+def as_bytes_source(source: Any, fmt: Format) -> tuple[Any, dict[str, Any]]:
+    """Wraps `source` so every record is bytes; returns it and metadata to store."""
+    if fmt in (Format.CREC, Format.JSONL, Format.ARRAY_RECORD, Format.TFRECORD):
+        return source, {"source_format": fmt.value}
+    if fmt is Format.PARQUET:
+        return _Mapped(source, _json_record(source)), {
+            "source_format": fmt.value,
+            "encoding": "json",
+        }
+    first = np.asarray(source[0]) if len(source) else np.zeros(0)
+    meta = {
+        "source_format": fmt.value,
+        "encoding": "numpy",
+        "numpy": {"dtype": first.dtype.str, "shape": list(first.shape)},
+    }
+    return _Mapped(source, lambda i, row: np.ascontiguousarray(row).tobytes()), meta
+
+
+def _json_record(source: Any) -> Any:
+    dumps = _json_dumps()
+
+    def encode(i: int, row: Any) -> bytes:
+        try:
+            return bytes(dumps(row))
+        except TypeError as e:
+            raise DataError(
+                f"{source!r}: row {i} cannot be stored as JSON ({e}); binary columns need "
+                "a conversion of your own: write them with chute.records.RecordWriter"
+            ) from None
+
+    return encode
+
+
+class _Mapped:
+    def __init__(self, source: Any, fn: Any) -> None:
+        self._source = source
+        self._fn = fn
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __getitem__(self, i: int) -> bytes:
+        return bytes(self._fn(i, self._source[i]))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
+        rows = self._source.__getitems__(indices)
+        return [bytes(self._fn(i, r)) for i, r in zip(indices, rows)]
+
+
+def iter_blocks(source: Any, block: int = 1024) -> Iterator[list[Any]]:
+    """The records of `source` in order, `block` at a time (through `__getitems__`)."""
+    n = len(source)
+    getitems = getattr(source, "__getitems__", None)
+    for start in range(0, n, block):
+        idx = list(range(start, min(start + block, n)))
+        yield getitems(idx) if getitems is not None else [source[i] for i in idx]

@@ -1,0 +1,204 @@
+"""The `chute` command line: `chute convert`, `chute inspect`, `chute verify`.
+
+Each subcommand is a `Command`: a name, a help line, a function that adds its arguments
+to an argparse parser and a function that runs it and returns the exit status. A new
+subcommand is one more entry in `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from chute._src.errors import DataError
+
+__all__ = ["COMMANDS", "Command", "main"]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _format(value: str) -> object:
+    from chute._src.records.formats import Format
+
+    try:
+        return Format(value)
+    except ValueError:
+        choices = ", ".join(f.value for f in Format)
+        raise argparse.ArgumentTypeError(
+            f"unknown format {value!r}; use one of {choices}"
+        ) from None
+
+
+def _progress_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_const",
+        const=True,
+        default=None,
+        help="draw a progress bar even when stderr is not a terminal",
+    )
+    g.add_argument(
+        "--no-progress", dest="progress", action="store_const", const=False, help="no bar"
+    )
+
+
+def _convert_args(p: argparse.ArgumentParser) -> None:
+    from chute._src.records.convert import COMPRESSIONS
+
+    p.add_argument(
+        "paths", nargs="+", metavar="INPUT... OUTPUT", help="input files or globs, then the output"
+    )
+    p.add_argument("--shards", type=int, default=1, help="write N shards into an OUTPUT directory")
+    p.add_argument(
+        "--compress",
+        choices=COMPRESSIONS,
+        default="none",
+        help="per-record compression (zstd-dict trains a dictionary stored in the file)",
+    )
+    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    p.add_argument(
+        "--from",
+        dest="from_format",
+        type=_format,
+        help="input format, if the extension does not tell",
+    )
+    p.add_argument(
+        "--to", dest="to_format", type=_format, help="output format: crec (default) or arrayrecord"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    _progress_flags(p)
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    from chute._src.records.convert import convert
+
+    if len(args.paths) < 2:
+        print("chute convert: give at least one INPUT and an OUTPUT", file=sys.stderr)
+        return 2
+    *inputs, output = args.paths
+    r = convert(
+        inputs,
+        output,
+        from_format=args.from_format,
+        to_format=args.to_format,
+        shards=args.shards,
+        compression=args.compress,
+        level=args.level,
+        overwrite=args.overwrite,
+        progress=args.progress,
+    )
+    rate = r.bytes_in / max(r.seconds, 1e-9) / 1e6
+    print(
+        f"wrote {r.records:,} records to {output}: {r.bytes_in:,} bytes in, "
+        f"{r.bytes_out:,} bytes out, {r.seconds:.2f} s ({rate:.1f} MB/s)"
+    )
+    return 0
+
+
+def _inspect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a file, glob or dataset directory")
+    p.add_argument(
+        "--from",
+        dest="from_format",
+        type=_format,
+        help="the format, if the extension does not tell",
+    )
+    p.add_argument("-n", "--show", type=int, default=3, help="records to show (default 3)")
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from chute._src.records.summary import inspect_lines
+
+    for line in inspect_lines(args.paths, args.from_format, args.show):
+        print(line)
+    return 0
+
+
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a file, glob or dataset directory")
+    p.add_argument(
+        "--from",
+        dest="from_format",
+        type=_format,
+        help="the format, if the extension does not tell",
+    )
+    _progress_flags(p)
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from chute._src.progress import Progress
+    from chute._src.records.summary import verify_any
+
+    bar: Progress[object] = Progress(desc="verify", force=args.progress)
+    try:
+        n = verify_any(args.paths, args.from_format, bar.update)
+    except DataError as e:
+        bar.close()
+        print(f"FAILED: {e}")
+        return 1
+    bar.close()
+    print(f"OK: {n:,} records, every checksum matches")
+    return 0
+
+
+COMMANDS: list[Command] = [
+    Command(
+        "convert",
+        "convert JSONL, ArrayRecord, Parquet, TFRecord or NumPy files to .crec",
+        _convert_args,
+        _run_convert,
+    ),
+    Command(
+        "inspect",
+        "show a dataset's format, record count, sizes, codecs and a few records",
+        _inspect_args,
+        _run_inspect,
+    ),
+    Command(
+        "verify",
+        "check every record's checksum; report the first bad record",
+        _verify_args,
+        _run_verify,
+    ),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chute", description="chute: a fast, exactly reproducible data loader."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for c in COMMANDS:
+        p = sub.add_parser(c.name, help=c.help, description=c.help)
+        c.add_arguments(p)
+        p.set_defaults(_run=c.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the `chute` command line; returns the exit status.
+
+    Errors in the data (`chute.DataError`), missing files and bad arguments print one
+    line to stderr and return 1 instead of a traceback.
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args._run(args)
+    except (DataError, FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
+        print(f"chute {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

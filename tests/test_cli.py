@@ -1,0 +1,157 @@
+"""The `chute` command line, through chute.cli.main and one real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chute.cli import main
+from chute.sources import RecordFileDataSource
+
+
+@pytest.fixture
+def jsonl(tmp_path: Path, corpus_records: list[bytes]) -> tuple[Path, list[bytes]]:
+    records = corpus_records[:500]
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(b"\n".join(records) + b"\n")
+    return path, records
+
+
+@pytest.mark.parametrize("compress", ["none", "zstd", "zstd-dict"])
+def test_convert_jsonl_to_crec(
+    tmp_path: Path,
+    jsonl: tuple[Path, list[bytes]],
+    compress: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, records = jsonl
+    out = tmp_path / "out.crec"
+    assert main(["convert", str(path), str(out), "--compress", compress]) == 0
+    assert "wrote 500 records" in capsys.readouterr().out
+    src = RecordFileDataSource(out)
+    assert [src[i] for i in range(len(src))] == records
+    assert src.metadata == {"source_format": "jsonl"}
+
+
+def test_convert_sharded_inspect_verify(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = jsonl
+    out = tmp_path / "ds"
+    assert main(["convert", str(path), str(out), "--shards", "3", "--compress", "zstd"]) == 0
+    assert len(list(out.glob("*.crec"))) == 3
+    assert RecordFileDataSource(out).__getitems__([499, 0]) == [records[499], records[0]]
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "format:   crec" in shown and "records:  500" in shown and "files:    3" in shown
+    assert "[0] b'{" in shown
+    assert main(["verify", str(out)]) == 0
+    assert "OK: 500 records" in capsys.readouterr().out
+    assert main(["convert", str(path), str(out)]) == 1
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert main(["convert", str(path), str(out), "--overwrite", "--shards", "2"]) == 0
+    assert len(RecordFileDataSource(out).paths) == 2
+
+
+def test_verify_reports_the_first_bad_record(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = jsonl
+    out = tmp_path / "out.crec"
+    main(["convert", str(path), str(out)])
+    data = bytearray(out.read_bytes())
+    pos = data.index(records[123])
+    data[pos + 10] ^= 0x04
+    out.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 1
+    assert "FAILED: " in (text := capsys.readouterr().out)
+    assert "record 123: the payload fails its CRC32C check" in text
+
+
+def test_convert_other_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": i, "text": f"t{i}"} for i in range(40)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "a.parquet", row_group_size=16)
+    assert main(["convert", str(tmp_path / "a.parquet"), str(tmp_path / "p.crec")]) == 0
+    src = RecordFileDataSource(tmp_path / "p.crec")
+    assert [json.loads(src[i]) for i in range(40)] == rows
+
+    arr = np.arange(60, dtype=np.float32).reshape(20, 3)
+    np.save(tmp_path / "x.npy", arr)
+    assert main(["convert", str(tmp_path / "x.npy"), str(tmp_path / "n.crec")]) == 0
+    src = RecordFileDataSource(tmp_path / "n.crec")
+    meta = src.metadata["numpy"]
+    assert meta == {"dtype": "<f4", "shape": [3]}
+    np.testing.assert_array_equal(np.frombuffer(src[7], dtype=meta["dtype"]), arr[7])
+
+    (tmp_path / "lines.txt").write_bytes(b'{"a": 1}\n{"a": 2}\n')
+    assert main(["convert", str(tmp_path / "lines.txt"), str(tmp_path / "l.crec")]) == 1
+    assert "pass --from/--to" in capsys.readouterr().err
+    args = ["convert", "--from", "jsonl", str(tmp_path / "lines.txt"), str(tmp_path / "l.crec")]
+    assert main(args) == 0
+    assert RecordFileDataSource(tmp_path / "l.crec")[1] == b'{"a": 2}'
+
+
+def test_to_and_from_array_record(tmp_path: Path, jsonl: tuple[Path, list[bytes]]) -> None:
+    pytest.importorskip("array_record")
+    from chute.sources import ArrayRecordDataSource
+
+    path, records = jsonl
+    ar = tmp_path / "c.array_record"
+    assert main(["convert", str(path), str(ar)]) == 0
+    assert ArrayRecordDataSource(str(ar)).__getitems__(list(range(500))) == records
+    assert main(["convert", str(ar), str(tmp_path / "back.crec")]) == 0
+    assert RecordFileDataSource(tmp_path / "back.crec")[42] == records[42]
+    shards = tmp_path / "ars"
+    assert main(["convert", str(path), str(shards), "--to", "arrayrecord", "--shards", "2"]) == 0
+    parts = sorted(str(p) for p in shards.glob("*.array_record"))
+    assert [Path(p).name for p in parts] == [
+        "part-00000-of-00002.array_record",
+        "part-00001-of-00002.array_record",
+    ]
+    assert ArrayRecordDataSource(parts)[499] == records[499]
+
+
+def test_tfrecord_convert_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import struct
+
+    import crc32c
+
+    def masked(b: bytes) -> int:
+        c = crc32c.crc32c(b)
+        return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    records = [b"example-%d" % i for i in range(30)]
+    with open(tmp_path / "a.tfrecord", "wb") as f:
+        for r in records:
+            h = struct.pack("<Q", len(r))
+            f.write(h + struct.pack("<I", masked(h)) + r + struct.pack("<I", masked(r)))
+    assert main(["verify", str(tmp_path / "a.tfrecord")]) == 0
+    assert main(["convert", str(tmp_path / "a.tfrecord"), str(tmp_path / "t.crec")]) == 0
+    assert RecordFileDataSource(tmp_path / "t.crec")[29] == records[29]
+
+
+def test_command_line_entry_point(tmp_path: Path, jsonl: tuple[Path, list[bytes]]) -> None:
+    path, _ = jsonl
+    out = tmp_path / "o.crec"
+    cmd = [sys.executable, "-m", "chute.cli", "convert", str(path), str(out), "--progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "convert: 500/500 records 100%" in proc.stderr
+    assert "MB/s" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute.cli", "inspect", str(tmp_path / "missing.crec")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1 and "no such file" in proc.stderr
