@@ -1,0 +1,123 @@
+"""The code that runs in a worker process. Imports only the standard library.
+
+A worker has two threads. The receiving thread reads the pipe from the main process:
+tasks go to a queue, freed region ids go straight to the sender's allocator, and a stop
+frame (or the pipe closing, or the parent process disappearing) ends the worker. The main
+thread runs `worker_init_fn` once, then each task in order, and sends each result back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from queue import SimpleQueue
+from typing import Any
+
+from chute._src.mp.shm import InheritedFd, map_slab
+from chute._src.mp.transport import ResultSender, decode_free
+
+__all__ = ["WorkerSpec", "run_worker"]
+
+# Exit code of a worker whose main process went away without closing the pool.
+EXIT_ORPHANED = 3
+_PR_SET_PDEATHSIG = 1
+_WATCHDOG_SECONDS = 0.5
+
+
+@dataclass
+class WorkerSpec:
+    """Everything one worker process needs; pickled into it at start."""
+
+    index: int
+    num_workers: int
+    worker_fn: Callable[[int, int, Any], Any]
+    worker_init_fn: Callable[[int, int], None] | None
+    conn: Connection
+    slab: InheritedFd | None
+    slab_bytes: int
+    min_shared_bytes: int
+    pdeathsig: bool
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _receive(conn: Connection, tasks: SimpleQueue[bytes | None], sender: ResultSender) -> None:
+    parent = os.getppid()
+    while True:
+        try:
+            if not conn.poll(_WATCHDOG_SECONDS):
+                if os.getppid() != parent:
+                    os._exit(EXIT_ORPHANED)
+                continue
+            frame = conn.recv_bytes()
+        except (EOFError, OSError):
+            os._exit(EXIT_ORPHANED)  # the main process closed the pipe or died
+        tag = frame[:1]
+        if tag == b"T":
+            tasks.put(frame)
+        elif tag == b"F":
+            sender.freed.extend(decode_free(frame))
+        else:
+            tasks.put(None)
+            return
+
+
+def run_worker(spec: WorkerSpec) -> None:
+    """The worker process's entry point."""
+    import pickle
+
+    # Ctrl-C reaches the whole process group; the main process handles it and closes us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if spec.pdeathsig:
+        _die_with_parent()
+    slab = None
+    if spec.slab is not None:
+        slab = map_slab(spec.slab.fd, spec.slab_bytes)
+        os.close(spec.slab.fd)
+    conn = spec.conn
+    sender = ResultSender(conn, slab, spec.min_shared_bytes)
+    tasks: SimpleQueue[bytes | None] = SimpleQueue()
+    threading.Thread(
+        target=_receive, args=(conn, tasks, sender), name="chute-receive", daemon=True
+    ).start()
+    index, count = spec.index, spec.num_workers
+    try:
+        if spec.worker_init_fn is not None:
+            try:
+                spec.worker_init_fn(index, count)
+            except BaseException as e:
+                sender.send_error(-1, e)
+                while tasks.get() is not None:
+                    pass  # the main process closes the pool on this error
+                return
+        worker_fn = spec.worker_fn
+        while (frame := tasks.get()) is not None:
+            seq = int.from_bytes(frame[1:9], "little")
+            try:
+                result = worker_fn(index, count, pickle.loads(frame[9:]))
+            except BaseException as e:
+                sender.send_error(seq, e)
+                continue
+            try:
+                sender.send_result(seq, result)
+            except (BrokenPipeError, ConnectionError):
+                raise
+            except BaseException as e:
+                e.add_note(
+                    "chute: the worker could not pickle the result of this task to send it "
+                    "back; return picklable values (no lambdas, open files or locks)"
+                )
+                sender.send_error(seq, e)
+            del result
+    except (BrokenPipeError, ConnectionError):
+        pass  # the main process closed the pool while we were sending

@@ -1,0 +1,479 @@
+"""`WorkerPool`: worker processes that run `worker_fn` on tasks and return results in order.
+
+The caller assigns every task to a worker (`put(worker_index, task)`) and reads each
+worker's results back in the order its tasks were put (`get(worker_index)`). Nothing in
+the pool decides which worker does what, so a caller that numbers its tasks and sends
+task k to worker k % W gets output that does not depend on timing.
+
+Example, with the builtin `max` as a (picklable) `worker_fn`:
+
+>>> with WorkerPool(2, max) as pool:
+...     pool.put(1, 7)  # worker 1 runs max(1, 2, 7)
+...     pool.get(1)
+7
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import pickle
+import signal
+import threading
+import time
+import warnings
+import weakref
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from types import TracebackType
+from typing import Generic, NoReturn, TypeVar
+
+from chute._src.mp._worker import WorkerSpec, run_worker
+from chute._src.mp.errors import (
+    NotPicklableError,
+    PoolClosedError,
+    PoolUsageError,
+    RemoteTraceback,
+    SharedMemoryWarning,
+    WorkerDiedError,
+    WorkerError,
+)
+from chute._src.mp.shm import DEFAULT_SHM_DIR, InheritedFd, create_slab_fd, map_slab, plan_slabs
+from chute._src.mp.transport import (
+    DEFAULT_MIN_SHARED_BYTES,
+    RemoteFailure,
+    ResultReceiver,
+    encode_free,
+)
+
+__all__ = ["DEFAULT_START_METHOD", "WorkerPool"]
+
+TaskT = TypeVar("TaskT")
+ResultT = TypeVar("ResultT")
+
+# forkserver: workers are forked from a clean single-threaded server process, so a parent
+# with threads (JAX, gRPC, a prefetch thread) is safe, and starting a worker costs a fork,
+# not a fresh interpreter. `fork` is faster still but can deadlock a child when the
+# parent has threads holding locks; `spawn` re-imports everything in every worker.
+DEFAULT_START_METHOD = "forkserver"
+DEFAULT_SHM_BYTES_PER_WORKER = 64 << 20
+# How long `close` waits for workers to finish their current task before terminating them.
+CLOSE_GRACE_SECONDS = 1.0
+
+
+# Imported once by the forkserver, so that each forked worker starts with them loaded.
+# (Python 3.11's forkserver does not preload `__main__` despite its default: it looks up
+# the key "main_path" in the preparation data, which names it "init_main_from_path".)
+FORKSERVER_PRELOAD = ("numpy", "chute._src.mp._worker")
+
+
+def _ensure_forkserver() -> None:
+    server = multiprocessing.forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is None:
+        current = list(getattr(server, "_preload_modules", ["__main__"]))
+        extra = [m for m in FORKSERVER_PRELOAD if m not in current]
+        if extra:
+            multiprocessing.forkserver.set_forkserver_preload(current + extra)
+    multiprocessing.forkserver.ensure_running()
+
+
+def _check_picklable(what: str, obj: object) -> None:
+    try:
+        pickle.dumps(obj, protocol=5)
+    except Exception as e:
+        raise NotPicklableError(
+            f"{what} {obj!r} cannot be pickled, so it cannot be sent to worker processes "
+            f"({type(e).__name__}: {e}). Define it at module level (not a lambda, a "
+            "nested function or a bound method of an object holding locks, files or "
+            "processes), or use functools.partial of a module-level function."
+        ) from e
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "stopped responding"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = (
+            " (SIGKILL usually means the out-of-memory killer: see `dmesg`; use fewer "
+            "workers or less memory per task)"
+            if -exitcode == signal.SIGKILL
+            else ""
+        )
+        return f"was killed by {name}{hint}"
+    return f"exited with code {exitcode}"
+
+
+class _Worker:
+    """The main process's handle on one worker."""
+
+    def __init__(self, process: BaseProcess, conn: Connection, receiver: ResultReceiver) -> None:
+        self.process = process
+        self.conn = conn
+        self.receiver = receiver
+        self.pending: deque[tuple[int, object]] = deque()  # (seq, task), oldest first
+        self.next_seq = 0
+
+    def flush_frees(self) -> None:
+        freed = self.receiver.freed
+        if freed:
+            ids = [freed.popleft() for _ in range(len(freed))]
+            self.conn.send_bytes(encode_free(ids))
+
+
+class _PoolState:
+    """Everything the pool owns. Kept apart from `WorkerPool` so a finalizer can close it."""
+
+    def __init__(self) -> None:
+        self.workers: list[_Worker] = []
+        self.closed = False
+        self.closed_reason = "it was closed"
+
+    def close(self, grace: float = CLOSE_GRACE_SECONDS) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for w in self.workers:
+            with contextlib.suppress(OSError):  # already dead
+                w.conn.send_bytes(b"S")
+        deadline = time.monotonic() + grace
+        for w in self.workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+        for w in self.workers:
+            if w.process.exitcode is None:
+                w.process.terminate()
+        for w in self.workers:
+            w.process.join(1.0)
+            if w.process.exitcode is None:
+                w.process.kill()
+                w.process.join()
+        for w in self.workers:
+            w.conn.close()
+            w.process.close()
+        self.workers = []
+
+
+class WorkerPool(Generic[TaskT, ResultT]):
+    """`num_workers` processes, each running `worker_fn(worker_index, num_workers, task)`.
+
+    Args:
+      num_workers: how many worker processes to start.
+      worker_fn: called in a worker for each task; must be picklable (checked here,
+        before any process starts). Its result can be any picklable tree; numpy arrays in
+        it come back as zero-copy views into shared memory.
+      worker_init_fn: called once in each worker as `worker_init_fn(index, num_workers)`
+        before its first task.
+      buffer_size: how many tasks may be outstanding per worker (put but not yet got).
+      start_method: "forkserver" (default), "spawn" or "fork"; see DEFAULT_START_METHOD.
+      shm_bytes_per_worker: size of each worker's shared-memory slab. Results that do not
+        fit in the free part of it are sent through a pipe instead (slower, never wrong).
+        Default 64 MiB, shrunk when `shm_dir` has less room.
+      shm_dir: the tmpfs directory to allocate shared memory in.
+      min_shared_bytes: arrays smaller than this travel inside the pickle.
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        worker_fn: Callable[[int, int, TaskT], ResultT],
+        *,
+        worker_init_fn: Callable[[int, int], None] | None = None,
+        buffer_size: int = 2,
+        start_method: str = DEFAULT_START_METHOD,
+        shm_bytes_per_worker: int | None = None,
+        shm_dir: str = DEFAULT_SHM_DIR,
+        min_shared_bytes: int = DEFAULT_MIN_SHARED_BYTES,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers={num_workers!r} must be at least 1.")
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size={buffer_size!r} must be at least 1.")
+        methods = multiprocessing.get_all_start_methods()
+        if start_method not in methods:
+            raise ValueError(f"start_method={start_method!r} is not one of {methods}.")
+        if shm_bytes_per_worker is not None and shm_bytes_per_worker < 0:
+            raise ValueError(f"shm_bytes_per_worker={shm_bytes_per_worker!r} must be >= 0.")
+        _check_picklable("worker_fn", worker_fn)
+        if worker_init_fn is not None:
+            _check_picklable("worker_init_fn", worker_init_fn)
+        self._num_workers = num_workers
+        self._worker_fn = worker_fn
+        self._worker_init_fn = worker_init_fn
+        self._buffer_size = buffer_size
+        self._start_method = start_method
+        self._shm_request = shm_bytes_per_worker
+        self._shm_dir = shm_dir
+        self._min_shared_bytes = min_shared_bytes
+        self._shm_bytes = 0
+        self._started = False
+        self._state = _PoolState()
+        self._finalizer = weakref.finalize(self, self._state.close)
+
+    @property
+    def num_workers(self) -> int:
+        return self._num_workers
+
+    @property
+    def start_method(self) -> str:
+        return self._start_method
+
+    @property
+    def shm_bytes_per_worker(self) -> int:
+        """The size of each worker's slab once started; 0 means results use pipes."""
+        return self._shm_bytes
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._state.workers if w.process.pid is not None]
+
+    @property
+    def closed(self) -> bool:
+        return self._state.closed
+
+    def outstanding(self, worker_index: int) -> int:
+        """How many tasks were put to this worker and not yet got."""
+        return len(self._worker(worker_index).pending)
+
+    def start(self) -> None:
+        """Starts every worker (all at once). Called by the first `put` if not before."""
+        if self._started:
+            return
+        self._check_open()
+        self._started = True
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _allocate_slabs(self) -> list[int]:
+        n = self._num_workers
+        plan = plan_slabs(n, self._shm_request, DEFAULT_SHM_BYTES_PER_WORKER, self._shm_dir)
+        warning = plan.warning
+        fds: list[int] = []
+        if plan.bytes_per_worker:
+            try:
+                for _ in range(n):
+                    fds.append(create_slab_fd(self._shm_dir, plan.bytes_per_worker))
+            except OSError as e:
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+                mib = plan.bytes_per_worker / (1 << 20)
+                warning = (
+                    f"cannot reserve {n} x {mib:.1f} MiB of shared memory in {self._shm_dir} "
+                    f"({e}); results go through pipes, which is slower. Give "
+                    f"{self._shm_dir} more space (Docker: `--shm-size=2g`) or pass a "
+                    "smaller `shm_bytes_per_worker`."
+                )
+        if warning is not None:
+            warnings.warn(warning, SharedMemoryWarning, stacklevel=4)
+        self._shm_bytes = plan.bytes_per_worker if fds else 0
+        return fds
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context(self._start_method)
+        fds = self._allocate_slabs()
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        # The forkserver is a clean process; otherwise the parent is this thread, so
+        # PDEATHSIG is only safe when this thread lives as long as the process.
+        pdeathsig = self._start_method == "forkserver" or in_main_thread
+        if self._start_method == "forkserver":
+            _ensure_forkserver()
+        child_conns = []
+        try:
+            for i in range(self._num_workers):
+                main_conn, child_conn = ctx.Pipe(duplex=True)
+                child_conns.append(child_conn)
+                slab = map_slab(fds[i], self._shm_bytes, populate=False) if fds else None
+                spec = WorkerSpec(
+                    index=i,
+                    num_workers=self._num_workers,
+                    worker_fn=self._worker_fn,
+                    worker_init_fn=self._worker_init_fn,
+                    conn=child_conn,
+                    slab=InheritedFd(fds[i]) if fds else None,
+                    slab_bytes=self._shm_bytes,
+                    min_shared_bytes=self._min_shared_bytes,
+                    pdeathsig=pdeathsig,
+                )
+                process = ctx.Process(  # type: ignore[attr-defined]
+                    target=run_worker, args=(spec,), name=f"chute-worker-{i}", daemon=True
+                )
+                receiver = ResultReceiver(main_conn, slab)
+                self._state.workers.append(_Worker(process, main_conn, receiver))
+            # Children are born with SIGINT blocked; they ignore it, then unblock it.
+            if in_main_thread:
+                old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                for w in self._state.workers:
+                    w.process.start()
+            finally:
+                if in_main_thread:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        finally:
+            for c in child_conns:
+                c.close()
+            for fd in fds:
+                os.close(fd)
+
+    def put(self, worker_index: int, task: TaskT) -> None:
+        """Sends `task` to worker `worker_index`. Never blocks on the worker.
+
+        Raises `PoolUsageError` if the worker already has `buffer_size` tasks outstanding.
+        """
+        w = self._worker(worker_index)
+        self.start()
+        if len(w.pending) >= self._buffer_size:
+            raise PoolUsageError(
+                f"worker {worker_index} already has {len(w.pending)} tasks outstanding, the "
+                f"most buffer_size={self._buffer_size} allows. `get({worker_index})` a result "
+                "before putting another task, or make buffer_size larger."
+            )
+        try:
+            data = pickle.dumps(task, protocol=5)
+        except Exception as e:
+            raise NotPicklableError(
+                f"task {task!r} cannot be pickled, so it cannot be sent to worker "
+                f"{worker_index} ({type(e).__name__}: {e}). Send plain data (numbers, "
+                "strings, arrays, tuples) and do the work in worker_fn."
+            ) from e
+        seq = w.next_seq
+        try:
+            w.flush_frees()
+            w.conn.send_bytes(b"T" + seq.to_bytes(8, "little") + data)
+        except OSError:
+            self._raise_died(worker_index)
+        w.next_seq += 1
+        w.pending.append((seq, task))
+
+    def get(self, worker_index: int, timeout: float | None = None) -> ResultT:
+        """The result of the oldest outstanding task of worker `worker_index`.
+
+        Blocks until it arrives, the worker dies (`WorkerDiedError`) or `timeout` seconds
+        pass (`TimeoutError`; the pool stays usable). An exception raised by `worker_fn`
+        is re-raised here, and closes the pool.
+        """
+        w = self._worker(worker_index)
+        if not w.pending:
+            raise PoolUsageError(
+                f"worker {worker_index} has no task outstanding, so `get` would wait "
+                f"forever. `put({worker_index}, task)` first."
+            )
+        for other in self._state.workers:
+            # A dead worker is reported when its own result is asked for.
+            with contextlib.suppress(OSError):
+                other.flush_frees()
+        ready = wait([w.conn, w.process.sentinel], timeout)
+        if not ready:
+            raise TimeoutError(
+                f"worker {worker_index} returned no result within {timeout} s; it is still "
+                "working on its oldest task. Call `get` again to keep waiting."
+            )
+        if w.conn not in ready and not w.conn.poll(0):
+            self._raise_died(worker_index)
+        try:
+            message = w.receiver.recv()
+        except (EOFError, OSError):
+            self._raise_died(worker_index)
+        except BaseException:
+            # Interrupted part-way through a message (Ctrl-C) or a result that cannot be
+            # unpickled here: the pipe is no longer in a known state.
+            self._close_for(f"reading a result from worker {worker_index} failed")
+            raise
+        seq, task = w.pending.popleft()
+        if isinstance(message, RemoteFailure):
+            self._raise_remote(worker_index, message, task)
+        got_seq, result = message
+        if got_seq != seq:
+            self._close_for("results arrived out of order")
+            raise WorkerError(
+                f"worker {worker_index} returned the result of task #{got_seq} while task "
+                f"#{seq} was expected; this is a bug in chute, please report it."
+            )
+        return result  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Stops every worker and releases the pool's resources. Idempotent.
+
+        Arrays already returned stay valid: their shared memory lives until they are
+        garbage collected.
+        """
+        self._finalizer()
+
+    def __enter__(self) -> WorkerPool[TaskT, ResultT]:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "running" if self._started else "not started"
+        return (
+            f"WorkerPool(num_workers={self._num_workers}, worker_fn={self._worker_fn!r}, "
+            f"start_method={self._start_method!r}, {state})"
+        )
+
+    def _check_open(self) -> None:
+        if self._state.closed:
+            raise PoolClosedError(
+                f"the worker pool is closed because {self._state.closed_reason}; create a "
+                "new WorkerPool to run more tasks."
+            )
+
+    def _worker(self, worker_index: int) -> _Worker:
+        self._check_open()
+        if not 0 <= worker_index < self._num_workers:
+            raise IndexError(
+                f"worker_index={worker_index!r} is out of range for a pool of "
+                f"{self._num_workers} workers (0 to {self._num_workers - 1})."
+            )
+        self.start()
+        return self._state.workers[worker_index]
+
+    def _close_for(self, reason: str) -> None:
+        self._state.closed_reason = reason
+        self.close()
+
+    def _raise_died(self, worker_index: int) -> NoReturn:
+        w = self._state.workers[worker_index]
+        w.process.join(1.0)
+        pid, exitcode = w.process.pid, w.process.exitcode
+        how = _describe_exit(exitcode)
+        lost = ""
+        if w.pending:
+            lost = (
+                f" with {len(w.pending)} task(s) outstanding, the oldest being {w.pending[0][1]!r}"
+            )
+        message = f"worker {worker_index} of {self._num_workers} (pid {pid}) {how}{lost}."
+        self._close_for(f"worker {worker_index} died")
+        raise WorkerDiedError(message, worker_index=worker_index, exitcode=exitcode)
+
+    def _raise_remote(self, worker_index: int, failure: RemoteFailure, task: object) -> NoReturn:
+        exc: BaseException | None = None
+        if failure.exc_bytes is not None:
+            try:
+                exc = pickle.loads(failure.exc_bytes)
+            except Exception:
+                exc = None
+        if not isinstance(exc, BaseException):
+            exc = WorkerError(f"{failure.type_name}: {failure.message}")
+        where = (
+            "in worker_init_fn" if failure.seq < 0 else f"while running worker_fn on task {task!r}"
+        )
+        exc.add_note(f"chute: raised in worker {worker_index} of {self._num_workers} {where}")
+        self._close_for(f"worker {worker_index} raised {failure.type_name}")
+        raise exc from RemoteTraceback(failure.traceback)

@@ -1,0 +1,187 @@
+"""The shared-memory transport, driven in one process: a sender and a receiver on a pipe."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from multiprocessing import Pipe
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chute._src.mp.shm import create_slab_fd, map_slab, plan_slabs
+from chute._src.mp.transport import ALIGN, ResultReceiver, ResultSender, SlabAllocator
+
+sys.path.insert(0, str(Path(__file__).parent))
+import mp_helpers
+
+SLAB = 1 << 20
+
+
+@pytest.fixture
+def link():  # type: ignore[no-untyped-def]
+    """A sender and a receiver sharing one slab, as a worker and the main process do."""
+    fd = create_slab_fd("/dev/shm", SLAB)
+    worker_side, main_side = Pipe(duplex=True)
+    sender = ResultSender(worker_side, map_slab(fd, SLAB))
+    receiver = ResultReceiver(main_side, map_slab(fd, SLAB, populate=False))
+    os.close(fd)
+    yield sender, receiver
+    worker_side.close()
+    main_side.close()
+
+
+def roundtrip(sender: ResultSender, receiver: ResultReceiver, value: object) -> object:
+    # A thread sends, so that results larger than the pipe's buffer cannot block us.
+    t = threading.Thread(target=sender.send_result, args=(0, value))
+    t.start()
+    message = receiver.recv()
+    t.join()
+    assert isinstance(message, tuple)
+    return message[1]
+
+
+def in_slab(array: np.ndarray, receiver: ResultReceiver) -> bool:
+    """Whether `array`'s memory lies inside the receiver's slab (it is a zero-copy view)."""
+    slab = np.frombuffer(receiver._slab, dtype=np.uint8)  # type: ignore[arg-type]
+    start = slab.ctypes.data
+    return start <= array.ctypes.data < start + slab.nbytes
+
+
+def release(sender: ResultSender, receiver: ResultReceiver) -> None:
+    """What the pool does on each put/get: hand freed region ids back to the worker."""
+    while receiver.freed:
+        sender.freed.append(receiver.freed.popleft())
+
+
+def test_tree_roundtrip_keeps_types_values_and_layout(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    want = mp_helpers.tree(0, 1, 5)
+    got = roundtrip(sender, receiver, want)
+    assert isinstance(got, dict) and got.keys() == want.keys()
+    for key in ("big", "fortran", "strided", "small", "empty"):
+        np.testing.assert_array_equal(got[key], want[key])
+        assert got[key].dtype == want[key].dtype
+    assert got["fortran"].flags.f_contiguous
+    assert list(got["objects"]) == ["a", None, 3]
+    assert got["scalar"] == np.float32(5) and type(got["scalar"]) is np.float32
+    np.testing.assert_array_equal(got["list"][0], want["list"][0])
+    assert got["list"][1:] == ["text", b"bytes", 7]
+    assert isinstance(got["pair"], mp_helpers.Pair) and got["pair"].right == (1, 2.5)
+    assert isinstance(got["example"], mp_helpers.Example)
+    np.testing.assert_array_equal(got["example"].image, want["example"].image)
+    assert got["example"].extra == {"k": [1, 2]}
+    # Contiguous arrays above the threshold are zero-copy views of the slab, and writable.
+    assert in_slab(got["big"], receiver) and in_slab(got["example"].image, receiver)
+    assert in_slab(got["fortran"], receiver) and in_slab(got["list"][0], receiver)
+    assert not in_slab(got["small"], receiver)  # below the threshold: inside the pickle
+    assert got["big"].flags.writeable
+    for key in ("big", "fortran"):
+        assert got[key].ctypes.data % ALIGN == 0
+
+
+def test_region_is_not_reused_while_any_array_from_it_is_alive(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    first = roundtrip(sender, receiver, [np.full(1000, 1.0), np.full(1000, 2.0)])
+    kept = first[1]
+    del first
+    for value in range(3, 200):  # far more data than the slab holds
+        got = roundtrip(sender, receiver, np.full(1000, float(value)))
+        assert got[0] == value
+        del got
+        release(sender, receiver)
+    assert (kept == 2.0).all()
+    assert in_slab(kept, receiver)
+    # Only the region `kept` pins is live (the last freed id waits for the next allocation).
+    assert sender._allocator.live_regions - len(sender.freed) == 1
+
+
+def test_region_is_freed_when_its_arrays_are_collected(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    got = roundtrip(sender, receiver, np.ones(SLAB // 16))
+    view = got[::2]
+    del got
+    release(sender, receiver)
+    assert not sender.freed  # the strided view still holds the region
+    del view
+    release(sender, receiver)
+    assert list(sender.freed) == [0]
+
+
+def test_full_slab_sends_copies_through_the_pipe(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    held = [roundtrip(sender, receiver, np.full(SLAB // 8 // 4, float(i))) for i in range(8)]
+    assert sum(in_slab(a, receiver) for a in held) >= 3  # the slab held what it could
+    assert not in_slab(held[-1], receiver)  # then copies took over
+    for i, a in enumerate(held):
+        assert (a == i).all()
+        assert a.flags.writeable
+
+
+def test_result_larger_than_the_slab_goes_through_the_pipe(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    big = np.arange(3 * SLAB // 8, dtype=np.float64)
+    got = roundtrip(sender, receiver, {"big": big})
+    np.testing.assert_array_equal(got["big"], big)
+    assert not in_slab(got["big"], receiver)
+
+
+def test_no_slab_uses_the_pipe() -> None:
+    worker_side, main_side = Pipe(duplex=True)
+    sender, receiver = ResultSender(worker_side, None), ResultReceiver(main_side, None)
+    got = roundtrip(sender, receiver, mp_helpers.tree(0, 1, 2))
+    np.testing.assert_array_equal(got["big"], mp_helpers.tree(0, 1, 2)["big"])
+
+
+def test_error_travels_with_its_traceback(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    try:
+        mp_helpers.fail_on(0, 1, 3)
+    except mp_helpers.CustomError as e:
+        sender.send_error(7, e)
+    failure = receiver.recv()
+    assert not isinstance(failure, tuple)
+    assert failure.seq == 7 and failure.type_name == "CustomError"
+    assert "in fail_on" in failure.traceback and "bad task 3" in failure.traceback
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 5000)), max_size=60))
+def test_allocator_never_overlaps_and_coalesces_back(ops: list[tuple[bool, int]]) -> None:
+    capacity = 64 * 256
+    alloc = SlabAllocator(capacity)
+    live: dict[int, tuple[int, int]] = {}
+    for free_one, size in ops:
+        if free_one and live:
+            rid = min(live) if size % 2 else max(live)
+            alloc.free(rid)
+            del live[rid]
+            continue
+        got = alloc.allocate(size)
+        if got is None:
+            continue
+        rid, offset = got
+        end = offset + size
+        assert offset % ALIGN == 0 and end <= capacity
+        assert all(end <= s or offset >= e for s, e in live.values())
+        live[rid] = (offset, end)
+    for rid in list(live):
+        alloc.free(rid)
+    assert alloc.allocate(capacity) is not None  # all free space merged into one extent
+
+
+def test_plan_shrinks_the_default_and_refuses_an_explicit_request_that_does_not_fit() -> None:
+    free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
+    assert plan_slabs(2, 1 << 20, 64 << 20, "/dev/shm").bytes_per_worker == 1 << 20
+    refused = plan_slabs(2, free, 64 << 20, "/dev/shm")
+    assert refused.bytes_per_worker == 0
+    assert refused.warning is not None and "--shm-size" in refused.warning
+    shrunk = plan_slabs(4, None, free, "/dev/shm")
+    assert 0 < shrunk.bytes_per_worker * 4 <= free // 2
+    assert shrunk.warning is not None and "shm_bytes_per_worker" in shrunk.warning
+    missing = plan_slabs(2, None, 64 << 20, "/nonexistent/dir")
+    assert missing.bytes_per_worker == 0 and "shm_dir" in (missing.warning or "")
