@@ -26,10 +26,10 @@ from chute._src.mp import (
     WorkerPool,
 )
 
-TESTS = Path(__file__).parent
-sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(Path(__file__).parent))
 import mp_helpers
 
+TESTS = Path(__file__).parent
 SHM = 4 << 20
 
 
@@ -139,7 +139,7 @@ def test_worker_that_kills_itself_mid_task_is_reported(no_leaks) -> None:  # typ
         pool.put(0, 0)
         pool.put(0, 1)
         assert pool.get(0, timeout=60) == 0
-        with pytest.raises(WorkerDiedError, match="killed by SIGKILL.*out-of-memory"):
+        with pytest.raises(WorkerDiedError, match=r"killed by SIGKILL.*out-of-memory"):
             pool.get(0, timeout=60)
 
 
