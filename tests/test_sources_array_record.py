@@ -64,3 +64,54 @@ def test_reader_options_and_missing_file(tmp_path: Path) -> None:
     )
     with pytest.raises(FileNotFoundError, match="no such file"):
         ArrayRecordDataSource(str(tmp_path / "missing.array_record"))
+
+
+@pytest.mark.parametrize("options", ["group_size:1", "group_size:1,uncompressed"])
+def test_direct_reads_match_the_cpp_reader(tmp_path: Path, options: str) -> None:
+    rng = np.random.default_rng(2)
+    records = [rng.bytes(int(n)) for n in rng.integers(0, 150_000, size=40)] + RECORDS[:100]
+    path = str(tmp_path / "big.array_record")
+    w = array_record_module.ArrayRecordWriter(path, options)
+    for r in records:
+        w.write(r)
+    w.close()
+    direct = ArrayRecordDataSource(path)
+    via_reader = ArrayRecordDataSource(path, direct=False)
+    order = [int(i) for i in rng.permutation(len(records))]
+    assert [direct[i] for i in order] == [records[i] for i in order]
+    assert via_reader.__getitems__(order) == [records[i] for i in order]
+    assert (tmp_path / ".big.array_record.arrayrecord-crc.chute-index").exists()
+    assert ArrayRecordDataSource(path)[5] == records[5]  # from the cached index
+
+
+def test_corrupt_compressed_record_raises_data_error(tmp_path: Path) -> None:
+    from chute import DataError
+
+    records = [b"compressible text, " * 50 + b"%d" % i for i in range(20)]
+    path = tmp_path / "c.array_record"
+    _write(path, records, 1)
+    data = bytearray(path.read_bytes())
+    data[64 + 40 + 30] ^= 0xFF  # inside the first data chunk's compressed bytes
+    path.write_bytes(bytes(data))
+    src = ArrayRecordDataSource(str(path))
+    with pytest.raises(DataError, match=r"c\.array_record: record 0 could not be read"):
+        for i in range(len(src)):
+            assert src[i] == records[i]
+
+
+def test_corruption_after_indexing_is_caught_by_the_recorded_crc(tmp_path: Path) -> None:
+    import os
+
+    from chute import DataError
+
+    records = [b"compressible text, " * 50 + b"%d" % i for i in range(20)]
+    path = tmp_path / "c.array_record"
+    _write(path, records, 1)
+    assert ArrayRecordDataSource(str(path))[0] == records[0]  # builds and caches the index
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[64 + 40 + 30] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: cache reused
+    with pytest.raises(DataError, match=r"c\.array_record: record 0 could not be read .*CRC32C"):
+        ArrayRecordDataSource(str(path))[0]

@@ -58,7 +58,7 @@ class CrecFile:
                     f"the file has {size} bytes, less than a header and a trailer",
                     "it is truncated",
                 )
-            self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            self.mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
         self.size = size
@@ -78,7 +78,7 @@ class CrecFile:
         return DataError(f"{self.path}:{where} {rule}; {cause}; {_FIX}")
 
     def _validate(self) -> None:
-        mm = self._mm
+        mm = self.mm
         magic, version, _flags, alignment, _r1, _r2, header_crc = HEADER.unpack_from(mm, 0)
         if magic != HEADER_MAGIC:
             raise self._error(
@@ -197,7 +197,7 @@ class CrecFile:
     def read(self, i: int) -> bytes:
         """Record `i` (0 <= i < num_records) as bytes, checked and decompressed."""
         o = self.offsets[i]
-        data = self._mm[o : o + self.lengths[i]]
+        data = self.mm[o : o + self.lengths[i]]
         if self.verify:
             c = crc32c(data)
             if c != self.crcs[i]:
@@ -224,14 +224,14 @@ class CrecFile:
                 raise self.decode_error(i, str(e)) from None
 
     def trailer_crc(self) -> int:
-        return int(struct.unpack_from("<I", self._mm, self.size - 4)[0])
+        return int(struct.unpack_from("<I", self.mm, self.size - 4)[0])
 
     def close(self) -> None:
         for name in ("offsets", "lengths", "raw_lengths", "crcs", "codecs", "_index", "view"):
             v = self.__dict__.pop(name, None)
             if v is not None:
                 v.release()
-        mm = self.__dict__.pop("_mm", None)
+        mm = self.__dict__.pop("mm", None)
         if mm is not None:
             # A caller may still hold a view; the mapping then closes when it is collected.
             with contextlib.suppress(BufferError):

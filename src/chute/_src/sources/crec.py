@@ -69,6 +69,7 @@ class RecordFileDataSource:
         self._lock = threading.Lock()
         self._files: list[CrecFile] | None = None
         self._single: CrecFile | None = None
+        self._fast: tuple[Any, ...] | None = None
         self._starts: list[int] = []
         self._len = 0
 
@@ -100,6 +101,17 @@ class RecordFileDataSource:
             self._starts = [f.base for f in files]
             self._len = base
             self._single = files[0] if len(files) == 1 else None
+            if self._single is not None:
+                f = self._single
+                self._fast = (
+                    f.num_records,
+                    f.offsets,
+                    f.lengths,
+                    f.crcs,
+                    f.codecs,
+                    f.mm,
+                    self._verify,
+                )
             self._files = files
             return files
 
@@ -141,9 +153,16 @@ class RecordFileDataSource:
         return f, index - f.base
 
     def __getitem__(self, index: int) -> bytes:
-        f = self._single
-        if f is not None and 0 <= index < f.num_records:
-            return f.read(index)
+        fast = self._fast
+        if fast is not None:
+            # One file: the common case, inlined. Anything unusual (a compressed record,
+            # a bad checksum, an index out of range) goes through CrecFile.read.
+            n, offsets, lengths, crcs, codecs, mm, verify = fast
+            if 0 <= index < n:
+                o = offsets[index]
+                data = mm[o : o + lengths[index]]
+                if not codecs[index] and (not verify or crc32c(data) == crcs[index]):
+                    return data
         f, i = self._locate(index)
         return f.read(i)
 
@@ -234,6 +253,7 @@ class RecordFileDataSource:
                 f.close()
             self._files = None
             self._single = None
+            self._fast = None
 
     def __repr__(self) -> str:
         paths = self.paths
