@@ -126,15 +126,24 @@ def decode_record(mm: Any, pos: int, size: int, decoded: int, crc: int, zstd: An
     )
     try:
         compression = data[0]
-        sizes_size, p = _varint(data, 1)
-        p += sizes_size
-        if compression == 0:
-            out = data[p:]
-        elif compression == 0x7A and zstd is not None:
-            n, p = _varint(data, p)
+        b = data[1]
+        if b < 0x80:  # one-byte varint: the common case, inlined
+            p = 2 + b
+        else:
+            sizes_size, p = _varint(data, 1)
+            p += sizes_size
+        if compression == 0x7A and zstd is not None:
+            b = data[p]
+            if b < 0x80:
+                n = b
+                p += 1
+            else:
+                n, p = _varint(data, p)
             if n != decoded:
                 raise ValueError(f"the values say {n} bytes, the chunk header {decoded}")
             out = zstd.decompress(data[p:], max_output_size=n)
+        elif compression == 0:
+            out = data[p:]
         else:
             return None
     except IndexError:
@@ -147,4 +156,4 @@ def decode_record(mm: Any, pos: int, size: int, decoded: int, crc: int, zstd: An
         raise ValueError(f"it decoded to {len(out)} bytes, the chunk header says {decoded}")
     if crc32c(out) != crc:
         raise ValueError("its CRC32C differs from the one recorded when the file was indexed")
-    return bytes(out)
+    return out
