@@ -108,3 +108,11 @@ def die(index: int, count: int, task: int) -> int:
 def sleep(index: int, count: int, seconds: float) -> float:
     time.sleep(seconds)
     return seconds
+
+
+def limit_file_size(index: int, count: int) -> None:
+    """Makes every later posix_fallocate beyond 1 MiB fail in this worker (EFBIG)."""
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))

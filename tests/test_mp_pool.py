@@ -166,3 +166,14 @@ def test_get_times_out_and_the_pool_stays_usable() -> None:
         with pytest.raises(TimeoutError, match="Call `get` again"):
             pool.get(0, timeout=0.01)
         assert pool.get(0, timeout=60) == 0.5
+
+
+def test_default_slab_grows_to_fit_large_results() -> None:
+    with WorkerPool(1, mp_helpers.filled, buffer_size=2) as pool:
+        first = pool.slab_bytes(0)
+        held = []
+        for k in range(6):
+            pool.put(0, (float(k), 8 << 20))
+            held.append(pool.get(0, timeout=60))
+        assert pool.slab_bytes(0) >= 4 * (8 << 20) > first
+        assert [a[0] for a in held] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]

@@ -302,3 +302,13 @@ def test_pool_results_match_in_process_results_under_every_start_method() -> Non
             for k in range(4):
                 pool.put(k % 2, k)
                 np.testing.assert_array_equal(pool.get(k % 2, timeout=60)["big"], want[k])
+
+
+def test_worker_that_cannot_grow_its_slab_warns_and_keeps_going(no_leaks) -> None:  # type: ignore[no-untyped-def]
+    with WorkerPool(1, mp_helpers.filled, worker_init_fn=mp_helpers.limit_file_size) as pool:
+        pool.put(0, (1.0, 8 << 20))
+        with pytest.warns(SharedMemoryWarning, match=r"could not grow .*--shm-size"):
+            a = pool.get(0, timeout=60)
+        assert (a == 1.0).all()
+        pool.put(0, (2.0, 8 << 20))
+        assert (pool.get(0, timeout=60) == 2.0).all()

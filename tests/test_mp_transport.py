@@ -97,7 +97,7 @@ def test_region_is_not_reused_while_any_array_from_it_is_alive(link) -> None:  #
     assert (kept == 2.0).all()
     assert in_slab(kept, receiver)
     # Only the region `kept` pins is live (the last freed id waits for the next allocation).
-    assert sender._allocator.live_regions - len(sender.freed) == 1
+    assert sender.live_regions() - len(sender.freed) == 1
 
 
 def test_region_is_freed_when_its_arrays_are_collected(link) -> None:  # type: ignore[no-untyped-def]
@@ -174,14 +174,53 @@ def test_allocator_never_overlaps_and_coalesces_back(ops: list[tuple[bool, int]]
     assert alloc.allocate(capacity) is not None  # all free space merged into one extent
 
 
-def test_plan_shrinks_the_default_and_refuses_an_explicit_request_that_does_not_fit() -> None:
-    free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
-    assert plan_slabs(2, 1 << 20, 64 << 20, "/dev/shm").bytes_per_worker == 1 << 20
-    refused = plan_slabs(2, free, 64 << 20, "/dev/shm")
-    assert refused.bytes_per_worker == 0
+def test_plan_grows_by_default_and_fixes_an_explicit_request_that_fits() -> None:
+    default = plan_slabs(2, None, "/dev/shm", initial=1 << 20, limit=8 << 20)
+    assert (default.initial_bytes, default.limit_bytes, default.warning) == (1 << 20, 8 << 20, None)
+    fixed = plan_slabs(2, 1 << 20, "/dev/shm")
+    assert (fixed.initial_bytes, fixed.limit_bytes) == (1 << 20, 1 << 20)
+    assert plan_slabs(2, 0, "/dev/shm").limit_bytes == 0
+
+
+def test_plan_refuses_or_shrinks_what_does_not_fit_and_says_how_to_fix_it() -> None:
+    st_ = os.statvfs("/dev/shm")
+    free = st_.f_bavail * st_.f_frsize
+    refused = plan_slabs(2, free, "/dev/shm")
+    assert refused.limit_bytes == 0
     assert refused.warning is not None and "--shm-size" in refused.warning
-    shrunk = plan_slabs(4, None, free, "/dev/shm")
-    assert 0 < shrunk.bytes_per_worker * 4 <= free // 2
+    shrunk = plan_slabs(4, None, "/dev/shm", initial=free // 8, limit=free)
+    assert 0 < shrunk.limit_bytes * 4 <= free // 2
     assert shrunk.warning is not None and "shm_bytes_per_worker" in shrunk.warning
-    missing = plan_slabs(2, None, 64 << 20, "/nonexistent/dir")
-    assert missing.bytes_per_worker == 0 and "shm_dir" in (missing.warning or "")
+    crowded = plan_slabs(free // (1 << 20), None, "/dev/shm")  # < 1 MiB each
+    assert crowded.limit_bytes == 0 and "too little" in (crowded.warning or "")
+    missing = plan_slabs(2, None, "/nonexistent/dir")
+    assert missing.limit_bytes == 0 and "shm_dir" in (missing.warning or "")
+
+
+def test_slab_grows_for_large_results_and_old_arrays_stay_valid() -> None:
+    fd = create_slab_fd("/dev/shm", SLAB)
+    worker_side, main_side = Pipe(duplex=True)
+    sender = ResultSender(
+        worker_side, map_slab(fd, SLAB), grow_to=16 * SLAB, shm_dir="/dev/shm", headroom=4
+    )
+    receiver = ResultReceiver(main_side, map_slab(fd, SLAB, populate=False))
+    os.close(fd)
+    small = roundtrip(sender, receiver, np.full(SLAB // 64, 1.0))  # fits 4 times: no growth
+    assert receiver.slab_bytes == SLAB and in_slab(small, receiver)
+    big = roundtrip(sender, receiver, np.full(SLAB // 8, 2.0))  # needs 4 MiB for 4
+    assert receiver.slab_bytes == sender.slab_bytes == 4 * SLAB
+    assert in_slab(big, receiver) and not in_slab(small, receiver)
+    assert (small == 1.0).all() and (big == 2.0).all()
+    huge = roundtrip(sender, receiver, np.full(3 * SLAB, 3.0))  # 24 MiB: more than grow_to
+    assert not in_slab(huge, receiver) and (huge == 3.0).all()
+    assert our_shm_entries() == []
+    del small
+    release(sender, receiver)
+    roundtrip(sender, receiver, np.full(SLAB // 64, 4.0))  # the old slab is unmapped now
+    assert sender._retired == {}
+    worker_side.close()
+    main_side.close()
+
+
+def our_shm_entries() -> list[str]:
+    return [n for n in os.listdir("/dev/shm") if n.startswith("chute_")]

@@ -39,6 +39,9 @@ class WorkerSpec:
     conn: Connection
     slab: InheritedFd | None
     slab_bytes: int
+    grow_to: int
+    shm_dir: str
+    headroom: int
     min_shared_bytes: int
     pdeathsig: bool
 
@@ -85,7 +88,14 @@ def run_worker(spec: WorkerSpec) -> None:
         slab = map_slab(spec.slab.fd, spec.slab_bytes)
         os.close(spec.slab.fd)
     conn = spec.conn
-    sender = ResultSender(conn, slab, spec.min_shared_bytes)
+    sender = ResultSender(
+        conn,
+        slab,
+        spec.min_shared_bytes,
+        grow_to=spec.grow_to,
+        shm_dir=spec.shm_dir,
+        headroom=spec.headroom,
+    )
     tasks: SimpleQueue[bytes | None] = SimpleQueue()
     threading.Thread(
         target=_receive, args=(conn, tasks, sender), name="chute-receive", daemon=True

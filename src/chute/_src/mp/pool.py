@@ -60,7 +60,10 @@ ResultT = TypeVar("ResultT")
 # not a fresh interpreter. `fork` is faster still but can deadlock a child when the
 # parent has threads holding locks; `spawn` re-imports everything in every worker.
 DEFAULT_START_METHOD = "forkserver"
-DEFAULT_SHM_BYTES_PER_WORKER = 64 << 20
+# By default a worker's slab starts small (start-up is quick) and grows to fit
+# buffer_size + 2 of its results, up to 1 GiB or a fair share of the free space.
+DEFAULT_INITIAL_SHM_BYTES = 16 << 20
+DEFAULT_SHM_LIMIT_BYTES = 1 << 30
 # How long `close` waits for workers to finish their current task before terminating them.
 CLOSE_GRACE_SECONDS = 1.0
 
@@ -172,9 +175,11 @@ class WorkerPool(Generic[TaskT, ResultT]):
         before its first task.
       buffer_size: how many tasks may be outstanding per worker (put but not yet got).
       start_method: "forkserver" (default), "spawn" or "fork"; see DEFAULT_START_METHOD.
-      shm_bytes_per_worker: size of each worker's shared-memory slab. Results that do not
-        fit in the free part of it are sent through a pipe instead (slower, never wrong).
-        Default 64 MiB, shrunk when `shm_dir` has less room.
+      shm_bytes_per_worker: a fixed size for each worker's shared-memory slab. Results
+        that do not fit in the free part of it are sent through a pipe instead (slower,
+        never wrong). By default a slab starts at 16 MiB and grows to hold
+        `buffer_size + 2` results, up to 1 GiB or half the free space shared by the
+        workers. 0 disables shared memory.
       shm_dir: the tmpfs directory to allocate shared memory in.
       min_shared_bytes: arrays smaller than this travel inside the pickle.
     """
@@ -212,6 +217,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
         self._shm_dir = shm_dir
         self._min_shared_bytes = min_shared_bytes
         self._shm_bytes = 0
+        self._shm_limit = 0
         self._started = False
         self._state = _PoolState()
         self._finalizer = weakref.finalize(self, self._state.close)
@@ -226,8 +232,12 @@ class WorkerPool(Generic[TaskT, ResultT]):
 
     @property
     def shm_bytes_per_worker(self) -> int:
-        """The size of each worker's slab once started; 0 means results use pipes."""
+        """The size of each worker's first slab once started; 0: results use pipes."""
         return self._shm_bytes
+
+    def slab_bytes(self, worker_index: int) -> int:
+        """The size of worker `worker_index`'s current slab (it grows with its results)."""
+        return self._worker(worker_index).receiver.slab_bytes
 
     @property
     def pids(self) -> list[int]:
@@ -255,18 +265,24 @@ class WorkerPool(Generic[TaskT, ResultT]):
 
     def _allocate_slabs(self) -> list[int]:
         n = self._num_workers
-        plan = plan_slabs(n, self._shm_request, DEFAULT_SHM_BYTES_PER_WORKER, self._shm_dir)
+        plan = plan_slabs(
+            n,
+            self._shm_request,
+            self._shm_dir,
+            initial=DEFAULT_INITIAL_SHM_BYTES,
+            limit=DEFAULT_SHM_LIMIT_BYTES,
+        )
         warning = plan.warning
         fds: list[int] = []
-        if plan.bytes_per_worker:
+        if plan.initial_bytes:
             try:
                 for _ in range(n):
-                    fds.append(create_slab_fd(self._shm_dir, plan.bytes_per_worker))
+                    fds.append(create_slab_fd(self._shm_dir, plan.initial_bytes))
             except OSError as e:
                 for fd in fds:
                     os.close(fd)
                 fds = []
-                mib = plan.bytes_per_worker / (1 << 20)
+                mib = plan.initial_bytes / (1 << 20)
                 warning = (
                     f"cannot reserve {n} x {mib:.1f} MiB of shared memory in {self._shm_dir} "
                     f"({e}); results go through pipes, which is slower. Give "
@@ -275,7 +291,8 @@ class WorkerPool(Generic[TaskT, ResultT]):
                 )
         if warning is not None:
             warnings.warn(warning, SharedMemoryWarning, stacklevel=4)
-        self._shm_bytes = plan.bytes_per_worker if fds else 0
+        self._shm_bytes = plan.initial_bytes if fds else 0
+        self._shm_limit = plan.limit_bytes if fds else 0
         return fds
 
     def _start(self) -> None:
@@ -301,6 +318,9 @@ class WorkerPool(Generic[TaskT, ResultT]):
                     conn=child_conn,
                     slab=InheritedFd(fds[i]) if fds else None,
                     slab_bytes=self._shm_bytes,
+                    grow_to=self._shm_limit,
+                    shm_dir=self._shm_dir,
+                    headroom=min(self._buffer_size + 2, 8),
                     min_shared_bytes=self._min_shared_bytes,
                     pdeathsig=pdeathsig,
                 )
@@ -388,6 +408,8 @@ class WorkerPool(Generic[TaskT, ResultT]):
             # unpickled here: the pipe is no longer in a known state.
             self._close_for(f"reading a result from worker {worker_index} failed")
             raise
+        while w.receiver.warnings:
+            warnings.warn(w.receiver.warnings.popleft(), SharedMemoryWarning, stacklevel=2)
         seq, task = w.pending.popleft()
         if isinstance(message, RemoteFailure):
             self._raise_remote(worker_index, message, task)

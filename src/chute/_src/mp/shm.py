@@ -3,7 +3,10 @@
 A slab is a file in a tmpfs directory (`/dev/shm` by default) that is unlinked the moment
 it is created: only file descriptors and mappings keep it alive, so no name can leak,
 whatever happens to the processes (even SIGKILL of the main process). The main process
-passes the descriptor to its worker when the worker starts (`InheritedFd`).
+passes the descriptor of each worker's first slab to it when it starts (`InheritedFd`). A
+worker whose results outgrow its slab makes a larger one itself and passes its descriptor
+back over the pipe (`send_fd`, SCM_RIGHTS); the old one is unmapped once its last region
+is freed.
 
 The memory is reserved up front with `posix_fallocate`: on a full tmpfs this fails with a
 clean `OSError` here, instead of a SIGBUS later when a page is first written. The worker,
@@ -19,6 +22,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from multiprocessing import reduction
+from multiprocessing.connection import Connection
 
 __all__ = [
     "DEFAULT_SHM_DIR",
@@ -28,6 +32,8 @@ __all__ = [
     "create_slab_fd",
     "map_slab",
     "plan_slabs",
+    "recv_fd",
+    "send_fd",
 ]
 
 DEFAULT_SHM_DIR = "/dev/shm"
@@ -45,9 +51,10 @@ def available_bytes(directory: str) -> int:
 
 @dataclass(frozen=True)
 class SlabPlan:
-    """How many bytes each worker's slab gets (0: no slab), and why, if it is less."""
+    """Each worker's first slab size and the size its slab may grow to (0: no slab)."""
 
-    bytes_per_worker: int
+    initial_bytes: int
+    limit_bytes: int
     warning: str | None
 
 
@@ -59,42 +66,66 @@ def _fix_hint(directory: str) -> str:
     )
 
 
-def plan_slabs(num_workers: int, requested: int | None, default: int, directory: str) -> SlabPlan:
-    """Chooses each worker's slab size from the request and the free space in `directory`.
+def _pages(n: int) -> int:
+    return n // PAGE * PAGE
 
-    An explicit request that does not fit gives no slab (results go through pipes); the
-    default shrinks to half the free space, and only below `MIN_SLAB_BYTES` gives up.
+
+def plan_slabs(
+    num_workers: int,
+    requested: int | None,
+    directory: str,
+    *,
+    initial: int = 16 << 20,
+    limit: int = 1 << 30,
+) -> SlabPlan:
+    """Sizes the workers' slabs from the request and the free space in `directory`.
+
+    An explicit request is a fixed size; if all workers' slabs do not fit, there are no
+    slabs (results go through pipes). By default a slab starts at `initial` bytes and may
+    grow to `limit`, shrunk to share half the free space; below `MIN_SLAB_BYTES` of it
+    there are no slabs.
     """
-    want = default if requested is None else requested
-    want = -(-want // PAGE) * PAGE
-    if want == 0 or num_workers == 0:
-        return SlabPlan(0, None)
+    if requested == 0:
+        return SlabPlan(0, 0, None)
+    mib = 1 << 20
     try:
         free = available_bytes(directory)
     except OSError as e:
         return SlabPlan(
             0,
+            0,
             f"cannot use shared memory in {directory!r} ({e}); results go through pipes, "
             "which is slower. Pass `shm_dir` naming a tmpfs directory that exists.",
         )
-    if want * num_workers <= free // 2 or (requested is not None and want * num_workers <= free):
-        return SlabPlan(want, None)
-    mib = 1 << 20
-    if requested is None:
-        shrunk = (free // 2 // num_workers) // PAGE * PAGE
-        if shrunk >= MIN_SLAB_BYTES:
-            return SlabPlan(
-                shrunk,
-                f"only {free / mib:.0f} MiB free in {directory}; using {shrunk / mib:.1f} MiB "
-                f"of shared memory per worker instead of {want / mib:.0f} MiB, so results "
-                f"larger than that go through pipes, which is slower. {_fix_hint(directory)}.",
-            )
-    return SlabPlan(
-        0,
-        f"{num_workers} worker(s) x {want / mib:.1f} MiB of shared memory do not fit in the "
-        f"{free / mib:.1f} MiB free in {directory}; results go through pipes, which is "
-        f"slower. {_fix_hint(directory)}.",
-    )
+    if requested is not None:
+        want = -(-requested // PAGE) * PAGE
+        if want * num_workers <= free:
+            return SlabPlan(want, want, None)
+        return SlabPlan(
+            0,
+            0,
+            f"{num_workers} worker(s) x {want / mib:.1f} MiB of shared memory do not fit in "
+            f"the {free / mib:.1f} MiB free in {directory}; results go through pipes, which "
+            f"is slower. {_fix_hint(directory)}.",
+        )
+    share = _pages(free // 2 // num_workers)
+    if share < MIN_SLAB_BYTES:
+        return SlabPlan(
+            0,
+            0,
+            f"only {free / mib:.1f} MiB of shared memory is free in {directory}, too little "
+            f"for {num_workers} worker(s); results go through pipes, which is slower. "
+            f"{_fix_hint(directory)}.",
+        )
+    grow_to = min(limit, share)
+    warning = None
+    if grow_to < limit and grow_to < 4 * initial:
+        warning = (
+            f"only {free / mib:.0f} MiB of shared memory is free in {directory}, so each of "
+            f"{num_workers} worker(s) gets at most {grow_to / mib:.1f} MiB; larger results go "
+            f"through pipes, which is slower. {_fix_hint(directory)}."
+        )
+    return SlabPlan(min(initial, grow_to), grow_to, warning)
 
 
 def create_slab_fd(directory: str, nbytes: int) -> int:
@@ -117,6 +148,15 @@ def map_slab(fd: int, nbytes: int, *, populate: bool = True) -> mmap.mmap:
     """Maps a slab read-write and shared; `populate` faults every page in up front."""
     flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
     return mmap.mmap(fd, nbytes, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def send_fd(conn: Connection, fd: int) -> None:
+    """Sends a copy of `fd` over a Unix-socket connection (the peer calls `recv_fd`)."""
+    reduction.send_handle(conn, fd, 0)  # the pid is only used on Windows
+
+
+def recv_fd(conn: Connection) -> int:
+    return int(reduction.recv_handle(conn))
 
 
 class InheritedFd:

@@ -23,13 +23,18 @@ Wire format, one `Connection.send_bytes` frame per item:
                                   ("pipe", [n, ...])
                     kind "error": body = (pickled exception or None, traceback text,
                                   type name, message)
-    main -> worker  b"T" + pickle((seq, task)) | b"F" + int64 region ids | b"S" (stop)
+                    kind "slab":  body = (slab id, size), then the new slab's fd
+                                  (SCM_RIGHTS); later regions are in that slab
+                    kind "warn":  body = a message for the main process to warn with
+    main -> worker  b"T" + seq (8 bytes) + pickle(task) | b"F" + int64 region ids
+                    | b"S" (stop)
 """
 
 from __future__ import annotations
 
 import bisect
 import mmap
+import os
 import pickle
 import traceback
 import weakref
@@ -109,21 +114,59 @@ def decode_free(frame: bytes) -> list[int]:
     return array("q", frame[1:]).tolist()
 
 
+# A region id is (slab id << _SLAB_SHIFT) | the id the slab's allocator gave it.
+_SLAB_SHIFT = 40
+
+
+class _Slab:
+    """One mapped slab on the worker side, with its allocator."""
+
+    def __init__(self, slab_id: int, mapping: mmap.mmap) -> None:
+        self.id = slab_id
+        self.mapping = mapping
+        self.view = memoryview(mapping)
+        self.allocator = SlabAllocator(len(mapping))
+
+    def close(self) -> None:
+        self.view.release()
+        self.mapping.close()
+
+
 class ResultSender:
-    """Worker side: sends results and errors to the main process."""
+    """Worker side: sends results and errors to the main process.
+
+    With `grow_to` above the first slab's size (and `shm_dir` given), a result that needs
+    more than 1/`headroom` of the slab makes the worker replace its slab by one
+    `headroom` times the result (at most `grow_to`), so that `headroom` such results fit.
+    """
 
     def __init__(
         self,
         conn: Connection,
         slab: mmap.mmap | None,
         min_shared_bytes: int = DEFAULT_MIN_SHARED_BYTES,
+        *,
+        grow_to: int = 0,
+        shm_dir: str | None = None,
+        headroom: int = 4,
     ) -> None:
         self._conn = conn
-        self._view = memoryview(slab) if slab is not None else None
-        self._allocator = SlabAllocator(len(slab) if slab is not None else 0)
+        self._current = _Slab(0, slab) if slab is not None else None
+        self._retired: dict[int, _Slab] = {}
         self._min = min_shared_bytes
+        self._grow_to = grow_to if shm_dir is not None else 0
+        self._shm_dir = shm_dir
+        self._headroom = headroom
         # Filled by the worker's receiving thread; drained here before each allocation.
         self.freed: deque[int] = deque()
+
+    @property
+    def slab_bytes(self) -> int:
+        return len(self._current.mapping) if self._current is not None else 0
+
+    def live_regions(self) -> int:
+        slabs = [*self._retired.values(), *([self._current] if self._current else [])]
+        return sum(s.allocator.live_regions for s in slabs)
 
     def send_result(self, seq: int, result: object) -> None:
         buffers: list[memoryview] = []
@@ -136,40 +179,83 @@ class ResultSender:
             return False
 
         payload = pickle.dumps(result, protocol=5, buffer_callback=out_of_band)
-        if not buffers:
-            self._conn.send_bytes(pickle.dumps(("ok", seq, (payload, None)), protocol=5))
-            return
-        region = self._place(buffers)
-        if region is not None:
-            rid, offset, length, starts = region
-            layout: tuple[Any, ...] = ("slab", rid, offset, length, starts)
-            self._conn.send_bytes(pickle.dumps(("ok", seq, (payload, layout)), protocol=5))
-            return
-        sizes = [b.nbytes for b in buffers]
-        self._conn.send_bytes(pickle.dumps(("ok", seq, (payload, ("pipe", sizes))), protocol=5))
-        for b in buffers:
-            self._conn.send_bytes(b)
+        layout: tuple[Any, ...] | None = None
+        if buffers:
+            layout = self._place(buffers)
+            if layout is None:
+                layout = ("pipe", [b.nbytes for b in buffers])
+        self._conn.send_bytes(pickle.dumps(("ok", seq, (payload, layout)), protocol=5))
+        if layout is not None and layout[0] == "pipe":
+            for b in buffers:
+                self._conn.send_bytes(b)
 
-    def _place(
-        self, buffers: list[memoryview]
-    ) -> tuple[int, int, int, list[tuple[int, int]]] | None:
-        if self._view is None:
-            return None
+    def _release_freed(self) -> None:
         while self.freed:
-            self._allocator.free(self.freed.popleft())
+            rid = self.freed.popleft()
+            slab_id, local = rid >> _SLAB_SHIFT, rid & ((1 << _SLAB_SHIFT) - 1)
+            if self._current is not None and slab_id == self._current.id:
+                self._current.allocator.free(local)
+                continue
+            old = self._retired[slab_id]
+            old.allocator.free(local)
+            if old.allocator.live_regions == 0:
+                del self._retired[slab_id]
+                old.close()
+
+    def _place(self, buffers: list[memoryview]) -> tuple[Any, ...] | None:
+        self._release_freed()
         starts: list[tuple[int, int]] = []
         length = 0
         for b in buffers:
             starts.append((length, b.nbytes))
             length += _align(b.nbytes)
-        got = self._allocator.allocate(length)
-        if got is None:
+        slab = self._current
+        if length * self._headroom > self.slab_bytes and self.slab_bytes < self._grow_to:
+            slab = self._grow(length)
+        got = slab.allocator.allocate(length) if slab is not None else None
+        if slab is None or got is None:
             return None
-        rid, offset = got
-        view = self._view
+        local, offset = got
+        view = slab.view
         for (start, n), b in zip(starts, buffers):
             view[offset + start : offset + start + n] = b
-        return rid, offset, length, starts
+        return ("slab", (slab.id << _SLAB_SHIFT) | local, offset, length, starts)
+
+    def _grow(self, length: int) -> _Slab | None:
+        from chute._src.mp.shm import PAGE, create_slab_fd, map_slab, send_fd
+
+        size = -(-length * self._headroom // PAGE) * PAGE
+        size = min(self._grow_to, max(size, 2 * self.slab_bytes))
+        if size < length:
+            return self._current  # too big for any slab we may make: it goes by pipe
+        assert self._shm_dir is not None
+        try:
+            fd = create_slab_fd(self._shm_dir, size)
+        except OSError as e:
+            self._grow_to = 0  # do not try again
+            mib = 1 << 20
+            note = (
+                f"worker could not grow its shared memory to {size / mib:.1f} MiB in "
+                f"{self._shm_dir} ({e}); results larger than the current "
+                f"{self.slab_bytes / mib:.1f} MiB go through pipes, which is slower. Give "
+                f"{self._shm_dir} more space (Docker: `--shm-size=2g`)."
+            )
+            self._conn.send_bytes(pickle.dumps(("warn", -1, note), protocol=5))
+            return self._current
+        try:
+            mapping = map_slab(fd, size)
+            slab_id = self._current.id + 1 if self._current is not None else 1
+            self._conn.send_bytes(pickle.dumps(("slab", -1, (slab_id, size)), protocol=5))
+            send_fd(self._conn, fd)
+        finally:
+            os.close(fd)
+        old, self._current = self._current, _Slab(slab_id, mapping)
+        if old is not None:
+            if old.allocator.live_regions:
+                self._retired[old.id] = old
+            else:
+                old.close()
+        return self._current
 
     def send_error(self, seq: int, exc: BaseException) -> None:
         tb = "".join(traceback.format_exception(exc))
@@ -200,13 +286,33 @@ class ResultReceiver:
         self._slab = slab
         # Region ids whose arrays are all gone, to be sent back to the worker.
         self.freed: deque[int] = deque()
+        # Messages from the worker about its shared memory, for the pool to warn with.
+        self.warnings: deque[str] = deque()
+
+    @property
+    def slab_bytes(self) -> int:
+        return len(self._slab) if self._slab is not None else 0
 
     def recv(self) -> tuple[int, object] | RemoteFailure:
-        """Blocks for the next message: `(seq, result)` or a `RemoteFailure`.
+        """Blocks for the next result: `(seq, result)` or a `RemoteFailure`.
 
         Raises `EOFError`/`OSError` if the worker closed the pipe.
         """
-        kind, seq, body = pickle.loads(self._conn.recv_bytes())
+        while True:
+            kind, seq, body = pickle.loads(self._conn.recv_bytes())
+            if kind == "slab":  # the worker replaced its slab; its fd follows
+                from chute._src.mp.shm import map_slab, recv_fd
+
+                fd = recv_fd(self._conn)
+                try:
+                    # Arrays on the old slab keep its mapping alive through their base.
+                    self._slab = map_slab(fd, body[1], populate=False)
+                finally:
+                    os.close(fd)
+            elif kind == "warn":
+                self.warnings.append(body)
+            else:
+                break
         if kind == "error":
             return RemoteFailure(seq, *body)
         payload, layout = body
