@@ -155,3 +155,34 @@ def test_command_line_entry_point(tmp_path: Path, jsonl: tuple[Path, list[bytes]
         check=False,
     )
     assert proc.returncode == 1 and "no such file" in proc.stderr
+
+
+def test_resume_keeps_complete_shards_of_the_same_job(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    path, records = jsonl
+    out = tmp_path / "ds"
+    args = ["convert", str(path), str(out), "--shards", "4", "--compress", "zstd-dict"]
+    assert main(args) == 0
+    # What a run killed while writing shard 2 leaves: shards 0 and 1, a partial, no manifest.
+    (out / "manifest.json").unlink()
+    (out / "part-00002.crec").rename(out / ".part-00002.crec.1234abcd.partial")
+    (out / "part-00003.crec").unlink()
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.crec")}
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    assert "resumed: kept 250 records" in capsys.readouterr().out
+    assert {p: (out / p).stat().st_mtime_ns for p in kept} == kept
+    assert not list(out.glob(".*.partial"))
+    src = RecordFileDataSource(out)
+    assert [src[i] for i in range(len(src))] == records
+    # A changed input is another job: nothing is kept.
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    (out / "manifest.json").unlink()
+    assert main([*args, "--resume"]) == 0
+    assert "resumed" not in capsys.readouterr().out
+    assert main(["convert", str(path), str(tmp_path / "one.crec"), "--resume"]) == 1
+    assert "--resume works for sharded" in capsys.readouterr().err

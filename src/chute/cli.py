@@ -76,6 +76,11 @@ def _convert_args(p: argparse.ArgumentParser) -> None:
         "--to", dest="to_format", type=_format, help="output format: crec (default) or arrayrecord"
     )
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="sharded output: keep the complete shards of an interrupted run of the same job",
+    )
     _progress_flags(p)
 
 
@@ -95,8 +100,11 @@ def _run_convert(args: argparse.Namespace) -> int:
         compression=args.compress,
         level=args.level,
         overwrite=args.overwrite,
+        resume=args.resume,
         progress=args.progress,
     )
+    if r.resumed_records:
+        print(f"resumed: kept {r.resumed_records:,} records already converted")
     rate = r.bytes_in / max(r.seconds, 1e-9) / 1e6
     print(
         f"wrote {r.records:,} records to {output}: {r.bytes_in:,} bytes in, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._src.progress import Progress
+from chute._src.records.format import crc32c
 from chute._src.records.formats import (
     Format,
     as_bytes_source,
@@ -35,6 +37,7 @@ class ConvertResult:
     bytes_out: int
     seconds: float
     outputs: list[str]
+    resumed_records: int = 0
 
 
 def _size(path: Path) -> int:
@@ -138,9 +141,15 @@ def convert(
     compression: str = "none",
     level: int = 3,
     overwrite: bool = False,
+    resume: bool = False,
     progress: bool | None = None,
 ) -> ConvertResult:
-    """Converts `inputs` (all of one format) into `output`; see `chute convert --help`."""
+    """Converts `inputs` (all of one format) into `output`; see `chute convert --help`.
+
+    Every output file is written atomically. With `resume=True` a sharded `.crec`
+    conversion keeps the complete shards an interrupted run of the same job (same
+    inputs, unchanged, and options) left behind and writes only the rest.
+    """
     if shards < 1:
         raise ValueError(f"--shards {shards} is invalid; give 1 or more")
     paths = expand_paths(inputs, "chute convert")
@@ -159,10 +168,20 @@ def convert(
     if to_format not in (Format.CREC, Format.ARRAY_RECORD):
         raise ValueError(f"chute convert writes crec or arrayrecord, not {to_format.value}")
     single_file = shards == 1 and out.suffix in (".crec", ".array_record", ".arrayrecord")
-    _check_output(out, overwrite)
+    if resume and (single_file or to_format is not Format.CREC):
+        raise ValueError(
+            "--resume works for sharded .crec output (a directory, with --shards N); a "
+            "single file is written atomically, so just run the conversion again"
+        )
+    if not resume:
+        _check_output(out, overwrite)
     source, metadata = as_bytes_source(open_source(paths, from_format), from_format)
     n = len(source)
     per_shard = max(1, math.ceil(n / shards))
+    if not single_file and to_format is Format.CREC:
+        job = [[os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in paths]
+        key = json.dumps([job, from_format.value, compression, level, per_shard]).encode()
+        metadata = {**metadata, "job": f"{crc32c(key):08x}"}
     writer: Any
     if to_format is Format.ARRAY_RECORD:
         writer = _ArrayRecordOut(out, 1 if single_file else shards, per_shard, compression)
@@ -170,13 +189,19 @@ def convert(
         writer = RecordWriter(out, metadata=metadata, **_crec_options(compression, level))
     else:
         writer = ShardedRecordWriter(
-            out, records_per_shard=per_shard, metadata=metadata, **_crec_options(compression, level)
+            out,
+            records_per_shard=per_shard,
+            metadata=metadata,
+            resume=resume,
+            **_crec_options(compression, level),
         )
+    skip = len(writer) if isinstance(writer, ShardedRecordWriter) else 0
     start = time.perf_counter()
     bytes_in = 0
     bar: Progress[Any] = Progress(total=n, desc="convert", force=progress)
+    bar.update(skip)
     try:
-        for block in iter_blocks(source):
+        for block in iter_blocks(source, start=skip):
             nbytes = 0
             for record in block:
                 writer.write(record)
@@ -194,4 +219,4 @@ def convert(
         outputs = writer.outputs
     else:
         outputs = [str(out)]
-    return ConvertResult(n, bytes_in, _size(out), seconds, outputs)
+    return ConvertResult(n, bytes_in, _size(out), seconds, outputs, skip)

@@ -150,10 +150,10 @@ class _Mapped:
         return [bytes(self._fn(i, r)) for i, r in zip(indices, rows)]
 
 
-def iter_blocks(source: Any, block: int = 1024) -> Iterator[list[Any]]:
-    """The records of `source` in order, `block` at a time (through `__getitems__`)."""
+def iter_blocks(source: Any, block: int = 1024, start: int = 0) -> Iterator[list[Any]]:
+    """The records of `source` from `start` on, `block` at a time (via `__getitems__`)."""
     n = len(source)
     getitems = getattr(source, "__getitems__", None)
-    for start in range(0, n, block):
-        idx = list(range(start, min(start + block, n)))
+    for lo in range(start, n, block):
+        idx = list(range(lo, min(lo + block, n)))
         yield getitems(idx) if getitems is not None else [source[i] for i in idx]

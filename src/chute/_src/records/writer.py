@@ -270,6 +270,11 @@ class ShardedRecordWriter:
     without a manifest is an interrupted write, and readers refuse it. A dictionary
     trained for the first shard is reused by the others.
 
+    With `resume=True` (and `records_per_shard`), complete shards left by an interrupted
+    run are kept: consecutive shards from the first that open cleanly, hold exactly
+    `records_per_shard` records and carry the same `metadata`. `len(writer)` is then the
+    number of records they hold; the caller skips that many and writes the rest.
+
     >>> import tempfile
     >>> out = tempfile.mkdtemp()
     >>> with ShardedRecordWriter(out, records_per_shard=2) as w:
@@ -288,6 +293,7 @@ class ShardedRecordWriter:
         records_per_shard: int | None = None,
         bytes_per_shard: int | None = None,
         prefix: str = "part",
+        resume: bool = False,
         **writer_options: Any,
     ) -> None:
         if records_per_shard is not None and records_per_shard < 1:
@@ -295,6 +301,8 @@ class ShardedRecordWriter:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / _manifest.MANIFEST_NAME).unlink(missing_ok=True)
+        for stale in self.directory.glob(f".{prefix}-*.crec.*.partial"):
+            stale.unlink(missing_ok=True)  # left by a killed writer
         self._records_per_shard = records_per_shard
         self._bytes_per_shard = bytes_per_shard
         self._prefix = prefix
@@ -303,6 +311,36 @@ class ShardedRecordWriter:
         self._writer: RecordWriter | None = None
         self._count = 0
         self._closed = False
+        if resume:
+            if records_per_shard is None:
+                raise ValueError("resume=True needs records_per_shard, so shards line up")
+            self._adopt_existing()
+
+    def _adopt_existing(self) -> None:
+        from chute._src.errors import DataError
+        from chute._src.records.reader import CrecFile
+
+        wanted = json.loads(json.dumps(dict(self._options.get("metadata") or {})))
+        while True:
+            path = self.directory / f"{self._prefix}-{len(self._shards):05d}.crec"
+            if not path.exists():
+                return
+            try:
+                f = CrecFile(str(path))
+            except DataError:
+                return
+            try:
+                ok = f.num_records == self._records_per_shard and f.metadata == wanted
+                entry = _manifest.ShardEntry(path.name, f.num_records, f.size, f.trailer_crc())
+                dictionary = f.dictionary
+            finally:
+                f.close()
+            if not ok:
+                return
+            if not self._shards:
+                self._first_dictionary = dictionary
+            self._shards.append(entry)
+            self._count += entry.num_records
 
     def __len__(self) -> int:
         return self._count
