@@ -20,6 +20,8 @@ PUBLIC_MODULES = [
     "chute.sharding",
     "chute.sources",
     "chute.testing",
+    "chute.experimental",
+    "chute.multiprocessing",
 ]
 
 

@@ -140,7 +140,6 @@ def test_custom_sampler() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"worker_count": 2}, ValueError, r"worker_count=2 is not available.*worker_count=0"),
         ({"worker_count": -1}, ValueError, r"worker_count=-1 is invalid"),
         (
             {"operations": [Scale()], "sampler": chute.SequentialSampler(4)},

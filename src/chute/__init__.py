@@ -3,6 +3,8 @@
 The names follow Grain's, so `import chute as grain` runs code written for Grain.
 """
 
+from chute import experimental as experimental
+from chute import multiprocessing as multiprocessing
 from chute import samplers as samplers
 from chute import sharding as sharding
 from chute import sources as sources
@@ -15,6 +17,7 @@ from chute._src.errors import CheckpointError as CheckpointError
 from chute._src.errors import ChuteError as ChuteError
 from chute._src.errors import DataError as DataError
 from chute._src.iterator import DatasetIterator as DatasetIterator
+from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 from chute._src.options import ReadOptions as ReadOptions
 from chute._src.samplers import IndexSampler as IndexSampler
 from chute._src.samplers import RecordMetadata as RecordMetadata
@@ -41,11 +44,14 @@ __all__ = [
     "MapDataset",
     "MapTransform",
     "MapWithIndex",
+    "MultiprocessingOptions",
     "RandomMapTransform",
     "ReadOptions",
     "RecordMetadata",
     "SequentialSampler",
     "TypeConversion",
+    "experimental",
+    "multiprocessing",
     "samplers",
     "sharding",
     "sources",

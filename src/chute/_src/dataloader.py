@@ -6,12 +6,12 @@ both APIs share one engine, one state format and one set of guarantees.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
 from chute._src.iterator import DatasetIterator
-from chute._src.options import ReadOptions
+from chute._src.options import MultiprocessingOptions, ReadOptions
 from chute._src.samplers import IndexSampler
 from chute._src.seeding import derive_seed
 from chute._src.sharding import NoSharding, ShardOptions
@@ -26,6 +26,9 @@ from chute._src.transforms import (
 
 class DataLoader:
     """Reads `data_source` in the order of `sampler` and applies `operations`.
+
+    `worker_count=N` computes the records in N worker processes; the batches are the same
+    for every N (0 computes in this process), and so are the iterator states.
 
     >>> import chute
     >>> loader = chute.DataLoader(
@@ -49,18 +52,13 @@ class DataLoader:
         read_options: ReadOptions | None = None,
         num_threads: int | None = None,
         enable_profiling: bool = False,
+        worker_init_fn: Callable[[int, int], None] | None = None,
     ) -> None:
         if worker_count is None:
             worker_count = 0
         if isinstance(worker_count, bool) or not isinstance(worker_count, int) or worker_count < 0:
             raise ValueError(
                 f"DataLoader: worker_count={worker_count!r} is invalid: it must be an int >= 0."
-            )
-        if worker_count > 0:
-            raise ValueError(
-                f"DataLoader: worker_count={worker_count} is not available in this version of "
-                "chute: worker processes are not built yet; use worker_count=0 (and "
-                "num_threads=N for sources whose reads release the GIL)."
             )
         if num_threads is not None:
             if read_options is not None:
@@ -73,7 +71,9 @@ class DataLoader:
         self._data_source = data_source
         self._operations = list(operations)
         self._read_options = read_options or ReadOptions()
+        self._worker_count = worker_count
         self._worker_buffer_size = worker_buffer_size
+        self._worker_init_fn = worker_init_fn
         self._enable_profiling = enable_profiling
         self._dataset = self._build()
 
@@ -121,7 +121,15 @@ class DataLoader:
                 ds = _apply_map_op(ds, op, position)
             else:
                 it = _apply_iter_op(it, op, position)
-        return it if it is not None else ds.to_iter_dataset(self._read_options)
+        if it is None:
+            it = ds.to_iter_dataset(self._read_options)
+        if self._worker_count > 0:
+            options = MultiprocessingOptions(
+                num_workers=self._worker_count,
+                per_worker_buffer_size=max(1, self._worker_buffer_size),
+            )
+            it = it.mp_prefetch(options, self._worker_init_fn)
+        return it
 
     def __iter__(self) -> DataLoaderIterator:
         return DataLoaderIterator(iter(self._dataset))

@@ -25,7 +25,7 @@ from chute._src.seeding import derive_seed, validate_seed
 
 if TYPE_CHECKING:
     from chute._src.iterator import DatasetIterator
-    from chute._src.options import ReadOptions
+    from chute._src.options import MultiprocessingOptions, ReadOptions
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -291,6 +291,19 @@ class IterDataset(_Node, Generic[T]):
         from chute._src.iter.batch import BatchIterDataset
 
         return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+
+    def mp_prefetch(
+        self,
+        options: MultiprocessingOptions | None = None,
+        worker_init_fn: Callable[[int, int], None] | None = None,
+    ) -> IterDataset[T]:
+        """Computes the pipeline in worker processes; the output is the same for any count.
+
+        `worker_init_fn(worker_index, worker_count)` runs once in each worker.
+        """
+        from chute._src.iter.mp_prefetch import MultiprocessPrefetchIterDataset
+
+        return MultiprocessPrefetchIterDataset(self, options, worker_init_fn)
 
     def seed(self, seed: int) -> IterDataset[T]:
         """Sets the seed that random stages after this point derive their seeds from."""

@@ -32,3 +32,27 @@ class ReadOptions:
                 "is invalid: threads need room to compute ahead; set prefetch_buffer_size "
                 ">= num_threads, or num_threads=0."
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiprocessingOptions:
+    """How `IterDataset.mp_prefetch` uses worker processes.
+
+    num_workers: worker processes computing elements; 0 computes in this process. The
+      output is the same for every value.
+    per_worker_buffer_size: chunks of elements each worker may compute ahead.
+    enable_profiling: accepted for Grain compatibility; see `chute.stats` instead.
+    """
+
+    num_workers: int = 0
+    per_worker_buffer_size: int = 2
+    enable_profiling: bool = False
+
+    def __post_init__(self) -> None:
+        for name, low in (("num_workers", 0), ("per_worker_buffer_size", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(
+                    f"MultiprocessingOptions: {name}={value!r} is invalid: it must be an int "
+                    f">= {low}; e.g. MultiprocessingOptions(num_workers=2)."
+                )

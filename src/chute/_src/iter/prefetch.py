@@ -79,9 +79,7 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         self._buf_start = 0  # index of _buf[0]
         self._block = 16
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pending: collections.deque[tuple[int, int, concurrent.futures.Future[Any]]] = (
-            collections.deque()
-        )
+        self._pending: collections.deque[tuple[int, int, Any]] = collections.deque()
         self._submitted = 0  # next index to submit to the pool
         self._chunk = max(1, min(256, self._buffer_size // max(1, 2 * self._threads)))
         self._closed = False
@@ -175,14 +173,23 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
             weakref.finalize(self, _shutdown, self._executor)
         return self._executor
 
+    def _submit(self, start: int, k: int) -> Any:
+        """Starts computing elements `[start, start + k)`; returns a future-like handle."""
+        idx = np.arange(start, start + k, dtype=np.int64)
+        return self._ensure_pool().submit(self._ds._getitems, idx)
+
+    def _chunk_result(self, start: int, k: int, fut: Any) -> list[Any]:
+        if fut.exception() is None:
+            return fut.result()
+        # Recompute in this thread, one by one, so the error surfaces at its element.
+        return self._getitems_exact(start, k)
+
     def _top_up(self) -> None:
-        pool = self._ensure_pool()
         limit = max(1, self._buffer_size // self._chunk)
         while len(self._pending) < limit and self._submitted < self._len:
             start = self._submitted
             k = min(self._chunk, self._len - start)
-            idx = np.arange(start, start + k, dtype=np.int64)
-            self._pending.append((start, k, pool.submit(self._ds._getitems, idx)))
+            self._pending.append((start, k, self._submit(start, k)))
             self._submitted = start + k
 
     def _next_chunk_from_pool(self, start: int) -> list[Any]:
@@ -192,10 +199,7 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         self._top_up()
         _, k, fut = self._pending.popleft()
         self._top_up()
-        if fut.exception() is None:
-            return fut.result()
-        # Recompute in this thread, one by one, so the error surfaces at its element.
-        return self._getitems_exact(start, k)
+        return self._chunk_result(start, k, fut)
 
     def _discard_pending(self) -> None:
         for _, _, fut in self._pending:

@@ -1,0 +1,361 @@
+"""`IterDataset.mp_prefetch`: worker processes, with output independent of their number.
+
+Workers compute fixed, index-addressed chunks of the random-access part of the pipeline:
+every `to_iter_dataset` leaf (its `MapDataset`, plus any `map`/`filter` IterDataset stages
+directly above it, which are moved into the workers because they act element by element).
+The main process asks for chunks in index order, reassembles them, and runs the rest of
+the pipeline (batching after a filter, packing, mixing: the order-dependent stages) on the
+reassembled stream. So the elements, and the iterator states, are exactly those of the
+same pipeline run with no workers; a state taken with any number of workers restores
+into any other number. The state holds no worker buffers and taking it needs no IPC.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from chute._src import pipeline_pickle
+from chute._src.dataset import IterDataset, MapDataset, _Node
+from chute._src.iter.filter import FilterIterDataset
+from chute._src.iter.map import MapIterDataset
+from chute._src.iter.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
+from chute._src.iterator import DatasetIterator
+from chute._src.mp.pool import WorkerPool
+from chute._src.options import MultiprocessingOptions, ReadOptions
+
+T = TypeVar("T")
+
+_TARGET_CHUNK_S = 0.02  # a worker's chunk should take about this long to compute
+_MAX_CHUNK = 4096
+
+
+class MultiprocessPrefetchIterDataset(IterDataset[T]):
+    """Runs `parent`'s random-access part in `options.num_workers` worker processes."""
+
+    def __init__(
+        self,
+        parent: IterDataset[T],
+        options: MultiprocessingOptions | None = None,
+        worker_init_fn: Callable[[int, int], None] | None = None,
+    ) -> None:
+        super().__init__([parent])
+        if options is not None and not isinstance(options, MultiprocessingOptions):
+            raise TypeError(
+                f"mp_prefetch: options={options!r} is not a MultiprocessingOptions: pass "
+                "chute.MultiprocessingOptions(num_workers=N)."
+            )
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(
+                f"mp_prefetch: worker_init_fn={worker_init_fn!r} is not callable: pass a "
+                "function f(worker_index, worker_count), or None."
+            )
+        self._options = options or MultiprocessingOptions(num_workers=_default_workers())
+        self._worker_init_fn = worker_init_fn
+
+    @property
+    def options(self) -> MultiprocessingOptions:
+        return self._options
+
+    def __iter__(self) -> DatasetIterator[T]:
+        parent: IterDataset[T] = self._parents[0]  # type: ignore[assignment]
+        if self._options.num_workers == 0:
+            return _MultiprocessIterator(iter(parent), None)
+        leaves: list[MapDataset[Any]] = []
+        main_chain = _substitute(parent, leaves)
+        service = _ChunkService(leaves, self._options, self._worker_init_fn)
+        return _MultiprocessIterator(_attach(main_chain, service), service)
+
+    def __repr__(self) -> str:
+        return f"MultiprocessPrefetchIterDataset(num_workers={self._options.num_workers})"
+
+
+def _default_workers() -> int:
+    import os
+
+    return max(1, (os.cpu_count() or 1))
+
+
+class _MultiprocessIterator(DatasetIterator[T]):
+    """The stage the user holds; its state is its parent's, whatever the worker count."""
+
+    stage = "mp_prefetch"
+
+    def __init__(self, parent: DatasetIterator[T], service: _ChunkService | None) -> None:
+        super().__init__(parent)
+        self._service = service
+        if service is not None:
+            weakref.finalize(self, service.close)
+
+    def __next__(self) -> T:
+        try:
+            return next(self._parent)
+        except StopIteration:
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _next_many(self, n: int) -> list[T]:
+        try:
+            return self._parent._next_many(n)
+        except BaseException:
+            self.close()
+            raise
+
+    def start_prefetch(self) -> None:
+        if self._service is not None:
+            self._service.start()
+        self._parent.start_prefetch()
+
+    def close(self) -> None:
+        self._parent.close()
+        if self._service is not None:
+            self._service.close()
+
+
+# -- rewriting the pipeline: leaves fed by workers, element-wise stages moved into them ------
+
+
+def _substitute(ds: IterDataset[Any], leaves: list[MapDataset[Any]]) -> IterDataset[Any]:
+    """A copy of `ds` whose `to_iter_dataset` leaves read from workers (see module doc)."""
+    hoisted: list[IterDataset[Any]] = []
+    node: _Node = ds
+    while isinstance(node, MapIterDataset | FilterIterDataset):
+        hoisted.append(node)
+        node = node._parents[0]
+    if isinstance(node, PrefetchIterDataset):
+        mapped: MapDataset[Any] = node.map_parent
+        for stage in reversed(hoisted):
+            if isinstance(stage, MapIterDataset):
+                mapped = mapped.map(stage._fn)
+            else:
+                mapped = mapped.filter(stage._fn)
+        leaves.append(mapped)
+        out: IterDataset[Any] = _WorkerFedIterDataset(node, len(leaves) - 1, mapped._may_be_none)
+        for stage in reversed(hoisted):
+            out = _DoneInWorkers(out, "map" if isinstance(stage, MapIterDataset) else "filter")
+        return out
+    clone = copy.copy(ds)
+    clone._parents = tuple(
+        _substitute(p, leaves) if isinstance(p, IterDataset) else p for p in ds._parents
+    )
+    return clone
+
+
+def _attach(ds: IterDataset[Any], service: _ChunkService) -> DatasetIterator[Any]:
+    """`iter(ds)` with every worker-fed leaf connected to `service`."""
+    it = iter(ds)
+    stack: list[Any] = [it]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _WorkerFedIterator):
+            node.connect(service)
+        stack.extend(_child_iterators(node))
+    return it
+
+
+def _child_iterators(it: Any) -> list[Any]:
+    found = [v for v in vars(it).values() if isinstance(v, DatasetIterator)]
+    for v in vars(it).values():
+        if isinstance(v, list | tuple):
+            found.extend(x for x in v if isinstance(x, DatasetIterator))
+    return found
+
+
+class _DoneInWorkers(IterDataset[Any]):
+    """Stands where a `map`/`filter` was that now runs in the workers: a pass-through with
+    the same stage name, so the state has the same shape as without workers."""
+
+    def __init__(self, parent: IterDataset[Any], stage: str) -> None:
+        super().__init__([parent])
+        self._stage = stage
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _PassThrough(self._parent_iter(), self._stage)
+
+
+class _PassThrough(DatasetIterator[Any]):
+    def __init__(self, parent: DatasetIterator[Any], stage: str) -> None:
+        super().__init__(parent)
+        self.stage = stage  # type: ignore[misc]
+
+    def __next__(self) -> Any:
+        return next(self._parent)
+
+    def _next_many(self, n: int) -> list[Any]:
+        return self._parent._next_many(n)
+
+
+class _WorkerFedIterDataset(IterDataset[Any]):
+    def __init__(self, original: PrefetchIterDataset[Any], leaf_id: int, skip_none: bool) -> None:
+        super().__init__([original.map_parent])
+        self._original = original
+        self._leaf_id = leaf_id
+        self._skip_none = skip_none
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _WorkerFedIterator(self._original, self._leaf_id, self._skip_none)
+
+
+class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
+    """`to_iter_dataset`'s iterator, with chunks computed by worker processes.
+
+    Same state as the in-process iterator (the next index and the fingerprint of the
+    original MapDataset), so states move freely between worker counts.
+    """
+
+    def __init__(self, original: PrefetchIterDataset[Any], leaf_id: int, skip_none: bool) -> None:
+        options = ReadOptions(num_threads=1, prefetch_buffer_size=1)
+        super().__init__(original.map_parent, options)
+        self._skip_none = skip_none  # filters moved into the workers leave Nones
+        self._leaf_id = leaf_id
+        self._service: _ChunkService | None = None
+        self._chunk = 4
+
+    def connect(self, service: _ChunkService) -> None:
+        self._service = service
+
+    def _top_up(self) -> None:
+        assert self._service is not None, "worker-fed iterator used before connect()"
+        limit = self._service.max_outstanding
+        while len(self._pending) < limit and self._submitted < self._len:
+            start = self._submitted
+            k = min(self._chunk, self._len - start)
+            self._pending.append((start, k, self._service.submit(self._leaf_id, start, k)))
+            self._submitted = start + k
+
+    def _chunk_result(self, start: int, k: int, fut: Any) -> list[Any]:
+        assert self._service is not None
+        elapsed, items = self._service.result(fut)
+        if elapsed < _TARGET_CHUNK_S / 2 and self._chunk < _MAX_CHUNK:
+            self._chunk *= 2
+        elif elapsed > _TARGET_CHUNK_S * 2 and self._chunk > 1:
+            self._chunk //= 2
+        return items
+
+    def _discard_pending(self) -> None:
+        if self._service is not None:
+            for _, _, ticket in self._pending:
+                self._service.discard(ticket)
+        self._pending.clear()
+
+    def start_prefetch(self) -> None:
+        if not self._closed:
+            self._top_up()
+
+    def close(self) -> None:
+        self._closed = True
+        self._pending.clear()
+
+
+# -- the worker side ---------------------------------------------------------------------
+
+
+class _ChunkWorker:
+    """The function each worker runs: compute chunk `(leaf, start, k)` of the leaves."""
+
+    def __init__(self, payload: bytes) -> None:
+        self._payload = payload
+        self._leaves: list[MapDataset[Any]] | None = None
+
+    def __call__(self, worker_index: int, num_workers: int, task: tuple[int, int, int]) -> Any:
+        if self._leaves is None:
+            self._leaves = pipeline_pickle.loads(self._payload)
+        leaf, start, k = task
+        t0 = time.perf_counter()
+        items = self._leaves[leaf]._getitems(np.arange(start, start + k, dtype=np.int64))
+        return time.perf_counter() - t0, items
+
+    def __repr__(self) -> str:
+        return "chute worker"
+
+
+class _Ticket:
+    __slots__ = ("discarded", "result", "task", "worker")
+
+    def __init__(self, worker: int, task: tuple[int, int, int]) -> None:
+        self.worker = worker
+        self.task = task
+        self.result: Any = None
+        self.discarded = False
+
+
+class _ChunkService:
+    """Sends chunk tasks to workers round-robin and routes results back to their tickets.
+
+    Which worker computes a chunk never affects what the chunk holds; only when it is ready.
+    """
+
+    def __init__(
+        self,
+        leaves: list[MapDataset[Any]],
+        options: MultiprocessingOptions,
+        worker_init_fn: Callable[[int, int], None] | None,
+    ) -> None:
+        stages = [n for leaf in leaves for n in _stages_sources_first(leaf)]
+        payload = pipeline_pickle.dumps(leaves, stages)
+        self._workers = options.num_workers
+        per_worker = options.per_worker_buffer_size + 1
+        self.max_outstanding = max(2, self._workers * options.per_worker_buffer_size)
+        self._pool: WorkerPool[tuple[int, int, int], Any] = WorkerPool(
+            self._workers,
+            _ChunkWorker(payload),
+            worker_init_fn=worker_init_fn,
+            buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding,
+        )
+        self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]
+        self._next_worker = 0
+
+    def start(self) -> None:
+        self._pool.start()
+
+    def submit(self, leaf: int, start: int, k: int) -> _Ticket:
+        w = self._next_worker
+        self._next_worker = (w + 1) % self._workers
+        ticket = _Ticket(w, (leaf, start, k))
+        self._pool.put(w, ticket.task)
+        self._queues[w].append(ticket)
+        return ticket
+
+    def result(self, ticket: _Ticket) -> Any:
+        queue = self._queues[ticket.worker]
+        while ticket.result is None:
+            oldest = queue.popleft()
+            oldest.result = self._pool.get(ticket.worker)
+        out, ticket.result = ticket.result, None
+        return out
+
+    def discard(self, ticket: _Ticket) -> None:
+        """Drops a ticket whose result is no longer wanted (after `set_state`)."""
+        queue = self._queues[ticket.worker]
+        while ticket in queue:
+            oldest = queue.popleft()
+            self._pool.get(ticket.worker)
+            if oldest is ticket:
+                break
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _stages_sources_first(ds: MapDataset[Any]) -> list[MapDataset[Any]]:
+    order: list[MapDataset[Any]] = []
+    seen: set[int] = set()
+
+    def visit(node: MapDataset[Any]) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for p in node._parents:
+            visit(p)
+        order.append(node)
+
+    visit(ds)
+    return order

@@ -1,0 +1,53 @@
+"""Pickling a pipeline for worker processes, naming the stage that cannot be pickled.
+
+cloudpickle is used when it is installed (it pickles lambdas and local functions);
+otherwise the standard pickle, which needs functions defined at module level.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from chute._src.mp.errors import NotPicklableError
+
+
+def _pickler() -> Any:
+    try:
+        import cloudpickle
+    except ImportError:
+        return pickle
+    return cloudpickle
+
+
+def dumps(obj: Any, stages: list[Any]) -> bytes:
+    """Pickles `obj`; on failure names the first of `stages` (sources first) that fails."""
+    pickler = _pickler()
+    try:
+        return pickler.dumps(obj, protocol=5)
+    except Exception as e:
+        culprit = next((s for s in stages if not _picklable(pickler, s)), None)
+        where = f"stage {culprit!r}" if culprit is not None else "the pipeline"
+        fix = (
+            "define the functions it uses at module level (lambdas and local functions "
+            "cannot be pickled by the standard pickle), or pip install cloudpickle"
+            if pickler is pickle
+            else "make the objects it holds picklable (open files, locks and sockets are "
+            "not: open them lazily in the worker, e.g. in __setstate__)"
+        )
+        raise NotPicklableError(
+            f"mp_prefetch: {where} cannot be pickled ({type(e).__name__}: {e}), so it cannot "
+            f"be sent to worker processes: {fix}."
+        ) from e
+
+
+def loads(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+def _picklable(pickler: Any, obj: Any) -> bool:
+    try:
+        pickler.dumps(obj, protocol=5)
+    except Exception:
+        return False
+    return True

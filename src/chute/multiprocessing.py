@@ -1,0 +1,15 @@
+"""Worker processes: options, and the errors they raise."""
+
+from chute._src.mp.errors import NotPicklableError as NotPicklableError
+from chute._src.mp.errors import SharedMemoryWarning as SharedMemoryWarning
+from chute._src.mp.errors import WorkerDiedError as WorkerDiedError
+from chute._src.mp.errors import WorkerError as WorkerError
+from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
+
+__all__ = [
+    "MultiprocessingOptions",
+    "NotPicklableError",
+    "SharedMemoryWarning",
+    "WorkerDiedError",
+    "WorkerError",
+]

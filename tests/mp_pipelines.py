@@ -1,0 +1,85 @@
+"""Module-level functions for the worker-process tests (picklable by the standard pickle)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import chute
+
+
+def double(x: int) -> int:
+    return x * 2
+
+
+def keep(x: int) -> bool:
+    return x % 3 != 0
+
+
+def jitter(x: int, rng: np.random.Generator) -> int:
+    return x * 100 + int(rng.integers(0, 100))
+
+
+def big_array(i: int) -> dict[str, Any]:
+    return {"image": np.full((64, 1024), i, dtype=np.float32), "label": i}
+
+
+def fail_at_13(x: int) -> int:
+    if x == 13:
+        raise ValueError(f"cannot handle {x}")
+    return x
+
+
+def rich_pipeline(workers: int, n: int = 400) -> chute.IterDataset[Any]:
+    """Filter, random_map, batch and an iter-side filter before the worker boundary."""
+    ds = (
+        chute.MapDataset.range(n)
+        .shuffle(seed=1)
+        .map(double)
+        .filter(keep)
+        .random_map(jitter, seed=7)
+        .to_iter_dataset()
+        .filter(lambda_free_odd)
+        .batch(5)
+        .map(batch_sum)
+    )
+    return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+
+
+def lambda_free_odd(x: int) -> bool:
+    return x % 2 == 1
+
+
+def batch_sum(b: np.ndarray) -> tuple[int, list[int]]:
+    return int(b.sum()), b.tolist()
+
+
+class WriteMarker:
+    """A worker_init_fn that leaves a file per worker."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def __call__(self, index: int, count: int) -> None:
+        (self.directory / f"worker-{index}-of-{count}-pid-{os.getpid()}").touch()
+
+
+class HoldsALock:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __call__(self, x: int) -> int:
+        return x
+
+
+class KeepTransform(chute.FilterTransform):
+    def filter(self, element: int) -> bool:
+        return element % 3 != 0
+
+
+def keep_transform() -> KeepTransform:
+    return KeepTransform()

@@ -1,0 +1,290 @@
+"""mp_prefetch and DataLoader(worker_count=N): same output for any worker count, exact
+restore across worker counts, zero-copy arrays, errors and leak-free shutdown."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import chute
+from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
+
+sys.path.insert(0, str(Path(__file__).parent))
+import mp_pipelines as mpp
+
+
+def _ppid_and_state(pid: int) -> tuple[int, str] | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), fields[0]
+
+
+def descendants(root: int) -> set[int]:
+    """Live (non-zombie) processes below `root`: its workers, and the forkserver's."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = _ppid_and_state(int(entry))
+            if info is not None and info[1] != "Z":
+                parents[int(entry)] = info[0]
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def worker_pids() -> set[int]:
+    """chute's worker processes: descendants of this process, less the forkserver and the
+    resource tracker, which multiprocessing keeps for as long as this process lives."""
+    out = set()
+    for pid in descendants(os.getpid()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        info = _ppid_and_state(pid)
+        direct_child = info is not None and info[0] == os.getpid()
+        if direct_child and (b"forkserver" in cmdline or b"resource_tracker" in cmdline):
+            continue
+        out.add(pid)
+    return out
+
+
+def shm_entries() -> set[str]:
+    return {e for e in os.listdir("/dev/shm") if "chute" in e}
+
+
+def wait_until(cond: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return bool(cond())
+
+
+def as_list(ds: chute.IterDataset[Any]) -> list[Any]:
+    it = iter(ds)
+    try:
+        return list(it)
+    finally:
+        it.close()
+
+
+def test_same_output_for_0_1_2_3_4_8_workers() -> None:
+    reference = as_list(mpp.rich_pipeline(0))
+    assert len(reference) > 20
+    for workers in (1, 2, 3, 4, 8):
+        assert_trees_equal(as_list(mpp.rich_pipeline(workers)), reference)
+
+
+@given(
+    n=st.integers(1, 120),
+    use_filter=st.booleans(),
+    batch=st.integers(0, 6),
+    iter_filter=st.booleans(),
+    workers=st.sampled_from([1, 2, 3]),
+)
+@settings(max_examples=8, deadline=None)
+def test_random_pipelines_do_not_depend_on_workers(
+    n: int, use_filter: bool, batch: int, iter_filter: bool, workers: int
+) -> None:
+    def build(w: int) -> chute.IterDataset[Any]:
+        ds = chute.MapDataset.range(n).shuffle(seed=3).random_map(mpp.jitter, seed=1)
+        if use_filter:
+            ds = ds.filter(mpp.keep)
+        it = ds.to_iter_dataset()
+        if iter_filter:
+            it = it.filter(mpp.lambda_free_odd)
+        if batch:
+            it = it.batch(batch)
+        return it.mp_prefetch(chute.MultiprocessingOptions(num_workers=w))
+
+    assert_trees_equal(as_list(build(workers)), as_list(build(0)))
+
+
+@pytest.mark.parametrize(("taken_with", "restored_with"), [(2, 3), (3, 0), (0, 2), (1, 4)])
+def test_state_restores_across_worker_counts(taken_with: int, restored_with: int) -> None:
+    assert_equal_output_after_checkpoint(
+        mpp.rich_pipeline(taken_with),
+        restore_into=mpp.rich_pipeline(restored_with),
+        steps=[0, 1, 7, 20, 31],
+    )
+
+
+def test_state_is_small_and_the_same_with_or_without_workers() -> None:
+    states = []
+    for workers in (0, 3):
+        it = iter(mpp.rich_pipeline(workers))
+        for _ in range(9):
+            next(it)
+        states.append(it.get_state())
+        it.close()
+    assert states[0] == states[1]
+    assert len(json.dumps(states[0])) < 400
+
+
+def test_dataloader_worker_count() -> None:
+    def loader(workers: int) -> chute.DataLoader:
+        return chute.DataLoader(
+            data_source=list(range(300)),
+            sampler=chute.IndexSampler(300, shuffle=True, seed=2, num_epochs=2),
+            operations=[mpp.keep_transform(), chute.Batch(8)],
+            worker_count=workers,
+        )
+
+    reference = [b.tolist() for b in loader(0)]
+    assert [b.tolist() for b in loader(2)] == reference
+    it = iter(loader(2))
+    for _ in range(11):
+        next(it)
+    state = it.get_state()
+    it.close()
+    other = iter(loader(3))
+    other.set_state(state)
+    assert [b.tolist() for b in other] == reference[11:]
+
+
+def test_arrays_come_through_shared_memory_and_stay_valid() -> None:
+    def build(w: int) -> chute.IterDataset[Any]:
+        ds = chute.MapDataset.range(40).map(mpp.big_array).batch(4).to_iter_dataset()
+        return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=w))
+
+    it = iter(build(2))
+    held = [next(it) for _ in range(10)]
+    it.close()
+    del it
+    gc.collect()
+    for _ in range(3):  # churn: new pools reuse memory; held arrays must not change
+        as_list(build(2))
+    reference = as_list(build(0))
+    assert_trees_equal(held, reference)
+    assert held[0]["image"].shape == (4, 64, 1024)
+
+
+def test_start_prefetch_starts_workers_before_next() -> None:
+    before = worker_pids()
+    it = iter(mpp.rich_pipeline(2))
+    it.start_prefetch()
+    it.start_prefetch()
+    assert wait_until(lambda: len(worker_pids() - before) >= 2)
+    assert next(it) == as_list(mpp.rich_pipeline(0))[0]
+    it.close()
+    assert wait_until(lambda: not (worker_pids() - before))
+
+
+def test_worker_exception_has_traceback_stage_and_index() -> None:
+    ds = chute.MapDataset.range(40).map(mpp.fail_at_13).to_iter_dataset()
+    it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+    before = shm_entries()
+    with pytest.raises(ValueError, match="cannot handle 13") as info:
+        list(it)
+    notes = "\n".join(info.value.__notes__)
+    assert "MapMapDataset(transform=fail_at_13" in notes and "element index 13" in notes
+    assert "raised in worker" in notes
+    cause = info.value.__cause__
+    assert cause is not None and "fail_at_13" in str(cause)  # the worker's traceback text
+    assert wait_until(lambda: not worker_pids())
+    assert wait_until(lambda: shm_entries() <= before)
+
+
+def test_killed_worker_is_reported_within_seconds() -> None:
+    ds = chute.MapDataset.range(10**7).map(mpp.double).to_iter_dataset()
+    it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+    before = worker_pids()
+    it.start_prefetch()
+    next(it)
+    new = worker_pids() - before or worker_pids()
+    victim = max(new)
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(chute.multiprocessing.WorkerDiedError, match=r"SIGKILL|signal 9|killed"):
+        for _ in range(10**7):
+            next(it)
+    assert time.monotonic() - t0 < 30
+    assert wait_until(lambda: not (worker_pids() & new))
+
+
+def test_breaking_out_and_garbage_collection_leave_nothing() -> None:
+    before_shm = shm_entries()
+    before = worker_pids()
+    for _ in range(3):
+        for i, _batch in enumerate(mpp.rich_pipeline(2)):
+            if i == 3:
+                break
+    gc.collect()
+    assert wait_until(lambda: not (worker_pids() - before))
+    assert wait_until(lambda: shm_entries() <= before_shm)
+
+
+def test_unpicklable_stage_is_named_before_any_worker_starts() -> None:
+    ds = chute.MapDataset.range(10).map(mpp.HoldsALock()).to_iter_dataset()
+    before = worker_pids()
+    with pytest.raises(
+        chute.multiprocessing.NotPicklableError,
+        match=r"stage MapMapDataset\(transform=HoldsALock.*cannot be pickled",
+    ):
+        iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+    assert not (worker_pids() - before)
+
+
+def test_worker_init_fn_runs_in_each_worker(tmp_path: Path) -> None:
+    ds = chute.MapDataset.range(50).to_iter_dataset()
+    opts = chute.MultiprocessingOptions(num_workers=3)
+    assert as_list(ds.mp_prefetch(opts, worker_init_fn=mpp.WriteMarker(tmp_path))) == list(
+        range(50)
+    )
+    names = sorted(p.name.rsplit("-pid-", 1)[0] for p in tmp_path.iterdir())
+    assert names == ["worker-0-of-3", "worker-1-of-3", "worker-2-of-3"]
+
+
+def test_interpreter_exit_and_keyboard_interrupt_leave_nothing(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import mp_pipelines as mpp
+        it = iter(mpp.rich_pipeline(2))
+        next(it)
+        try:
+            for i, b in enumerate(it):
+                if i == 2:
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            pass
+        it2 = iter(mpp.rich_pipeline(2))
+        next(it2)
+        print(os.getpid(), flush=True)
+        """
+    )
+    before = shm_entries()
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stderr.strip() == "", out.stderr
+    pid = int(out.stdout.strip())
+    assert wait_until(lambda: not descendants(pid))
+    assert wait_until(lambda: shm_entries() <= before)
+
+
+def test_options_errors() -> None:
+    with pytest.raises(ValueError, match=r"num_workers=-1 is invalid"):
+        chute.MultiprocessingOptions(num_workers=-1)
+    with pytest.raises(TypeError, match=r"not a MultiprocessingOptions"):
+        chute.MapDataset.range(3).to_iter_dataset().mp_prefetch(2)  # type: ignore[arg-type]
