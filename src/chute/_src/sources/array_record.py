@@ -85,7 +85,8 @@ class ArrayRecordDataSource:
         self._concat: Concat | None = None
         self._fast_len = 0
         self._fast_direct: tuple[int, array.array[int], mmap.mmap] | None = None
-        self._spans: list[tuple[array.array[int], mmap.mmap] | None] = []
+        # Per file: not scanned yet (missing key), no direct path (None), or its index.
+        self._spans: dict[int, tuple[array.array[int], mmap.mmap] | None] = {}
         self._groups: list[int] = []
         self._chunks: OrderedDict[tuple[int, int], list[bytes]] = OrderedDict()
 
@@ -143,17 +144,23 @@ class ArrayRecordDataSource:
                     r = self._reader(k)
                     counts.append(int(r.num_records()))
                     self._groups.append(_group_size(r.writer_options_string()))
-                if self._direct:
-                    self._spans = [
-                        self._scan(k, n) if g == 1 else None
-                        for k, (n, g) in enumerate(zip(counts, self._groups))
-                    ]
                 self._concat = Concat(counts)
                 self._fast_len = counts[0] if len(counts) == 1 else 0
-                first = self._spans[0] if self._spans else None
-                if first is not None and len(counts) == 1:
-                    self._fast_direct = (counts[0], first[0], first[1])
             return self._concat
+
+    def _direct_entry(self, k: int) -> tuple[array.array[int], mmap.mmap] | None:
+        """File k's direct-read index, scanned on its first read (not on `len`)."""
+        if k in self._spans:
+            return self._spans[k]
+        with self._lock:
+            if k not in self._spans:
+                assert self._concat is not None
+                n = self._concat.counts[k]
+                entry = self._scan(k, n) if self._direct and self._groups[k] == 1 else None
+                self._spans[k] = entry
+                if entry is not None and len(self._paths) == 1:
+                    self._fast_direct = (n, entry[0], entry[1])
+            return self._spans[k]
 
     def _scan(self, k: int, n: int) -> tuple[array.array[int], mmap.mmap] | None:
         path = self._paths[k]
@@ -180,7 +187,7 @@ class ArrayRecordDataSource:
         return d
 
     def _read_direct(self, k: int, i: int) -> bytes | None:
-        entry = self._spans[k] if self._spans else None
+        entry = self._direct_entry(k)
         if entry is None:
             return None
         spans, mm = entry
@@ -267,7 +274,7 @@ class ArrayRecordDataSource:
 
     def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
         concat = self._concat or self._open()
-        if len(indices) < self._batch_threshold or self._spans:
+        if len(indices) < self._batch_threshold or self._direct:
             return [self[i] for i in indices]
         by_file: dict[int, tuple[list[int], list[int]]] = {}
         for pos, g in enumerate(indices):
