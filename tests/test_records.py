@@ -274,3 +274,14 @@ def test_bad_arguments(tmp_path: Path) -> None:
         RecordWriter(tmp_path / "x.crec", compression="nope")
     with pytest.raises(ValueError, match="power of two"):
         RecordWriter(tmp_path / "x.crec", alignment=3)
+
+
+def test_source_reopens_in_another_process(tmp_path: Path) -> None:
+    import multiprocessing
+    import operator
+    from concurrent.futures import ProcessPoolExecutor
+
+    src = RecordFileDataSource(_write(tmp_path / "d.crec", RECORDS, compression="zstd"))
+    assert src[1] == RECORDS[1]  # opened (mapped) here first
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert pool.submit(operator.getitem, src, 3).result() == RECORDS[3]
