@@ -288,3 +288,16 @@ def test_options_errors() -> None:
         chute.MultiprocessingOptions(num_workers=-1)
     with pytest.raises(TypeError, match=r"not a MultiprocessingOptions"):
         chute.MapDataset.range(3).to_iter_dataset().mp_prefetch(2)  # type: ignore[arg-type]
+
+
+def test_script_without_main_guard_gets_an_explanation(tmp_path: Path) -> None:
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "import chute\n"
+        "ds = chute.MapDataset.range(100).to_iter_dataset()\n"
+        "print(list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2))))\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "WorkerDiedError" in out.stderr
+    assert "if __name__ == '__main__':" in out.stderr

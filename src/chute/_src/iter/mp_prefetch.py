@@ -27,11 +27,18 @@ from chute._src.iter.filter import FilterIterDataset
 from chute._src.iter.map import MapIterDataset
 from chute._src.iter.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
 from chute._src.iterator import DatasetIterator
+from chute._src.mp.errors import WorkerDiedError
 from chute._src.mp.pool import WorkerPool
 from chute._src.options import MultiprocessingOptions, ReadOptions
 
 T = TypeVar("T")
 
+_DIED_AT_START = (
+    "chute: the worker died before returning any result. If it printed 'An attempt has been "
+    "made to start a new process before the current process has finished its bootstrapping "
+    "phase', your script starts the pipeline at import time: worker processes re-import the "
+    "main script, so put the code that iterates under `if __name__ == '__main__':`."
+)
 _TARGET_CHUNK_S = 0.02  # a worker's chunk should take about this long to compute
 _MAX_CHUNK = 4096
 
@@ -268,6 +275,7 @@ class _ChunkWorker:
     def __call__(self, worker_index: int, num_workers: int, task: tuple[int, int, int]) -> Any:
         if self._leaves is None:
             self._leaves = pipeline_pickle.loads(self._payload)
+            self._payload = b""  # the unpickled pipeline is all a worker needs from now on
         leaf, start, k = task
         t0 = time.perf_counter()
         items = self._leaves[leaf]._getitems(np.arange(start, start + k, dtype=np.int64))
@@ -311,6 +319,7 @@ class _ChunkService:
             buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding,
         )
         self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]
+        self._received = [False] * self._workers
         self._next_worker = 0
 
     def start(self) -> None:
@@ -328,7 +337,13 @@ class _ChunkService:
         queue = self._queues[ticket.worker]
         while ticket.result is None:
             oldest = queue.popleft()
-            oldest.result = self._pool.get(ticket.worker)
+            try:
+                oldest.result = self._pool.get(ticket.worker)
+            except WorkerDiedError as e:
+                if not self._received[ticket.worker]:
+                    e.add_note(_DIED_AT_START)
+                raise
+            self._received[ticket.worker] = True
         out, ticket.result = ticket.result, None
         return out
 
