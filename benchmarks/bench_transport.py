@@ -8,7 +8,7 @@ time from creating a pool to having one result from every worker, per start meth
 Each worker returns the same pre-built array for every task, so the figures measure the
 transport, not the making of data. The consumer drops each array when it gets it.
 
-    python benchmarks/bench_transport.py            # full run, about a minute
+    python benchmarks/bench_transport.py            # full run, a few minutes
     python benchmarks/bench_transport.py --quick    # smaller totals
 """
 
@@ -43,11 +43,11 @@ def chute_task(index: int, count: int, nbytes: int) -> np.ndarray:
     return make_array(nbytes)
 
 
-def chute_run(num_workers: int, nbytes: int, count: int) -> float:
+def chute_run(num_workers: int, nbytes: int, count: int, shm: int | None = None) -> float:
+    """`shm=None`: the default slab, which grows to fit; `shm=0`: pipes only."""
     buffer_size = 3
-    slab = (buffer_size + 2) * nbytes + MiB
     with WorkerPool(
-        num_workers, chute_task, buffer_size=buffer_size, shm_bytes_per_worker=slab
+        num_workers, chute_task, buffer_size=buffer_size, shm_bytes_per_worker=shm
     ) as pool:
         for w in range(num_workers):  # warm up: workers started, arrays built
             pool.put(w, nbytes)
@@ -115,7 +115,8 @@ def baseline_run(
 
 def transport_table(total_bytes: int) -> None:
     runs: dict[str, Callable[[int, int, int], float]] = {
-        "chute slab": chute_run,
+        "chute (shared slab)": chute_run,
+        "chute (pipes, no shm)": lambda w, n, c: chute_run(w, n, c, shm=0),
         "mp.Queue": lambda w, n, c: baseline_run(queue_worker, lambda a: None, w, n, c),
         "SharedMemory per array": lambda w, n, c: baseline_run(
             segment_worker, segment_receive, w, n, c
@@ -156,7 +157,7 @@ def first_result(method: str, workers: int) -> tuple[float, float]:
 
 def startup_table() -> None:
     print("\nTime to first result from every worker, seconds (fresh interpreter; default")
-    print("64 MiB slab per worker; 'next pool' reuses the forkserver)")
+    print("16 MiB first slab per worker; 'next pool' reuses the forkserver)")
     print(f"{'start method':<14}{'workers':>8}{'first pool':>12}{'next pool':>12}")
     for method in ("fork", "forkserver", "spawn"):
         for workers in (2, 8):
@@ -173,14 +174,14 @@ def startup_table() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="move 0.5 GiB per cell, not 4")
+    parser.add_argument("--quick", action="store_true", help="move 1 GiB per cell, not 2")
     parser.add_argument("--first-result", nargs=2, metavar=("METHOD", "WORKERS"))
     args = parser.parse_args()
     if args.first_result:
         print(*first_result(args.first_result[0], int(args.first_result[1])))
         return
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {mp.cpu_count()} cores")
-    transport_table((1 if args.quick else 4) << 30)
+    transport_table((1 if args.quick else 2) << 30)
     startup_table()
 
 
