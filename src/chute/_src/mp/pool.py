@@ -75,8 +75,8 @@ FORKSERVER_PRELOAD = ("numpy", "chute._src.mp._worker")
 
 
 def _ensure_forkserver() -> None:
-    server = multiprocessing.forkserver._forkserver
-    if getattr(server, "_forkserver_pid", None) is None:
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is None:
         current = list(getattr(server, "_preload_modules", ["__main__"]))
         extra = [m for m in FORKSERVER_PRELOAD if m not in current]
         if extra:
@@ -143,6 +143,10 @@ class _PoolState:
         if self.closed:
             return
         self.closed = True
+        # Workers whose start failed (or never came) have no process to stop.
+        for w in [w for w in self.workers if w.process.pid is None]:
+            w.conn.close()
+        self.workers = [w for w in self.workers if w.process.pid is not None]
         for w in self.workers:
             with contextlib.suppress(OSError):  # already dead
                 w.conn.send_bytes(b"S")
@@ -165,6 +169,8 @@ class _PoolState:
 
 class WorkerPool(Generic[TaskT, ResultT]):
     """`num_workers` processes, each running `worker_fn(worker_index, num_workers, task)`.
+
+    Use it from one thread at a time (`mp_prefetch` does); it starts no threads itself.
 
     Args:
       num_workers: how many worker processes to start.
@@ -371,6 +377,10 @@ class WorkerPool(Generic[TaskT, ResultT]):
             w.conn.send_bytes(b"T" + seq.to_bytes(8, "little") + data)
         except OSError:
             self._raise_died(worker_index)
+        except BaseException:
+            # Interrupted part-way through a frame (Ctrl-C): the stream is undefined.
+            self._close_for(f"sending a task to worker {worker_index} was interrupted")
+            raise
         w.next_seq += 1
         w.pending.append((seq, task))
 
