@@ -34,7 +34,7 @@ import numpy as np
 import chute.cli
 from _harness import machine, rates, table
 from chute.records import RecordWriter
-from chute.sources import ArrayRecordDataSource, RecordFileDataSource
+from chute.sources import ArrayRecordDataSource, JsonlDataSource, RecordFileDataSource
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -133,10 +133,18 @@ def main() -> None:
     zd = RecordFileDataSource(crec["zstd-dict"])
     chute_ar = ArrayRecordDataSource(str(ar_path))
     chute_ar_reader = ArrayRecordDataSource(str(ar_path), direct=False)
+    jsonl_raw = JsonlDataSource(corpus, decode=False)
+    jsonl_dict = JsonlDataSource(corpus)
     grain_ar = grain.sources.ArrayRecordDataSource(str(ar_path))
     assert on[idx[0]] == off[idx[0]] == zd[idx[0]] == chute_ar[idx[0]] == grain_ar[idx[0]]
     assert mm[offs[idx[1]] : offs[idx[1]] + lens[idx[1]]] == lines[idx[1]]
-    for src in (on, zd, chute_ar, chute_ar_reader):  # warm the page cache and the readers
+    for src in (
+        on,
+        zd,
+        chute_ar,
+        chute_ar_reader,
+        jsonl_raw,
+    ):  # warm the page cache and the readers
         for i in range(0, n, 7):
             src[i]
 
@@ -163,6 +171,8 @@ def main() -> None:
             "chute_ar": loop(chute_ar, idx),
             "chute_ar_reader": loop(chute_ar_reader, idx[:50_000]),
             "grain_ar": loop(grain_ar, gidx),
+            "jsonl_raw": loop(jsonl_raw, idx[:100_000]),
+            "jsonl_dict": loop(jsonl_dict, idx[:100_000]),
         },
         repeats=5,
     )
@@ -199,6 +209,15 @@ def main() -> None:
             f"{r['chute_ar_reader'] / r['grain_ar']:.0f}x grain",
             "",
         ],
+    ]
+    rows += [
+        [
+            "JsonlDataSource(decode=False)[i] (line index)",
+            f"{r['jsonl_raw'] / 1e6:.2f} M rec/s",
+            f"{r['jsonl_raw'] / r['bare']:.2f}x bare",
+            "",
+        ],
+        ["JsonlDataSource[i] (orjson dicts)", f"{r['jsonl_dict'] / 1e3:.0f} k rec/s", "", ""],
     ]
     batch = idx[:20_000]
     rb = rates(

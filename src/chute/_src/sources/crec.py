@@ -167,19 +167,23 @@ class RecordFileDataSource:
         return f.read(i)
 
     def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
-        f = self._single
-        if f is None:
-            self._files or self._open()
-            f = self._single
-        if f is not None:
-            read = f.read
-            n = f.num_records
-            return [read(i) if 0 <= i < n else self[i] for i in indices]
-        locate = self._locate
-        out = []
-        for g in indices:
-            f, i = locate(g)
-            out.append(f.read(i))
+        if self._files is None:
+            self._open()
+        fast = self._fast
+        if fast is None:
+            get = self.__getitem__
+            return [get(i) for i in indices]
+        n, offsets, lengths, crcs, codecs, mm, verify = fast
+        out: list[bytes] = []
+        append = out.append
+        for i in indices:
+            if 0 <= i < n:
+                o = offsets[i]
+                data = mm[o : o + lengths[i]]
+                if not codecs[i] and (not verify or crc32c(data) == crcs[i]):
+                    append(data)
+                    continue
+            append(self[i])
         return out
 
     def view(self, index: int) -> memoryview:
