@@ -1,0 +1,296 @@
+"""Online bin packing into `num_packing_bins` rows at a time (first-fit or best-fit).
+
+As in Grain: sequences are placed, in stream order, into a batch of `num_packing_bins`
+empty bins; the first sequence that fits no bin closes the batch, whose non-empty bins are
+emitted as rows (optionally in a shuffled order), and starts the next batch. Features not
+in `length_struct` or `meta_features` are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._src.dataset import IterDataset
+from chute._src.iter.pack_common import (
+    Mark,
+    PackSpec,
+    Placements,
+    ReplayReader,
+    assemble,
+    check_num_bins,
+    mark_state,
+    restore_mark,
+    split_pieces,
+)
+from chute._src.iterator import DatasetIterator
+from chute._src.seeding import derive_seed
+
+SEED_TAG_PACK = 5
+_BIG = np.iinfo(np.int64).max
+
+
+class PackIterDataset(IterDataset[dict[str, Any]]):
+    """The packing stage; `FirstFitPackIterDataset` and `BestFitPackIterDataset` pick the rule."""
+
+    _first_fit = True
+    _name = "FirstFitPackIterDataset"
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        *,
+        length_struct: Any,
+        num_packing_bins: int,
+        seed: int | None = None,
+        shuffle_bins: bool = True,
+        meta_features: Sequence[str] = (),
+        pack_alignment_struct: Any = None,
+        padding_struct: Any = None,
+        max_sequences_per_bin: int | None = None,
+        split_long_sequences: bool = False,
+    ) -> None:
+        super().__init__([parent])
+        where = self._name
+        self._spec = PackSpec(
+            where, length_struct, meta_features, padding_struct, pack_alignment_struct
+        )
+        self._bins = check_num_bins(num_packing_bins, where)
+        if max_sequences_per_bin is not None and (
+            isinstance(max_sequences_per_bin, bool)
+            or not isinstance(max_sequences_per_bin, int)
+            or max_sequences_per_bin < 1
+        ):
+            raise ValueError(
+                f"{where}: max_sequences_per_bin={max_sequences_per_bin!r} is invalid: it "
+                "must be a positive int, or None for no limit."
+            )
+        self._max_seqs = max_sequences_per_bin
+        self._shuffle = bool(shuffle_bins)
+        self._split = bool(split_long_sequences)
+        # Grain's default is seed=0; a pipeline seed (ds.seed(s)) is used when there is one.
+        if seed is None and self._pipeline_seed is None:
+            seed = 0
+        self._seed = self._op_seed(seed, SEED_TAG_PACK, where)
+
+    def __iter__(self) -> DatasetIterator[dict[str, Any]]:
+        return _PackIterator(self._parent_iter(), self)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self._name}(length_struct={dict(zip(self._spec.keys, self._spec.caps))}, "
+            f"num_packing_bins={self._bins}, shuffle_bins={self._shuffle})"
+        )
+
+    def _fingerprint_params(self) -> str:
+        s = self._spec
+        return (
+            f"{s.keys}, {s.caps}, {sorted(s.meta)}, {s.pads}, {s.aligns}, {self._bins}, "
+            f"{self._max_seqs}, {self._shuffle}, {self._split}, {self._seed}"
+        )
+
+
+class _PackIterator(DatasetIterator[dict[str, Any]]):
+    """Packs a batch of bins, emits its rows; the state is where the batch began upstream."""
+
+    stage = "pack"
+
+    def __init__(self, parent: DatasetIterator[Any], ds: PackIterDataset) -> None:
+        super().__init__(parent)
+        self._ds = ds
+        self._spec = ds._spec
+        self._reader = ReplayReader(parent)
+        self._rows: list[dict[str, Any]] = []  # the current batch's rows, in emission order
+        self._emitted = 0  # rows of the current batch already handed out
+        self._counter = 0  # rows handed out before the current batch (keys the shuffle)
+        self._start: Mark | None = None  # where the current batch began upstream
+        self._next_start: Mark | None = None  # where the next batch begins
+        self._pending: list[list[np.ndarray]] | None = None  # pieces of the overflow element
+        self._pending_element: Any = None
+        self._pending_piece = 0
+        self._seen = 0  # elements read, to name a bad one
+
+    # -- emitting --------------------------------------------------------------------------
+
+    def __next__(self) -> dict[str, Any]:
+        if self._emitted >= len(self._rows):
+            self._pack_batch()
+        row = self._rows[self._emitted]
+        self._emitted += 1
+        if self._emitted == len(self._rows):
+            self._counter += len(self._rows)
+            self._start, self._rows, self._emitted = self._next_start, [], 0
+        return row
+
+    def _next_many(self, n: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        try:
+            while len(out) < n:
+                if self._emitted >= len(self._rows):
+                    self._pack_batch()
+                take = self._rows[self._emitted : self._emitted + n - len(out)]
+                out.extend(take)
+                self._emitted += len(take)
+                if self._emitted == len(self._rows):
+                    self._counter += len(self._rows)
+                    self._start, self._rows, self._emitted = self._next_start, [], 0
+        except StopIteration:
+            pass
+        return out
+
+    # -- packing ---------------------------------------------------------------------------
+
+    def _pieces(self, element: Any) -> list[list[np.ndarray]]:
+        spec = self._spec
+        feats = spec.features(element, self._seen)
+        self._seen += 1
+        lens = [len(x) for x in feats]
+        if any(n > c for n, c in zip(lens, spec.caps)):
+            if not self._ds._split:
+                raise spec.too_long(self._seen - 1, lens)
+            return split_pieces(feats, spec.caps)
+        return [feats]
+
+    def _pack_batch(self) -> None:
+        """Packs the next batch of bins into `self._rows`; StopIteration at the end."""
+        ds, spec = self._ds, self._spec
+        nb, caps, aligns = ds._bins, spec.caps, spec.aligns
+        nf = len(caps)
+        reader = self._reader
+        if self._start is None:
+            self._start = reader.mark()
+        free = np.array([[c] * nb for c in caps], dtype=np.int64)
+        used = [[0] * nb for _ in caps]
+        counts = [0] * nb
+        max_seqs = ds._max_seqs or 0
+        first_fit = ds._first_fit
+        aligned = any(a > 1 for a in aligns)
+        p = Placements(nf)
+        bins, segments = p.bins, p.segments
+        track_meta = bool(spec.nonseq_meta)
+        single = nf == 1 and not aligned
+        free0, used0, cap0 = free[0], used[0], caps[0]
+        arrays0, offsets0, lengths0 = p.arrays[0], p.offsets[0], p.lengths[0]
+
+        pieces = self._pending
+        element = self._pending_element
+        j = self._pending_piece
+        self._pending = None
+        overflow: Mark | None = None
+        while True:
+            if pieces is None or j >= len(pieces):
+                try:
+                    element = reader.next()
+                except StopIteration:
+                    break
+                pieces = self._pieces(element)
+                j = 0
+            feats = pieces[j]
+            if single:
+                x = feats[0]
+                n = len(x)
+                if first_fit:
+                    fits = free0 >= n
+                    b = int(fits.argmax())
+                    if not fits[b]:
+                        overflow = reader.last_mark(j)
+                        break
+                else:
+                    cand = np.where(free0 >= n, free0, _BIG)
+                    b = int(cand.argmin())
+                    if cand[b] == _BIG:
+                        overflow = reader.last_mark(j)
+                        break
+                off = used0[b]
+                used0[b] = off + n
+                free0[b] = cap0 - off - n
+                arrays0.append(x)
+                offsets0.append(off)
+                lengths0.append(n)
+            else:
+                lens = np.array([len(x) for x in feats], dtype=np.int64)
+                fits_all = (free >= lens[:, None]).all(0)
+                if first_fit:
+                    b = int(fits_all.argmax())
+                else:
+                    b = int(np.where(fits_all, free.sum(0), _BIG).argmin())
+                if not fits_all[b]:
+                    overflow = reader.last_mark(j)
+                    break
+                for f in range(nf):
+                    x = feats[f]
+                    n = len(x)
+                    off = used[f][b]
+                    a = aligns[f]
+                    end = -(-(off + n) // a) * a
+                    used[f][b] = end
+                    free[f, b] = caps[f] - end
+                    p.arrays[f].append(x)
+                    p.offsets[f].append(off)
+                    p.lengths[f].append(n)
+            count = counts[b] + 1
+            counts[b] = count
+            if max_seqs and count >= max_seqs:
+                free[:, b] = -1
+            bins.append(b)
+            segments.append(count)
+            if track_meta:
+                p.metas.append((b, element))
+            j += 1
+
+        if overflow is not None:
+            self._pending, self._pending_element, self._pending_piece = pieces, element, j
+            self._next_start = overflow
+        else:
+            self._next_start = reader.mark()
+        if not bins:
+            raise StopIteration
+        rows = sum(1 for c in counts if c)
+        batch = assemble(spec, p, rows)
+        order: list[int] = list(range(rows))
+        if ds._shuffle:
+            rng = np.random.default_rng(derive_seed(ds._seed, self._counter))
+            order = rng.permutation(rows).tolist()
+        keys = list(batch)
+        self._rows = [{k: batch[k][r] for k in keys} for r in order]
+
+    # -- state -----------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        start = self._start if self._start is not None else self._reader.mark()
+        return mark_state(self.stage, start, emitted=self._emitted, counter=self._counter)
+
+    def _restore(self, state: Any, path: str) -> None:
+        mark, counters = restore_mark(self, state, path, ("emitted", "counter"))
+        self._reader.seek(mark, path)
+        self._rows, self._emitted, self._counter = [], 0, counters["counter"]
+        self._start, self._next_start = mark, None
+        self._pending = None
+        if mark.piece:
+            element = self._reader.next()
+            pieces = self._pieces(element)
+            if mark.piece >= len(pieces):
+                from chute._src.errors import CheckpointError
+
+                raise CheckpointError(
+                    f"{path}['piece'] = {mark.piece} is invalid: the element there splits "
+                    f"into {len(pieces)} pieces; restore a state of this same pipeline."
+                )
+            self._pending, self._pending_element, self._pending_piece = (
+                pieces,
+                element,
+                mark.piece,
+            )
+        emitted = counters["emitted"]
+        if emitted:
+            self._pack_batch()
+            if emitted >= len(self._rows):
+                from chute._src.errors import CheckpointError
+
+                raise CheckpointError(
+                    f"{path}['emitted'] = {emitted} is invalid: the batch of bins there has "
+                    f"{len(self._rows)} rows; restore a state of this same pipeline."
+                )
+            self._emitted = emitted
