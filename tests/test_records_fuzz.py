@@ -83,3 +83,32 @@ def test_corrupted_files_raise_only_data_error(
     if verify:
         # Whatever was not detected must be harmless: the records read back unchanged.
         assert got == _RECORDS
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    records=st.lists(st.binary(max_size=300) | st.text(max_size=200).map(str.encode), max_size=60),
+    compression=st.sampled_from(["none", "zstd"]),
+    alignment=st.sampled_from([1, 8, 64]),
+    per_shard=st.integers(1, 30),
+)
+def test_any_records_round_trip(
+    records: list[bytes], compression: str, alignment: int, per_shard: int
+) -> None:
+    from chute.records import ShardedRecordWriter
+
+    with tempfile.TemporaryDirectory() as d:
+        one = Path(d) / "one.crec"
+        with RecordWriter(one, compression=compression, alignment=alignment) as w:
+            for r in records:
+                w.write(r)
+        with ShardedRecordWriter(Path(d) / "many", records_per_shard=per_shard) as sw:
+            for r in records:
+                sw.write(r)
+        for src in (RecordFileDataSource(one), RecordFileDataSource(Path(d) / "many")):
+            assert len(src) == len(records)
+            assert src.__getitems__(list(range(len(records)))[::-1]) == records[::-1]
+            buf = bytearray(sum(map(len, records)))
+            ends = src.read_into(list(range(len(records))), buf)
+            assert bytes(buf) == b"".join(records)
+            assert list(ends[1:] - ends[:-1]) == [len(r) for r in records]

@@ -384,6 +384,8 @@ class ShardedRecordWriter:
         """Finishes the last shard and writes the manifest."""
         if self._closed:
             return
+        if self._writer is None and not self._shards:
+            self._roll()  # an empty dataset is one empty shard, so it reads as empty
         if self._writer is not None:
             self._finish_shard()
         self._closed = True
