@@ -285,3 +285,10 @@ def test_source_reopens_in_another_process(tmp_path: Path) -> None:
     assert src[1] == RECORDS[1]  # opened (mapped) here first
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         assert pool.submit(operator.getitem, src, 3).result() == RECORDS[3]
+
+
+def test_missing_zstandard_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    with pytest.raises(ImportError, match=r"needs zstandard: pip install 'chute\[zstd\]'"):
+        RecordWriter(tmp_path / "z.crec", compression="zstd")
+    assert not list(tmp_path.iterdir())

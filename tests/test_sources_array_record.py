@@ -115,3 +115,15 @@ def test_corruption_after_indexing_is_caught_by_the_recorded_crc(tmp_path: Path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: cache reused
     with pytest.raises(DataError, match=r"c\.array_record: record 0 could not be read .*CRC32C"):
         ArrayRecordDataSource(str(path))[0]
+
+
+def test_missing_array_record_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    path = _write(tmp_path / "a.array_record", RECORDS[:3], 1)
+    monkeypatch.setitem(sys.modules, "array_record", None)
+    monkeypatch.setitem(sys.modules, "array_record.python", None)
+    with pytest.raises(ImportError, match=r"pip install 'chute\[arrayrecord\]'"):
+        ArrayRecordDataSource(path)

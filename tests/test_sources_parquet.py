@@ -47,3 +47,15 @@ def test_not_parquet(tmp_path: Path) -> None:
     (tmp_path / "x.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(DataError, match=r"x\.parquet: not a readable Parquet file"):
         len(ParquetDataSource(tmp_path / "x.parquet"))
+
+
+def test_missing_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    _write(tmp_path / "a.parquet", ROWS[:3])
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(
+        ImportError, match=r"ParquetDataSource needs pyarrow: pip install 'chute\[parquet\]'"
+    ):
+        ParquetDataSource(tmp_path / "a.parquet")
