@@ -80,19 +80,20 @@ def inspect_lines(inputs: list[str], fmt: Format | None, show: int = 3) -> list[
 
 def verify_any(
     inputs: list[str], fmt: Format | None, progress: Callable[[int, int], None] | None = None
-) -> int:
+) -> tuple[int, str]:
     """Reads every record of the dataset, checking what its format can check.
 
     `.crec`: every record's CRC32C (and decompression). TFRecord: every CRC. JSONL: every
     line parses. ArrayRecord, Parquet, NumPy: every record decodes. Raises
-    `chute.DataError` at the first bad record; returns the number of records.
+    `chute.DataError` at the first bad record; returns the number of records and what
+    was checked.
     """
     from chute._src.records.verify import verify
 
     paths = expand_paths(inputs, "chute verify")
     fmt = fmt or detect_format(paths[0])
     if fmt is Format.CREC:
-        return verify(paths, progress)
+        return verify(paths, progress), "every checksum matches"
     from chute import sources
 
     if fmt is Format.JSONL:
@@ -102,4 +103,8 @@ def verify_any(
     for block in iter_blocks(src):
         if progress is not None:
             progress(len(block), sum(len(r) if isinstance(r, bytes) else 0 for r in block))
-    return len(src)
+    if fmt is Format.TFRECORD:
+        return len(src), "every checksum matches"
+    if fmt is Format.JSONL:
+        return len(src), "every line is valid JSON"
+    return len(src), "every record reads"
