@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import array
 import mmap
-import os
 import re
 import threading
 from collections import OrderedDict
@@ -299,13 +298,3 @@ class ArrayRecordDataSource:
         p = self._paths
         shown = repr(p[0]) if len(p) == 1 else f"<{len(p)} files: {p[0]!r}, ...>"
         return f"ArrayRecordDataSource({shown})"
-
-
-def write_array_record(
-    path: str | os.PathLike[str], records: Sequence[bytes], options: str = "group_size:1"
-) -> None:
-    """Writes `records` to an ArrayRecord file (needs the `array-record` extra)."""
-    w = _module().ArrayRecordWriter(os.fspath(path), options)
-    for r in records:
-        w.write(r)
-    w.close()

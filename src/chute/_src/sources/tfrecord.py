@@ -133,12 +133,3 @@ class TFRecordDataSource:
         p = self._paths
         shown = repr(p[0]) if len(p) == 1 else f"<{len(p)} files: {p[0]!r}, ...>"
         return f"TFRecordDataSource({shown}, verify_checksums={self._verify})"
-
-
-def write_tfrecord(path: str | os.PathLike[str], records: Sequence[bytes]) -> None:
-    """Writes `records` as a TFRecord file (for tests and conversions)."""
-    with open(path, "wb") as f:
-        for r in records:
-            head = struct.pack("<Q", len(r))
-            f.write(head + struct.pack("<I", masked_crc32c(head)))
-            f.write(r + struct.pack("<I", masked_crc32c(r)))
