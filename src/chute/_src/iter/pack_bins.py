@@ -211,7 +211,7 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
                 lengths0.append(n)
             else:
                 lens = np.array([len(x) for x in feats], dtype=np.int64)
-                fits_all = (free >= lens[:, None]).all(0)
+                fits_all = np.asarray((free >= lens[:, None]).all(0))
                 if first_fit:
                     b = int(fits_all.argmax())
                 else:
