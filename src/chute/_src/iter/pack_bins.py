@@ -8,6 +8,7 @@ in `length_struct` or `meta_features` are dropped.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,6 @@ from chute._src.iterator import DatasetIterator
 from chute._src.seeding import derive_seed
 
 SEED_TAG_PACK = 5
-_BIG = np.iinfo(np.int64).max
 
 
 class PackIterDataset(IterDataset[dict[str, Any]]):
@@ -172,6 +172,7 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
         track_meta = bool(spec.nonseq_meta)
         single = nf == 1 and not aligned
         free0, used0, cap0 = free[0], used[0], caps[0]
+        keys = [cap0 * nb + b for b in range(nb)]  # for single-feature best fit
         arrays0, offsets0, lengths0 = p.arrays[0], p.offsets[0], p.lengths[0]
 
         pieces = self._pending
@@ -198,11 +199,14 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
                         overflow = reader.last_mark(j)
                         break
                 else:
-                    cand = np.where(free0 >= n, free0, _BIG)
-                    b = int(cand.argmin())
-                    if cand[b] == _BIG:
+                    # Bins sorted by (free space, index): the first with room is the best fit.
+                    i = bisect_left(keys, n * nb)
+                    if i == len(keys):
                         overflow = reader.last_mark(j)
                         break
+                    b = keys.pop(i) % nb
+                    if not (max_seqs and counts[b] + 1 >= max_seqs):
+                        insort(keys, (cap0 - used0[b] - n) * nb + b)
                 off = used0[b]
                 used0[b] = off + n
                 free0[b] = cap0 - off - n
@@ -215,7 +219,7 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
                 if first_fit:
                     b = int(fits_all.argmax())
                 else:
-                    b = int(np.where(fits_all, free.sum(0), _BIG).argmin())
+                    b = int(np.where(fits_all, free.sum(0), np.iinfo(np.int64).max).argmin())
                 if not fits_all[b]:
                     overflow = reader.last_mark(j)
                     break
