@@ -257,8 +257,8 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
         if ds._shuffle:
             rng = np.random.default_rng(derive_seed(ds._seed, self._counter))
             order = rng.permutation(rows).tolist()
-        keys = list(batch)
-        self._rows = [{k: batch[k][r] for k in keys} for r in order]
+        names = list(batch)
+        self._rows = [{k: batch[k][r] for k in names} for r in order]
 
     # -- state -----------------------------------------------------------------------------
 
