@@ -6,6 +6,7 @@ from chute._src.iter.concat_split import (
 )
 from chute._src.iter.pack_best_fit import BestFitPackIterDataset as BestFitPackIterDataset
 from chute._src.iter.pack_first_fit import FirstFitPackIterDataset as FirstFitPackIterDataset
+from chute._src.iter.rebatch import RebatchIterDataset as RebatchIterDataset
 from chute._src.iter.thread_prefetch import (
     ThreadPrefetchIterDataset as ThreadPrefetchIterDataset,
 )
@@ -17,5 +18,6 @@ __all__ = [
     "ConcatThenSplitIterDataset",
     "FirstFitPackIterDataset",
     "MultiprocessingOptions",
+    "RebatchIterDataset",
     "ThreadPrefetchIterDataset",
 ]

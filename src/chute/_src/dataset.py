@@ -193,11 +193,19 @@ class MapDataset(_Node, Generic[T]):
         *,
         drop_remainder: bool = False,
         batch_fn: Callable[[list[T]], S] | None = None,
+        pad_value: Any = None,
+        padding_struct: Any = None,
     ) -> MapDataset[S]:
-        """Groups consecutive elements, stacking them leaf by leaf (or with `batch_fn`)."""
-        from chute._src.map.batch import BatchMapDataset
+        """Groups consecutive elements, stacking them leaf by leaf (or with `batch_fn`).
 
-        return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        Ragged array leaves are padded with `pad_value` (to the longest in the batch) or to
+        the fixed first-axis lengths of `padding_struct` (shaped like the element).
+        """
+        from chute._src.map.batch import BatchMapDataset
+        from chute._src.pad_batch import batch_fn_with_padding
+
+        fn = batch_fn_with_padding(batch_fn, pad_value, padding_struct)
+        return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=fn)
 
     def shuffle(self, seed: int | None = None) -> MapDataset[T]:
         """A global shuffle in O(1) memory; every epoch of a `repeat` is shuffled anew."""
@@ -286,11 +294,19 @@ class IterDataset(_Node, Generic[T]):
         *,
         drop_remainder: bool = False,
         batch_fn: Callable[[list[T]], S] | None = None,
+        pad_value: Any = None,
+        padding_struct: Any = None,
     ) -> IterDataset[S]:
-        """Groups consecutive elements, stacking them leaf by leaf (or with `batch_fn`)."""
-        from chute._src.iter.batch import BatchIterDataset
+        """Groups consecutive elements, stacking them leaf by leaf (or with `batch_fn`).
 
-        return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        Ragged array leaves are padded with `pad_value` (to the longest in the batch) or to
+        the fixed first-axis lengths of `padding_struct` (shaped like the element).
+        """
+        from chute._src.iter.batch import BatchIterDataset
+        from chute._src.pad_batch import batch_fn_with_padding
+
+        fn = batch_fn_with_padding(batch_fn, pad_value, padding_struct)
+        return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=fn)
 
     def mp_prefetch(
         self,
