@@ -3,6 +3,7 @@
 The names follow Grain's, so `import chute as grain` runs code written for Grain.
 """
 
+from chute import config as config
 from chute import experimental as experimental
 from chute import multiprocessing as multiprocessing
 from chute import samplers as samplers
@@ -22,6 +23,9 @@ from chute._src.options import ReadOptions as ReadOptions
 from chute._src.samplers import IndexSampler as IndexSampler
 from chute._src.samplers import RecordMetadata as RecordMetadata
 from chute._src.samplers import SequentialSampler as SequentialSampler
+from chute._src.stats import PipelineStats as PipelineStats
+from chute._src.stats import StageStats as StageStats
+from chute._src.stats import stats as stats
 from chute._src.transforms import Batch as Batch
 from chute._src.transforms import FilterTransform as FilterTransform
 from chute._src.transforms import MapTransform as MapTransform
@@ -45,16 +49,20 @@ __all__ = [
     "MapTransform",
     "MapWithIndex",
     "MultiprocessingOptions",
+    "PipelineStats",
     "RandomMapTransform",
     "ReadOptions",
     "RecordMetadata",
     "SequentialSampler",
+    "StageStats",
     "TypeConversion",
+    "config",
     "experimental",
     "multiprocessing",
     "samplers",
     "sharding",
     "sources",
+    "stats",
     "testing",
     "transforms",
 ]

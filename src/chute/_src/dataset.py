@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import numpy as np
 
+from chute._src import config
 from chute._src.seeding import derive_seed, validate_seed
 
 if TYPE_CHECKING:
@@ -251,9 +252,17 @@ class IterDataset(_Node, Generic[T]):
     [[1, 3], [5]]
     """
 
-    @abc.abstractmethod
     def __iter__(self) -> DatasetIterator[T]:
         """A fresh iterator, positioned at the start."""
+        if config.instrumented():
+            from chute._src.instrument import instrumented_iter
+
+            return instrumented_iter(self)
+        return self._make_iterator()
+
+    @abc.abstractmethod
+    def _make_iterator(self) -> DatasetIterator[T]:
+        """What `__iter__` returns: each stage builds its own iterator here."""
 
     def _parent_iter(self, i: int = 0) -> DatasetIterator[Any]:
         """A fresh iterator of parent `i`."""

@@ -138,3 +138,14 @@ def check_int(
             "the same pipeline."
         )
     return value
+
+
+def child_iterators(it: Any) -> list[DatasetIterator[Any]]:
+    """The iterators `it` holds directly: its parents, or the iterator it wraps."""
+    found: list[DatasetIterator[Any]] = []
+    for v in vars(it).values():
+        if isinstance(v, DatasetIterator):
+            found.append(v)
+        elif isinstance(v, list | tuple):
+            found.extend(x for x in v if isinstance(x, DatasetIterator))
+    return found

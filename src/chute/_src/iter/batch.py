@@ -31,7 +31,7 @@ class BatchIterDataset(IterDataset[Any]):
         self._drop = bool(drop_remainder)
         self._batch_fn = batch_fn if batch_fn is not None else tree.stack
 
-    def __iter__(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _BatchIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

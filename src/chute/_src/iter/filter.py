@@ -18,7 +18,7 @@ class FilterIterDataset(IterDataset[T]):
         super().__init__([parent])
         self._fn: Callable[[Any], bool] = as_filter_fn(predicate)
 
-    def __iter__(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return _FilterIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

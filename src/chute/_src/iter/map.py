@@ -19,7 +19,7 @@ class MapIterDataset(IterDataset[Any]):
         super().__init__([parent])
         self._fn: Callable[[Any], Any] = as_map_fn(transform, "map")
 
-    def __iter__(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _MapIterator(self._parent_iter(), self._fn, self)
 
     def __repr__(self) -> str:
@@ -68,7 +68,7 @@ class MapWithIndexIterDataset(IterDataset[Any]):
         super().__init__([parent])
         self._fn: Callable[[int, Any], Any] = as_map_with_index_fn(transform)
 
-    def __iter__(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _IndexedIterator(self._parent_iter(), self, None)
 
     def __repr__(self) -> str:
@@ -84,7 +84,7 @@ class RandomMapIterDataset(IterDataset[Any]):
         self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
         self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
 
-    def __iter__(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _IndexedIterator(self._parent_iter(), self, ElementRngs(self._seed))
 
     def __repr__(self) -> str:

@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute._src import pipeline_pickle
+from chute._src import config, pipeline_pickle
 from chute._src.dataset import IterDataset, MapDataset, _Node
 from chute._src.iter.filter import FilterIterDataset
 from chute._src.iter.map import MapIterDataset
 from chute._src.iter.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
-from chute._src.iterator import DatasetIterator
+from chute._src.iterator import DatasetIterator, child_iterators
 from chute._src.mp.errors import WorkerDiedError
 from chute._src.mp.pool import WorkerPool
 from chute._src.options import MultiprocessingOptions, ReadOptions
@@ -70,7 +70,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
     def options(self) -> MultiprocessingOptions:
         return self._options
 
-    def __iter__(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         parent: IterDataset[T] = self._parents[0]  # type: ignore[assignment]
         if self._options.num_workers == 0:
             return _MultiprocessIterator(iter(parent), None)
@@ -144,8 +144,12 @@ def _substitute(ds: IterDataset[Any], leaves: list[MapDataset[Any]]) -> IterData
                 mapped = mapped.map(stage._fn)
             else:
                 mapped = mapped.filter(stage._fn)
+        if config.instrumented():
+            from chute._src.instrument import timed_map_chain
+
+            mapped = timed_map_chain(mapped)
         leaves.append(mapped)
-        out: IterDataset[Any] = _WorkerFedIterDataset(node, len(leaves) - 1, mapped._may_be_none)
+        out: IterDataset[Any] = _WorkerFedIterDataset(node, len(leaves) - 1, mapped)
         for stage in reversed(hoisted):
             out = _DoneInWorkers(out, "map" if isinstance(stage, MapIterDataset) else "filter")
         return out
@@ -164,16 +168,8 @@ def _attach(ds: IterDataset[Any], service: _ChunkService) -> DatasetIterator[Any
         node = stack.pop()
         if isinstance(node, _WorkerFedIterator):
             node.connect(service)
-        stack.extend(_child_iterators(node))
+        stack.extend(child_iterators(node))
     return it
-
-
-def _child_iterators(it: Any) -> list[Any]:
-    found = [v for v in vars(it).values() if isinstance(v, DatasetIterator)]
-    for v in vars(it).values():
-        if isinstance(v, list | tuple):
-            found.extend(x for x in v if isinstance(x, DatasetIterator))
-    return found
 
 
 class _DoneInWorkers(IterDataset[Any]):
@@ -184,7 +180,7 @@ class _DoneInWorkers(IterDataset[Any]):
         super().__init__([parent])
         self._stage = stage
 
-    def __iter__(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _PassThrough(self._parent_iter(), self._stage)
 
 
@@ -201,14 +197,19 @@ class _PassThrough(DatasetIterator[Any]):
 
 
 class _WorkerFedIterDataset(IterDataset[Any]):
-    def __init__(self, original: PrefetchIterDataset[Any], leaf_id: int, skip_none: bool) -> None:
+    def __init__(
+        self, original: PrefetchIterDataset[Any], leaf_id: int, leaf: MapDataset[Any]
+    ) -> None:
         super().__init__([original.map_parent])
         self._original = original
         self._leaf_id = leaf_id
-        self._skip_none = skip_none
+        self._leaf = leaf
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _WorkerFedIterator(self._original, self._leaf_id, self._skip_none)
+    def _make_iterator(self) -> DatasetIterator[Any]:
+        return _WorkerFedIterator(self._original, self._leaf_id, self._leaf)
+
+    def __repr__(self) -> str:
+        return f"{self._original!r} in worker processes"
 
 
 class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
@@ -218,10 +219,13 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
     original MapDataset), so states move freely between worker counts.
     """
 
-    def __init__(self, original: PrefetchIterDataset[Any], leaf_id: int, skip_none: bool) -> None:
+    def __init__(
+        self, original: PrefetchIterDataset[Any], leaf_id: int, leaf: MapDataset[Any]
+    ) -> None:
         options = ReadOptions(num_threads=1, prefetch_buffer_size=1)
         super().__init__(original.map_parent, options)
-        self._skip_none = skip_none  # filters moved into the workers leave Nones
+        self._leaf = leaf  # what the workers compute: the MapDataset plus moved stages
+        self._skip_none = leaf._may_be_none  # filters moved into the workers leave Nones
         self._leaf_id = leaf_id
         self._service: _ChunkService | None = None
         self._chunk = 4
@@ -237,6 +241,9 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
             k = min(self._chunk, self._len - start)
             self._pending.append((start, k, self._service.submit(self._leaf_id, start, k)))
             self._submitted = start + k
+
+    def map_records(self) -> list[Any]:
+        return _records_of(self._leaf)
 
     def _chunk_result(self, start: int, k: int, fut: Any) -> list[Any]:
         assert self._service is not None
@@ -271,15 +278,22 @@ class _ChunkWorker:
     def __init__(self, payload: bytes) -> None:
         self._payload = payload
         self._leaves: list[MapDataset[Any]] | None = None
+        self._records: list[Any] = []
 
     def __call__(self, worker_index: int, num_workers: int, task: tuple[int, int, int]) -> Any:
         if self._leaves is None:
             self._leaves = pipeline_pickle.loads(self._payload)
             self._payload = b""  # the unpickled pipeline is all a worker needs from now on
+            self._records = [r for leaf in self._leaves for r in _records_of(leaf)]
+            if self._records:  # debug mode: sample the GIL here too
+                from chute._src.instrument import _ensure_sampler
+
+                _ensure_sampler()
         leaf, start, k = task
         t0 = time.perf_counter()
         items = self._leaves[leaf]._getitems(np.arange(start, start + k, dtype=np.int64))
-        return time.perf_counter() - t0, items
+        deltas = [r.take_delta() for r in self._records if r.calls]
+        return time.perf_counter() - t0, items, deltas
 
     def __repr__(self) -> str:
         return "chute worker"
@@ -308,6 +322,7 @@ class _ChunkService:
         worker_init_fn: Callable[[int, int], None] | None,
     ) -> None:
         stages = [n for leaf in leaves for n in _stages_sources_first(leaf)]
+        self._records_by_id = {r.id: r for leaf in leaves for r in _records_of(leaf)}
         payload = pipeline_pickle.dumps(leaves, stages)
         self._workers = options.num_workers
         per_worker = options.per_worker_buffer_size + 1
@@ -345,7 +360,10 @@ class _ChunkService:
                 raise
             self._received[ticket.worker] = True
         out, ticket.result = ticket.result, None
-        return out
+        elapsed, items, deltas = out
+        for delta in deltas:  # statistics measured in the worker (debug mode only)
+            self._records_by_id[delta[0]].merge(delta)
+        return elapsed, items
 
     def discard(self, ticket: _Ticket) -> None:
         """Drops a ticket whose result is no longer wanted (after `set_state`)."""
@@ -358,6 +376,12 @@ class _ChunkService:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _records_of(leaf: MapDataset[Any]) -> list[Any]:
+    from chute._src.instrument import map_records
+
+    return map_records(leaf)
 
 
 def _stages_sources_first(ds: MapDataset[Any]) -> list[MapDataset[Any]]:

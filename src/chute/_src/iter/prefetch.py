@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._src import config
 from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import CheckpointError
 from chute._src.iterator import DatasetIterator, check_int
@@ -52,8 +53,16 @@ class PrefetchIterDataset(IterDataset[T]):
     def read_options(self) -> ReadOptions:
         return self._read_options
 
-    def __iter__(self) -> PrefetchDatasetIterator[T]:
-        return PrefetchDatasetIterator(self._map_parent, self._read_options)
+    def _make_iterator(self) -> PrefetchDatasetIterator[T]:
+        ds = self._map_parent
+        if (
+            config.get("py_debug_mode")
+            or config.get("py_dataset_visualization_output_dir") is not None
+        ):
+            from chute._src.instrument import timed_map_chain
+
+            ds = timed_map_chain(ds)
+        return PrefetchDatasetIterator(ds, self._read_options)
 
     def __repr__(self) -> str:
         return f"PrefetchIterDataset(read_options={self._read_options})"
@@ -234,6 +243,20 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         if self._executor is not None:
             _shutdown(self._executor)
             self._executor = None
+
+    def map_records(self) -> list[Any]:
+        """The statistics records of the MapDataset stages, when they are timed."""
+        from chute._src.instrument import map_records
+
+        return map_records(self._ds)
+
+    def buffer_info(self) -> tuple[int, int]:
+        """(elements, bytes of numpy arrays) computed ahead of the consumer."""
+        from chute._src.stats import nbytes
+
+        ahead = self._buf[self._pos :]
+        pending = sum(k for _, k, _ in self._pending)
+        return len(ahead) + pending, nbytes(ahead)
 
     def __repr__(self) -> str:
         return f"PrefetchDatasetIterator(next_index={self._buf_start + self._pos})"

@@ -18,7 +18,7 @@ class SeedIterDataset(IterDataset[T]):
         super().__init__([parent])
         self._pipeline_seed = validate_seed(seed, "seed")
 
-    def __iter__(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return self._parent_iter()
 
     def __repr__(self) -> str:

@@ -50,7 +50,7 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
             )
         self._size = prefetch_buffer_size
 
-    def __iter__(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         parent = self._parent_iter()
         if self._size == 0:
             return _Unbuffered(parent)
@@ -160,3 +160,12 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
         self._stop_producer()
         self._done = True
         self._parent.close()
+
+    def buffer_info(self) -> tuple[int, int]:
+        """(elements, bytes of numpy arrays) produced ahead of the consumer."""
+        from chute._src.stats import nbytes
+
+        if self._producer is None:
+            return 0, 0
+        queued = [element for element, _ in list(self._producer.queue.queue)]
+        return len(queued), nbytes(queued)

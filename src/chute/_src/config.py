@@ -1,0 +1,66 @@
+"""`chute.config`: process-wide options, named as in Grain (seed 003).
+
+- `py_debug_mode` (bool, default False): iterators created afterwards record per-stage
+  statistics (`chute.stats(it)`) and print the execution summary every
+  `py_debug_summary_interval_s` seconds and when they end.
+- `py_dataset_visualization_output_dir` (str or None, default None): iterators created
+  afterwards print the pipeline graph with each stage's element spec when their first
+  element is produced; "" prints to stderr, a directory writes `pipeline_graph.txt` there.
+- `py_debug_summary_interval_s` (float, default 60): how often debug mode prints.
+
+Both modes cost nothing when off: the choice is made once, when an iterator is created.
+
+>>> import chute
+>>> chute.config.update("py_debug_mode", False)
+>>> chute.config.get("py_debug_mode")
+False
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_DEFAULTS: dict[str, Any] = {
+    "py_debug_mode": False,
+    "py_dataset_visualization_output_dir": None,
+    "py_debug_summary_interval_s": 60.0,
+}
+_values: dict[str, Any] = dict(_DEFAULTS)
+
+
+def update(name: str, value: Any) -> None:
+    """Sets option `name` (see the module docstring for the options)."""
+    if name not in _DEFAULTS:
+        raise KeyError(f"chute.config has no option {name!r}: the options are {sorted(_DEFAULTS)}.")
+    if name == "py_debug_mode" and not isinstance(value, bool):
+        raise TypeError(f"py_debug_mode={value!r} is invalid: pass True or False.")
+    if (
+        name == "py_dataset_visualization_output_dir"
+        and value is not None
+        and not isinstance(value, str)
+    ):
+        raise TypeError(
+            f"py_dataset_visualization_output_dir={value!r} is invalid: pass a directory "
+            'path, "" to print to stderr, or None to turn visualization off.'
+        )
+    if name == "py_debug_summary_interval_s" and (
+        isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+    ):
+        raise ValueError(
+            f"py_debug_summary_interval_s={value!r} is invalid: pass a number of seconds > 0."
+        )
+    _values[name] = value
+
+
+def get(name: str) -> Any:
+    """The current value of option `name`."""
+    if name not in _DEFAULTS:
+        raise KeyError(f"chute.config has no option {name!r}: the options are {sorted(_DEFAULTS)}.")
+    return _values[name]
+
+
+def instrumented() -> bool:
+    """True when new iterators must record statistics or the pipeline graph."""
+    return (
+        bool(_values["py_debug_mode"]) or _values["py_dataset_visualization_output_dir"] is not None
+    )

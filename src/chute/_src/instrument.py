@@ -1,0 +1,356 @@
+"""Debug-mode instrumentation: a timing proxy around every stage, built with the iterator.
+
+Only when `chute.config` asks for it (`py_debug_mode`, or a visualization directory) does
+`IterDataset.__iter__` build instrumented iterators; otherwise nothing here runs, and a
+pipeline pays nothing for it. Instrumented:
+
+- every IterDataset stage's iterator is wrapped in a `_TimedIterator` (state, prefetch and
+  close pass straight through, so checkpoints are unchanged);
+- the MapDataset under a `to_iter_dataset` is cloned with a `_TimedMapDataset` around every
+  node, timing each block call; in worker processes the same clone runs, and the figures
+  travel back with every chunk and are merged;
+- a sampler thread wakes every few milliseconds and notes, for the stage each thread is in,
+  whether it had to wait for the GIL: a wait means some thread was running Python code
+  (GIL held); no wait means the work was in code that released the GIL.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from chute._src import config
+from chute._src.dataset import IterDataset, MapDataset
+from chute._src.iterator import DatasetIterator, child_iterators
+
+_ids = itertools.count()
+
+
+class StageRecord:
+    """Figures of one stage, accumulated where it runs (picklable, merged from workers)."""
+
+    __slots__ = (
+        "boundary",
+        "calls",
+        "cpu_ns",
+        "elements",
+        "gil_busy",
+        "id",
+        "inputs",
+        "kind",
+        "max_ns",
+        "min_ns",
+        "name",
+        "samples",
+        "spec",
+        "wall_ns",
+    )
+
+    def __init__(self, name: str, kind: str, inputs: list[int], boundary: bool = False) -> None:
+        self.id = next(_ids)
+        self.name = name
+        self.kind = kind  # "map" (MapDataset node, timed per block) or "iter"
+        self.inputs = inputs
+        self.boundary = boundary  # its inputs run on other threads or processes
+        self.spec: Any = None
+        self.calls = self.elements = self.wall_ns = self.cpu_ns = 0
+        self.min_ns = 1 << 62
+        self.max_ns = 0
+        self.samples = self.gil_busy = 0
+
+    def add(self, n: int, wall_ns: int, cpu_ns: int) -> None:
+        self.calls += 1
+        self.elements += n
+        self.wall_ns += wall_ns
+        self.cpu_ns += cpu_ns
+        if n:
+            per = wall_ns // n
+            self.min_ns = min(self.min_ns, per)
+            self.max_ns = max(self.max_ns, per)
+
+    def take_delta(self) -> tuple[Any, ...]:
+        """The figures since the last call, and a reset (used in worker processes)."""
+        delta = (
+            self.id, self.calls, self.elements, self.wall_ns, self.cpu_ns, self.min_ns,
+            self.max_ns, self.samples, self.gil_busy, self.spec,
+        )  # fmt: skip
+        self.calls = self.elements = self.wall_ns = self.cpu_ns = 0
+        self.samples = self.gil_busy = 0
+        self.min_ns, self.max_ns = 1 << 62, 0
+        return delta
+
+    def merge(self, delta: tuple[Any, ...]) -> None:
+        _, calls, elements, wall, cpu, lo, hi, samples, busy, spec = delta
+        self.calls += calls
+        self.elements += elements
+        self.wall_ns += wall
+        self.cpu_ns += cpu
+        self.min_ns = min(self.min_ns, lo)
+        self.max_ns = max(self.max_ns, hi)
+        self.samples += samples
+        self.gil_busy += busy
+        if self.spec is None:
+            self.spec = spec
+
+
+# -- which stage each thread is in, for the GIL sampler ------------------------------------
+
+_stacks: dict[int, list[tuple[StageRecord, int]]] = {}  # thread -> (stage, entered at ns)
+_sampler_lock = threading.Lock()
+_sampler: threading.Thread | None = None
+_SAMPLE_S = 0.004
+_BUSY_S = 0.002  # woken this late: the GIL was held by a thread running Python code
+
+
+def _stack() -> list[tuple[StageRecord, int]]:
+    tid = threading.get_ident()
+    stack = _stacks.get(tid)
+    if stack is None:
+        stack = _stacks[tid] = []
+    return stack
+
+
+def _sample_forever() -> None:
+    """Each sample notes, for the stage every thread is in, whether this thread could get
+    the GIL at once on waking (the stage's work released it) or had to wait (some thread
+    was running Python code). Samples fall where the GIL changes hands, so they are a rough
+    measure; the advice leans first on each stage's exact CPU and wall time."""
+    sleep_ns, busy_ns = int(_SAMPLE_S * 1e9), int(_BUSY_S * 1e9)
+    while True:
+        wake = time.perf_counter_ns() + sleep_ns
+        time.sleep(_SAMPLE_S)
+        busy = time.perf_counter_ns() - wake > busy_ns
+        for stack in list(_stacks.values()):
+            if stack:
+                record = stack[-1][0]
+                record.samples += 1
+                record.gil_busy += busy
+
+
+def _ensure_sampler() -> None:
+    global _sampler
+    with _sampler_lock:
+        if _sampler is None:
+            _sampler = threading.Thread(
+                target=_sample_forever, name="chute-gil-sampler", daemon=True
+            )
+            _sampler.start()
+
+
+def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, int]:
+    stack = _stack()
+    c0 = time.thread_time_ns()
+    t0 = time.perf_counter_ns()
+    stack.append((record, t0))
+    try:
+        out = fn(*args)
+    finally:
+        wall = time.perf_counter_ns() - t0
+        cpu = time.thread_time_ns() - c0
+        stack.pop()
+    return out, wall, cpu
+
+
+# -- MapDataset side ----------------------------------------------------------------------
+
+
+class _TimedMapDataset(MapDataset[Any]):
+    """Times `_getitems` of the node it wraps (inclusive of the node's timed parents)."""
+
+    def __init__(self, inner: MapDataset[Any], record: StageRecord) -> None:
+        self._parents = (inner,)
+        self._pipeline_seed = inner._pipeline_seed
+        self._depth = inner._depth
+        self._fingerprint = inner.fingerprint
+        self._may_be_none = inner._may_be_none
+        self._inner = inner
+        self.record = record
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        out, wall, cpu = _timed(self.record, self._inner._getitems, indices)
+        self.record.add(len(indices), wall, cpu)
+        if self.record.spec is None:
+            first = next((x for x in out if x is not None), None)
+            if first is not None:
+                self.record.spec = element_spec(first)
+        return out
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
+    """A copy of `ds` with every node timed; same elements, same fingerprint."""
+    memo: dict[int, _TimedMapDataset] = {}
+
+    def clone(node: MapDataset[Any]) -> _TimedMapDataset:
+        done = memo.get(id(node))
+        if done is not None:
+            return done
+        parents = [clone(p) for p in node._parents]
+        node.fingerprint  # noqa: B018 (computed before cloning, so the copy keeps it)
+        new = copy.copy(node)
+        new._parents = tuple(parents)
+        record = StageRecord(repr(node), "map", [p.record.id for p in parents])
+        memo[id(node)] = timed = _TimedMapDataset(new, record)
+        return timed
+
+    return clone(ds)
+
+
+def map_records(ds: MapDataset[Any]) -> list[StageRecord]:
+    """The records of a timed map chain, sources first."""
+    out: list[StageRecord] = []
+    seen: set[int] = set()
+
+    def visit(node: MapDataset[Any]) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for p in node._parents:
+            visit(p)
+        if isinstance(node, _TimedMapDataset):
+            out.append(node.record)
+
+    visit(ds)
+    return out
+
+
+# -- IterDataset side ---------------------------------------------------------------------
+
+
+class _TimedIterator(DatasetIterator[Any]):
+    """Times its stage's iterator. Not a stage itself: the state is the inner one's."""
+
+    def __init__(self, inner: DatasetIterator[Any], record: StageRecord) -> None:
+        super().__init__(None)
+        self._inner = inner
+        self.record = record
+        self.top: Any = None  # set on the outermost proxy: what prints summaries
+
+    @property
+    def inner(self) -> DatasetIterator[Any]:
+        return self._inner
+
+    def __next__(self) -> Any:
+        try:
+            x, wall, cpu = _timed(self.record, self._inner.__next__)
+        except StopIteration:
+            if self.top is not None:
+                self.top.finished()
+            raise
+        self.record.add(1, wall, cpu)
+        if self.record.spec is None:
+            self.record.spec = element_spec(x)
+        if self.top is not None:
+            self.top.tick()
+        return x
+
+    def _next_many(self, n: int) -> list[Any]:
+        xs, wall, cpu = _timed(self.record, self._inner._next_many, n)
+        self.record.add(len(xs), wall, cpu)
+        if self.record.spec is None and xs:
+            self.record.spec = element_spec(xs[0])
+        return xs
+
+    def get_state(self) -> dict[str, Any]:
+        return self._inner.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._inner.set_state(state)
+
+    def _restore(self, state: Any, path: str) -> None:
+        self._inner._restore(state, path)
+
+    def start_prefetch(self) -> None:
+        self._inner.start_prefetch()
+
+    def close(self) -> None:
+        if self.top is not None:
+            self.top.finished()
+        self._inner.close()
+
+
+_depth = threading.local()
+
+
+def instrumented_iter(ds: IterDataset[Any]) -> DatasetIterator[Any]:
+    """`iter(ds)` with every stage timed; the outermost call attaches the pipeline view."""
+    level = getattr(_depth, "level", 0)
+    _depth.level = level + 1
+    try:
+        inner = ds._make_iterator()
+    finally:
+        _depth.level = level
+    record = StageRecord(repr(ds), "iter", _input_ids(inner), boundary=_is_boundary(ds))
+    proxy = _TimedIterator(inner, record)
+    if level == 0:
+        from chute._src.stats import PipelineView
+
+        if config.get("py_debug_mode"):
+            _ensure_sampler()
+        proxy.top = PipelineView(proxy)
+    return proxy
+
+
+def _is_boundary(ds: IterDataset[Any]) -> bool:
+    from chute._src.iter.mp_prefetch import (
+        MultiprocessPrefetchIterDataset,
+        _WorkerFedIterDataset,
+    )
+    from chute._src.iter.prefetch import PrefetchIterDataset
+    from chute._src.iter.thread_prefetch import ThreadPrefetchIterDataset
+
+    if isinstance(
+        ds, ThreadPrefetchIterDataset | MultiprocessPrefetchIterDataset | _WorkerFedIterDataset
+    ):
+        return True
+    return isinstance(ds, PrefetchIterDataset) and ds.read_options.num_threads > 0
+
+
+def _input_ids(it: Any) -> list[int]:
+    return [r.id for r in nearest_records(it)]
+
+
+def nearest_records(it: Any) -> list[StageRecord]:
+    """The records of the stages feeding iterator `it`: the nearest proxies or map chains."""
+    from chute._src.iter.prefetch import PrefetchDatasetIterator
+
+    found: list[StageRecord] = []
+    stack = list(child_iterators(it))
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop(0)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, _TimedIterator):
+            found.append(node.record)
+        elif isinstance(node, PrefetchDatasetIterator) and node.map_records():
+            found.append(node.map_records()[-1])
+        else:
+            stack.extend(child_iterators(node))
+    if isinstance(it, PrefetchDatasetIterator) and it.map_records():
+        found.append(it.map_records()[-1])
+    return found
+
+
+def element_spec(x: Any) -> Any:
+    """The structure of `x` with each leaf as 'dtype[shape]', as in seed 003's graph."""
+    if isinstance(x, dict):
+        return {k: element_spec(v) for k, v in x.items()}
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(element_spec(v) for v in x))
+    if isinstance(x, list | tuple):
+        return type(x)(element_spec(v) for v in x)
+    if isinstance(x, np.ndarray | np.generic):
+        return f"{x.dtype}[{','.join(str(d) for d in np.shape(x))}]"
+    return f"{type(x).__name__}[]"
