@@ -79,7 +79,7 @@ def test_per_stage_counts_times_and_wait(debug_mode: None) -> None:
 
 def test_advice_tells_threads_from_processes(debug_mode: None) -> None:
     cpu = iter(
-        chute.MapDataset.range(600)
+        chute.MapDataset.range(3000)
         .map(python_work)
         .to_iter_dataset(chute.ReadOptions(num_threads=0))
     )
