@@ -22,6 +22,7 @@ PUBLIC_MODULES = [
     "chute.testing",
     "chute.experimental",
     "chute.multiprocessing",
+    "chute.records",
 ]
 
 

@@ -6,6 +6,7 @@ The names follow Grain's, so `import chute as grain` runs code written for Grain
 from chute import config as config
 from chute import experimental as experimental
 from chute import multiprocessing as multiprocessing
+from chute import records as records
 from chute import samplers as samplers
 from chute import sharding as sharding
 from chute import sources as sources
@@ -59,6 +60,7 @@ __all__ = [
     "config",
     "experimental",
     "multiprocessing",
+    "records",
     "samplers",
     "sharding",
     "sources",
