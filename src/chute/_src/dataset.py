@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import numpy as np
@@ -160,6 +160,34 @@ class MapDataset(_Node, Generic[T]):
 
         return RangeMapDataset(start, stop, step)
 
+    @staticmethod
+    def mix(
+        datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None = None
+    ) -> MapDataset[Any]:
+        """Interleaves `datasets` in the proportions of `weights` (uniform by default).
+
+        Deterministic; the mixture ends when its first dataset runs out.
+        """
+        from chute._src.map.mix import MixedMapDataset
+
+        return MixedMapDataset(datasets, weights)
+
+    @staticmethod
+    def select_from_datasets(
+        datasets: Sequence[MapDataset[Any]], selection_map: Any
+    ) -> MapDataset[Any]:
+        """Element `k` is `datasets[d][i]` for `(d, i) = selection_map[k]`."""
+        from chute._src.map.mix import SelectFromDatasetsMapDataset
+
+        return SelectFromDatasetsMapDataset(datasets, selection_map)
+
+    @staticmethod
+    def concatenate(datasets: Sequence[MapDataset[Any]]) -> MapDataset[Any]:
+        """The elements of `datasets` one after another."""
+        from chute._src.map.concatenate import ConcatenateMapDataset
+
+        return ConcatenateMapDataset(datasets)
+
     # -- transformations -------------------------------------------------------------------
 
     def map(self, transform: Callable[[T], S] | Any) -> MapDataset[S]:
@@ -270,6 +298,20 @@ class IterDataset(_Node, Generic[T]):
 
     def __repr__(self) -> str:
         return type(self).__name__
+
+    @staticmethod
+    def mix(
+        datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+    ) -> IterDataset[Any]:
+        """Interleaves `datasets` (a list, or a dict by name) in the proportions of `weights`.
+
+        Deterministic; ends when a component runs out. A mixture given as a dict restores
+        a state taken before its weights or components changed.
+        """
+        from chute._src.iter.mix import MixedIterDataset
+
+        return MixedIterDataset(datasets, weights)
 
     def map(self, transform: Callable[[T], S] | Any) -> IterDataset[S]:
         """Applies `transform` (a function or a `MapTransform`) to every element."""
