@@ -106,9 +106,6 @@ class ConcatThenSplitIterDataset(IterDataset[dict[str, Any]]):
         ]
         self._bos_id = bos_token_id
 
-    def __iter__(self) -> DatasetIterator[dict[str, Any]]:
-        return self._make_iterator()
-
     def _make_iterator(self) -> DatasetIterator[dict[str, Any]]:
         return _ConcatSplitIterator(self._parent_iter(), self)
 

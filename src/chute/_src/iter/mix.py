@@ -63,9 +63,6 @@ class MixedIterDataset(IterDataset[Any]):
         super().__init__(parents)
         self._schedule = Schedule(int_proportions(weights, len(parents), where), where)
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return self._make_iterator()
-
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _MixIterator([self._parent_iter(i) for i in range(len(self._parents))], self)
 

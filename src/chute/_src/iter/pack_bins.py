@@ -75,9 +75,6 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
             seed = 0
         self._seed = self._op_seed(seed, SEED_TAG_PACK, where)
 
-    def __iter__(self) -> DatasetIterator[dict[str, Any]]:
-        return self._make_iterator()
-
     def _make_iterator(self) -> DatasetIterator[dict[str, Any]]:
         return _PackIterator(self._parent_iter(), self)
 

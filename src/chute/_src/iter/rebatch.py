@@ -30,9 +30,6 @@ class RebatchIterDataset(IterDataset[Any]):
         self._size = check_batch_size(batch_size, "RebatchIterDataset")
         self._drop = bool(drop_remainder)
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return self._make_iterator()
-
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _RebatchIterator(self._parent_iter(), self)
 
@@ -127,4 +124,12 @@ def _concat(parts: list[Any]) -> Any:
         return type(first)((k, _concat([p[k] for p in parts])) for k in first)
     if isinstance(first, list | tuple) and not hasattr(first, "_fields"):
         return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
-    return np.concatenate(parts)
+    try:
+        return np.concatenate(parts)
+    except ValueError as e:
+        shapes = sorted({np.shape(p)[1:] for p in parts})
+        raise ValueError(
+            f"RebatchIterDataset: rows of shapes {shapes} cannot form one batch: rows of "
+            "different input batches must have equal shapes; pad to a fixed length "
+            "(batch(..., padding_struct=...)) rather than to the longest."
+        ) from e
