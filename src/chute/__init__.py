@@ -21,6 +21,8 @@ from chute._src.errors import DataError as DataError
 from chute._src.iterator import DatasetIterator as DatasetIterator
 from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 from chute._src.options import ReadOptions as ReadOptions
+from chute._src.progress import Progress as Progress
+from chute._src.progress import progress as progress
 from chute._src.samplers import IndexSampler as IndexSampler
 from chute._src.samplers import RecordMetadata as RecordMetadata
 from chute._src.samplers import SequentialSampler as SequentialSampler
@@ -51,6 +53,7 @@ __all__ = [
     "MapWithIndex",
     "MultiprocessingOptions",
     "PipelineStats",
+    "Progress",
     "RandomMapTransform",
     "ReadOptions",
     "RecordMetadata",
@@ -60,6 +63,7 @@ __all__ = [
     "config",
     "experimental",
     "multiprocessing",
+    "progress",
     "records",
     "samplers",
     "sharding",
