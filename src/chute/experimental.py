@@ -4,12 +4,19 @@ from chute._src.iter.concat_split import BOSHandling as BOSHandling
 from chute._src.iter.concat_split import (
     ConcatThenSplitIterDataset as ConcatThenSplitIterDataset,
 )
+from chute._src.iter.flat_map import FlatMapIterDataset as FlatMapIterDataset
+from chute._src.iter.limit import LimitIterDataset as LimitIterDataset
 from chute._src.iter.pack_best_fit import BestFitPackIterDataset as BestFitPackIterDataset
 from chute._src.iter.pack_first_fit import FirstFitPackIterDataset as FirstFitPackIterDataset
 from chute._src.iter.rebatch import RebatchIterDataset as RebatchIterDataset
+from chute._src.iter.repeat import RepeatIterDataset as RepeatIterDataset
 from chute._src.iter.thread_prefetch import (
     ThreadPrefetchIterDataset as ThreadPrefetchIterDataset,
 )
+from chute._src.iter.zip import ZipIterDataset as ZipIterDataset
+from chute._src.map.flat_map import FlatMapMapDataset as FlatMapMapDataset
+from chute._src.map.flat_map import FlatMapTransform as FlatMapTransform
+from chute._src.map.zip import ZipMapDataset as ZipMapDataset
 from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 
 __all__ = [
@@ -17,7 +24,14 @@ __all__ = [
     "BestFitPackIterDataset",
     "ConcatThenSplitIterDataset",
     "FirstFitPackIterDataset",
+    "FlatMapIterDataset",
+    "FlatMapMapDataset",
+    "FlatMapTransform",
+    "LimitIterDataset",
     "MultiprocessingOptions",
     "RebatchIterDataset",
+    "RepeatIterDataset",
     "ThreadPrefetchIterDataset",
+    "ZipIterDataset",
+    "ZipMapDataset",
 ]

@@ -359,6 +359,18 @@ class IterDataset(_Node, Generic[T]):
         fn = batch_fn_with_padding(batch_fn, pad_value, padding_struct)
         return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=fn)
 
+    def repeat(self, num_epochs: int | None = None) -> IterDataset[T]:
+        """Repeats the stream `num_epochs` times (forever with None); epochs are identical."""
+        from chute._src.iter.repeat import RepeatIterDataset
+
+        return RepeatIterDataset(self, num_epochs)
+
+    def limit(self, count: int) -> IterDataset[T]:
+        """The first `count` elements."""
+        from chute._src.iter.limit import LimitIterDataset
+
+        return LimitIterDataset(self, count)
+
     def mp_prefetch(
         self,
         options: MultiprocessingOptions | None = None,

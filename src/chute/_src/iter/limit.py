@@ -1,0 +1,60 @@
+"""`IterDataset.limit` / `experimental.LimitIterDataset`: at most `count` elements."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from chute._src.dataset import IterDataset
+from chute._src.iter.repeat import check_count
+from chute._src.iterator import DatasetIterator, check_int
+
+T = TypeVar("T")
+
+
+class LimitIterDataset(IterDataset[T]):
+    """The first `count` elements of the stream.
+
+    >>> import chute
+    >>> list(chute.MapDataset.range(10).to_iter_dataset().limit(3))
+    [0, 1, 2]
+    """
+
+    def __init__(self, parent: IterDataset[T], count: int) -> None:
+        super().__init__([parent])
+        self._count = check_count(count, "count", "limit", allow_none=False) or 0
+
+    def _make_iterator(self) -> DatasetIterator[T]:
+        return _LimitIterator(self._parent_iter(), self._count)
+
+    def __repr__(self) -> str:
+        return f"LimitIterDataset(count={self._count})"
+
+    def _fingerprint_params(self) -> str:
+        return str(self._count)
+
+
+class _LimitIterator(DatasetIterator[T]):
+    stage = "limit"
+
+    def __init__(self, parent: DatasetIterator[T], count: int) -> None:
+        super().__init__(parent)
+        self._count = count
+        self._taken = 0
+
+    def __next__(self) -> T:
+        if self._taken >= self._count:
+            raise StopIteration
+        x = next(self._parent)
+        self._taken += 1
+        return x
+
+    def _next_many(self, n: int) -> list[T]:
+        xs = self._parent._next_many(min(n, self._count - self._taken))
+        self._taken += len(xs)
+        return xs
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"taken": self._taken}
+
+    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+        self._taken = check_int(state, "taken", path, 0, self._count)

@@ -1,0 +1,78 @@
+"""`IterDataset.repeat` / `experimental.RepeatIterDataset`: the same stream again."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from chute._src.dataset import IterDataset
+from chute._src.iterator import DatasetIterator, check_int
+
+T = TypeVar("T")
+
+
+def check_count(value: Any, name: str, where: str, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        none = ", or None for no limit" if allow_none else ""
+        raise ValueError(f"{where}: {name}={value!r} is invalid: it must be a positive int{none}.")
+    return value
+
+
+class RepeatIterDataset(IterDataset[T]):
+    """Repeats the stream `num_epochs` times (forever with None), by restoring the parent's
+    starting state; every epoch is identical (for a new shuffle per epoch, repeat the
+    MapDataset before `to_iter_dataset`). An empty stream stays empty.
+
+    >>> import chute
+    >>> list(chute.MapDataset.range(3).to_iter_dataset().repeat(2))
+    [0, 1, 2, 0, 1, 2]
+    """
+
+    def __init__(self, parent: IterDataset[T], num_epochs: int | None = None) -> None:
+        super().__init__([parent])
+        self._epochs = check_count(num_epochs, "num_epochs", "repeat")
+
+    def _make_iterator(self) -> DatasetIterator[T]:
+        return _RepeatIterator(self._parent_iter(), self._epochs)
+
+    def __repr__(self) -> str:
+        return f"RepeatIterDataset(num_epochs={self._epochs})"
+
+    def _fingerprint_params(self) -> str:
+        return str(self._epochs)
+
+
+class _RepeatIterator(DatasetIterator[T]):
+    stage = "repeat"
+
+    def __init__(self, parent: DatasetIterator[T], epochs: int | None) -> None:
+        super().__init__(parent)
+        self._epochs = epochs
+        self._start = parent.get_state()
+        self._epoch = 0
+        self._in_epoch = 0  # elements of this epoch handed out (an empty epoch ends all)
+
+    def __next__(self) -> T:
+        while self._epochs is None or self._epoch < self._epochs:
+            try:
+                x = next(self._parent)
+            except StopIteration:
+                if self._in_epoch == 0:
+                    self._epoch = self._epochs or self._epoch
+                    raise
+                self._epoch += 1
+                self._in_epoch = 0
+                if self._epochs is None or self._epoch < self._epochs:
+                    self._parent.set_state(self._start)
+                continue
+            self._in_epoch += 1
+            return x
+        raise StopIteration
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"epoch": self._epoch, "in_epoch": self._in_epoch}
+
+    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+        self._epoch = check_int(state, "epoch", path)
+        self._in_epoch = check_int(state, "in_epoch", path)

@@ -1,0 +1,100 @@
+"""`experimental.FlatMapMapDataset` and `FlatMapTransform`: one element into several."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._src.dataset import INFINITE, MapDataset
+from chute._src.errors import add_stage_note
+from chute._src.transforms import describe
+
+
+class FlatMapTransform(abc.ABC):
+    """Splits one element into at most `max_fan_out` elements (`flat_map` returns them)."""
+
+    max_fan_out: int
+
+    @abc.abstractmethod
+    def flat_map(self, element: Any) -> Sequence[Any]:
+        """The elements `element` becomes."""
+
+
+def check_transform(transform: Any, where: str) -> FlatMapTransform:
+    if not isinstance(transform, FlatMapTransform):
+        raise TypeError(
+            f"{where}: transform={transform!r} is not a FlatMapTransform: subclass "
+            "chute.experimental.FlatMapTransform with max_fan_out and flat_map(element)."
+        )
+    fan = getattr(transform, "max_fan_out", None)
+    if isinstance(fan, bool) or not isinstance(fan, int) or fan < 1:
+        raise ValueError(
+            f"{where}: {type(transform).__name__}.max_fan_out = {fan!r} is invalid: it must be "
+            "a positive int, the most elements one element can become."
+        )
+    return transform
+
+
+def split(transform: FlatMapTransform, element: Any, stage: object, index: int) -> list[Any]:
+    try:
+        parts = list(transform.flat_map(element))
+    except Exception as e:
+        add_stage_note(e, stage, index)
+        raise
+    if len(parts) > transform.max_fan_out:
+        raise ValueError(
+            f"{type(transform).__name__}.flat_map made {len(parts)} elements from element "
+            f"{index}, over max_fan_out={transform.max_fan_out}: raise max_fan_out, or split "
+            "the data before (a large max_fan_out makes the MapDataset sparse)."
+        )
+    return parts
+
+
+class FlatMapMapDataset(MapDataset[Any]):
+    """Element `i * max_fan_out + j` is part `j` of parent element `i` (None past its parts,
+    skipped when iterating).
+
+    >>> import chute
+    >>> class Repeat(chute.experimental.FlatMapTransform):
+    ...     max_fan_out = 3
+    ...     def flat_map(self, x):
+    ...         return [x] * x
+    >>> ds = chute.experimental.FlatMapMapDataset(chute.MapDataset.range(4), Repeat())
+    >>> len(ds), list(ds)
+    (12, [1, 2, 2, 3, 3, 3])
+    """
+
+    def __init__(self, parent: MapDataset[Any], transform: FlatMapTransform) -> None:
+        super().__init__([parent])
+        self._t = check_transform(transform, "FlatMapMapDataset")
+        self._may_be_none = True
+        n = len(parent)
+        fan = self._t.max_fan_out
+        self._len = INFINITE if n >= INFINITE // fan else n * fan
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        fan = self._t.max_fan_out
+        parents, parts = np.divmod(indices, fan)
+        unique, inverse = np.unique(parents, return_inverse=True)
+        elements = self._parents[0]._getitems(unique)
+        splits = [
+            None if x is None else split(self._t, x, self, int(i))
+            for i, x in zip(unique.tolist(), elements)
+        ]
+        out: list[Any] = []
+        for u, j in zip(inverse.tolist(), parts.tolist()):
+            s = splits[u]
+            out.append(s[j] if s is not None and j < len(s) else None)
+        return out
+
+    def __repr__(self) -> str:
+        return f"FlatMapMapDataset(transform={describe(self._t)})"
+
+    def _fingerprint_params(self) -> str:
+        return f"{type(self._t).__qualname__}, {self._t.max_fan_out}"
