@@ -92,7 +92,7 @@ def test_advice_tells_threads_from_processes(debug_mode: None) -> None:
     io_stats = chute.stats(io)
     assert cpu_stats.bottleneck is not None and io_stats.bottleneck is not None
     assert (io_stats.bottleneck.cpu_percent or 100) < 50
-    assert "worker processes" in cpu_stats.advice() and "threads cannot" in cpu_stats.advice()
+    assert "CPU-bound" in cpu_stats.advice() and "worker processes" in cpu_stats.advice()
     assert "more threads help" in io_stats.advice()
     gil = cpu_stats.gil_held_percent(cpu_stats.bottleneck)
     assert gil is None or gil > 50

@@ -118,9 +118,9 @@ class DataLoader:
                 continue
             filtered = filtered or isinstance(op, FilterTransform)
             if it is None:
-                ds = _apply_map_op(ds, op, position)
+                ds = _apply_op(ds, op, position)
             else:
-                it = _apply_iter_op(it, op, position)
+                it = _apply_op(it, op, position)
         if it is None:
             it = ds.to_iter_dataset(self._read_options)
         if self._worker_count > 0:
@@ -176,23 +176,14 @@ def _with_shard_options(sampler: Any, shard_options: ShardOptions | None) -> Any
     return sampler.with_shard_options(shard_options)
 
 
-def _apply_map_op(ds: MapDataset[Any], op: Any, position: int) -> MapDataset[Any]:
+def _apply_op(ds: Any, op: Any, position: int) -> Any:
+    """`op` applied to a MapDataset or an IterDataset (both have these methods)."""
     if isinstance(op, FilterTransform):
         return ds.filter(op)
     if isinstance(op, MapWithIndex):
         return ds.map_with_index(op)
     if isinstance(op, MapTransform) or callable(op):
         return ds.map(op)
-    raise _bad_operation(op, position)
-
-
-def _apply_iter_op(it: IterDataset[Any], op: Any, position: int) -> IterDataset[Any]:
-    if isinstance(op, FilterTransform):
-        return it.filter(op)
-    if isinstance(op, MapWithIndex):
-        return it.map_with_index(op)
-    if isinstance(op, MapTransform) or callable(op):
-        return it.map(op)
     raise _bad_operation(op, position)
 
 

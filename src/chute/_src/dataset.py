@@ -86,6 +86,23 @@ class _Node:
         return self._fingerprint
 
 
+def stages_sources_first(ds: MapDataset[Any]) -> list[MapDataset[Any]]:
+    """Every stage of `ds`'s graph once, each after all of its parents."""
+    order: list[MapDataset[Any]] = []
+    seen: set[int] = set()
+
+    def visit(node: MapDataset[Any]) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for p in node._parents:
+            visit(p)
+        order.append(node)
+
+    visit(ds)
+    return order
+
+
 class MapDataset(_Node, Generic[T]):
     """A lazy, random-access dataset: `len(ds)`, `ds[i]`, `ds[a:b:c]`.
 

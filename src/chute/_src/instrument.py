@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from chute._src import config
-from chute._src.dataset import IterDataset, MapDataset
+from chute._src.dataset import IterDataset, MapDataset, stages_sources_first
 from chute._src.iterator import DatasetIterator, child_iterators
 
 _ids = itertools.count()
@@ -208,20 +208,7 @@ def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
 
 def map_records(ds: MapDataset[Any]) -> list[StageRecord]:
     """The records of a timed map chain, sources first."""
-    out: list[StageRecord] = []
-    seen: set[int] = set()
-
-    def visit(node: MapDataset[Any]) -> None:
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        for p in node._parents:
-            visit(p)
-        if isinstance(node, _TimedMapDataset):
-            out.append(node.record)
-
-    visit(ds)
-    return out
+    return [n.record for n in stages_sources_first(ds) if isinstance(n, _TimedMapDataset)]
 
 
 # -- IterDataset side ---------------------------------------------------------------------

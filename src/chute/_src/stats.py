@@ -87,8 +87,10 @@ class PipelineStats:
         return max(ranked, key=lambda s: s.wait_percent) if ranked else None
 
     def advice(self) -> str:
-        """What to change: from where the waiting went and whether the bottleneck held the
-        GIL (sampled; when there are too few samples, whether it was on a CPU at all)."""
+        """What to change: from where the waiting went, whether the bottleneck was on a CPU
+        (exact: thread CPU time over wall time) and, for CPU-bound work, whether the GIL was
+        free meanwhile (sampled, and only a hint: numpy releases the GIL for a moment in
+        every large enough array operation, which lets the sampler in)."""
         b = self.bottleneck
         if b is None:
             return "No element has been produced yet: iterate first, then ask again."
@@ -97,21 +99,23 @@ class PipelineStats:
         gil = self.gil_held_percent(b)
         measured = f"CPU {cpu:.0f}% of its time" if cpu is not None else "CPU time unknown"
         measured += f", GIL held {gil:.0f}%" if gil is not None else ""
-        python_bound = gil >= 50 if gil is not None else (cpu is not None and cpu >= 50)
-        if not python_bound and cpu is not None and cpu < 50:
+        if cpu is not None and cpu < 50:
             return (
                 f"{head} {measured}: it mostly waits (I/O, sleeps), so more threads help, "
                 "e.g. to_iter_dataset(chute.ReadOptions(num_threads=N))."
             )
-        if not python_bound:
+        if gil is not None and gil < 50:
             return (
-                f"{head} {measured}: busy in native code that releases the GIL, so more "
-                "threads help (ReadOptions(num_threads=N)), as do worker processes."
+                f"{head} {measured}: CPU-bound, and the GIL was often free meanwhile (native "
+                "code such as numpy or tokenizers releases it), so threads may help "
+                "(ReadOptions(num_threads=N)); worker processes help in any case: "
+                ".mp_prefetch(chute.MultiprocessingOptions(num_workers=N))."
             )
         return (
-            f"{head} {measured}: Python code holding the GIL, so threads cannot speed it "
-            "up; use (more) worker processes, e.g. .mp_prefetch(chute.MultiprocessingOptions("
-            "num_workers=N)), or move the work into a library that releases the GIL."
+            f"{head} {measured}: CPU-bound Python code holds the GIL, so threads cannot "
+            "speed it up; use (more) worker processes, e.g. .mp_prefetch("
+            "chute.MultiprocessingOptions(num_workers=N)), or move the work into a library "
+            "that releases the GIL."
         )
 
     def summary(self) -> str:

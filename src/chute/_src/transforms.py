@@ -102,6 +102,18 @@ def check_batch_size(batch_size: Any, where: str) -> int:
     return int(batch_size)
 
 
+def as_batch_fn(batch_fn: Any) -> Callable[[list[Any]], Any]:
+    """`batch_fn`, or leaf-by-leaf stacking when it is None."""
+    if batch_fn is None:
+        return tree.stack
+    if not callable(batch_fn):
+        raise TypeError(
+            f"batch: batch_fn={batch_fn!r} is not callable: pass a function taking a list "
+            "of elements, or None to stack them."
+        )
+    return batch_fn
+
+
 def _check_callable(fn: Any, where: str, wanted: str) -> None:
     if not callable(fn):
         raise TypeError(

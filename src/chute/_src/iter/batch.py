@@ -9,7 +9,7 @@ from chute._src import tree
 from chute._src.dataset import IterDataset
 from chute._src.errors import add_stage_note
 from chute._src.iterator import DatasetIterator
-from chute._src.transforms import check_batch_size, describe
+from chute._src.transforms import as_batch_fn, check_batch_size, describe
 
 
 class BatchIterDataset(IterDataset[Any]):
@@ -23,13 +23,8 @@ class BatchIterDataset(IterDataset[Any]):
     ) -> None:
         super().__init__([parent])
         self._size = check_batch_size(batch_size, "batch")
-        if batch_fn is not None and not callable(batch_fn):
-            raise TypeError(
-                f"batch: batch_fn={batch_fn!r} is not callable: pass a function taking a list "
-                "of elements, or None to stack them."
-            )
         self._drop = bool(drop_remainder)
-        self._batch_fn = batch_fn if batch_fn is not None else tree.stack
+        self._batch_fn = as_batch_fn(batch_fn)
 
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _BatchIterator(self._parent_iter(), self)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from chute._src import config, pipeline_pickle
-from chute._src.dataset import IterDataset, MapDataset, _Node
+from chute._src.dataset import IterDataset, MapDataset, _Node, stages_sources_first
 from chute._src.iter.filter import FilterIterDataset
 from chute._src.iter.map import MapIterDataset
 from chute._src.iter.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
@@ -321,7 +321,7 @@ class _ChunkService:
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None,
     ) -> None:
-        stages = [n for leaf in leaves for n in _stages_sources_first(leaf)]
+        stages = [n for leaf in leaves for n in stages_sources_first(leaf)]
         self._records_by_id = {r.id: r for leaf in leaves for r in _records_of(leaf)}
         payload = pipeline_pickle.dumps(leaves, stages)
         self._workers = options.num_workers
@@ -382,19 +382,3 @@ def _records_of(leaf: MapDataset[Any]) -> list[Any]:
     from chute._src.instrument import map_records
 
     return map_records(leaf)
-
-
-def _stages_sources_first(ds: MapDataset[Any]) -> list[MapDataset[Any]]:
-    order: list[MapDataset[Any]] = []
-    seen: set[int] = set()
-
-    def visit(node: MapDataset[Any]) -> None:
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        for p in node._parents:
-            visit(p)
-        order.append(node)
-
-    visit(ds)
-    return order

@@ -10,7 +10,7 @@ import numpy as np
 from chute._src import tree
 from chute._src.dataset import INFINITE, MapDataset
 from chute._src.errors import add_stage_note
-from chute._src.transforms import check_batch_size, describe
+from chute._src.transforms import as_batch_fn, check_batch_size, describe
 
 
 class BatchMapDataset(MapDataset[Any]):
@@ -31,13 +31,8 @@ class BatchMapDataset(MapDataset[Any]):
     ) -> None:
         super().__init__([parent])
         self._size = check_batch_size(batch_size, "batch")
-        if batch_fn is not None and not callable(batch_fn):
-            raise TypeError(
-                f"batch: batch_fn={batch_fn!r} is not callable: pass a function taking a list "
-                "of elements, or None to stack them."
-            )
         self._drop = bool(drop_remainder)
-        self._batch_fn = batch_fn if batch_fn is not None else tree.stack
+        self._batch_fn = as_batch_fn(batch_fn)
         n = self._parent_len = len(parent)
         if n >= INFINITE:
             self._len = INFINITE // self._size
