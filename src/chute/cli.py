@@ -1,4 +1,4 @@
-"""The `chute` command line: `chute convert`, `chute inspect`, `chute verify`.
+"""The `chute` command line: `chute convert`, `inspect`, `verify`, `bench`.
 
 Each subcommand is a `Command`: a name, a help line, a function that adds its arguments
 to an argparse parser and a function that runs it and returns the exit status. A new
@@ -159,6 +159,18 @@ def _run_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    from chute._src.bench_cli import add_arguments
+
+    add_arguments(p)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from chute._src.bench_cli import run
+
+    return run(args)
+
+
 COMMANDS: list[Command] = [
     Command(
         "convert",
@@ -177,6 +189,12 @@ COMMANDS: list[Command] = [
         "check every record's checksum; report the first bad record",
         _verify_args,
         _run_verify,
+    ),
+    Command(
+        "bench",
+        "time a pipeline: first batch, elements/s, per-stage summary with advice",
+        _bench_args,
+        _run_bench,
     ),
 ]
 
