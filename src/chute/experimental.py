@@ -13,9 +13,13 @@ from chute._src.iter.repeat import RepeatIterDataset as RepeatIterDataset
 from chute._src.iter.thread_prefetch import (
     ThreadPrefetchIterDataset as ThreadPrefetchIterDataset,
 )
+from chute._src.iter.window_shuffle import (
+    WindowShuffleIterDataset as WindowShuffleIterDataset,
+)
 from chute._src.iter.zip import ZipIterDataset as ZipIterDataset
 from chute._src.map.flat_map import FlatMapMapDataset as FlatMapMapDataset
 from chute._src.map.flat_map import FlatMapTransform as FlatMapTransform
+from chute._src.map.window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
 from chute._src.map.zip import ZipMapDataset as ZipMapDataset
 from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 
@@ -32,6 +36,8 @@ __all__ = [
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ThreadPrefetchIterDataset",
+    "WindowShuffleIterDataset",
+    "WindowShuffleMapDataset",
     "ZipIterDataset",
     "ZipMapDataset",
 ]
