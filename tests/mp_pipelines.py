@@ -83,3 +83,7 @@ class KeepTransform(chute.FilterTransform):
 
 def keep_transform() -> KeepTransform:
     return KeepTransform()
+
+
+def first(x: tuple[int, str]) -> int:
+    return x[0]

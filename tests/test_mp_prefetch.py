@@ -301,3 +301,29 @@ def test_script_without_main_guard_gets_an_explanation(tmp_path: Path) -> None:
     assert out.returncode != 0
     assert "WorkerDiedError" in out.stderr
     assert "if __name__ == '__main__':" in out.stderr
+
+
+def test_large_list_source_is_shared_not_copied() -> None:
+    data = [(i, f"record-{i}") for i in range(30_000)]
+
+    def build(w: int) -> chute.IterDataset[Any]:
+        ds = chute.MapDataset.source(data).shuffle(seed=5).map(mpp.first).to_iter_dataset()
+        return ds.batch(100).mp_prefetch(chute.MultiprocessingOptions(num_workers=w))
+
+    before = {e for e in os.listdir("/dev/shm") if e.startswith("chute_list_")}
+    it = iter(build(2))
+    first = next(it)
+    made = {e for e in os.listdir("/dev/shm") if e.startswith("chute_list_")} - before
+    assert len(made) == 1  # one shared copy, whatever the number of workers
+    rest = list(it)
+    it.close()
+    assert_trees_equal([first, *rest], as_list(build(0)))
+    assert not made & set(os.listdir("/dev/shm"))  # removed when the workers stop
+
+
+def test_shared_list_files_of_dead_processes_are_swept() -> None:
+    stale = Path("/dev/shm") / "chute_list_999999999_00ff"
+    stale.write_bytes(b"left by a killed process")
+    ds = chute.MapDataset.source(list(range(20_000))).to_iter_dataset()
+    assert as_list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1)))[:3] == [0, 1, 2]
+    assert not stale.exists()

@@ -27,6 +27,8 @@ from chute._src.iter.filter import FilterIterDataset
 from chute._src.iter.map import MapIterDataset
 from chute._src.iter.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
 from chute._src.iterator import DatasetIterator, child_iterators
+from chute._src.map.source import SourceMapDataset
+from chute._src.sources.shared_list import SharedListSource
 from chute._src.mp.errors import WorkerDiedError
 from chute._src.mp.pool import WorkerPool
 from chute._src.options import MultiprocessingOptions, ReadOptions
@@ -321,6 +323,8 @@ class _ChunkService:
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None,
     ) -> None:
+        self._shared: list[SharedListSource] = []
+        leaves = [_share_large_lists(leaf, self._shared) for leaf in leaves]
         stages = [n for leaf in leaves for n in stages_sources_first(leaf)]
         self._records_by_id = {r.id: r for leaf in leaves for r in _records_of(leaf)}
         payload = pipeline_pickle.dumps(leaves, stages)
@@ -376,6 +380,36 @@ class _ChunkService:
 
     def close(self) -> None:
         self._pool.close()
+        for shared in self._shared:
+            shared.unlink()
+
+
+SHARE_LISTS_FROM = 10_000  # list/tuple sources at least this long are shared, not copied
+
+
+def _share_large_lists(ds: MapDataset[Any], made: list[SharedListSource]) -> MapDataset[Any]:
+    """`ds` with every large list or tuple source replaced by a `SharedListSource`."""
+    memo: dict[int, MapDataset[Any]] = {}
+
+    def rewrite(node: MapDataset[Any]) -> MapDataset[Any]:
+        if id(node) in memo:
+            return memo[id(node)]
+        out = node
+        if isinstance(node, SourceMapDataset):
+            source = node.data_source
+            if isinstance(source, list | tuple) and len(source) >= SHARE_LISTS_FROM:
+                shared = SharedListSource(source)
+                made.append(shared)
+                out = SourceMapDataset(shared)
+        elif node._parents:
+            parents = tuple(rewrite(p) for p in node._parents)
+            if any(a is not b for a, b in zip(parents, node._parents)):
+                out = copy.copy(node)
+                out._parents = parents
+        memo[id(node)] = out
+        return out
+
+    return rewrite(ds)
 
 
 def _records_of(leaf: MapDataset[Any]) -> list[Any]:
