@@ -28,10 +28,10 @@ from chute._src.iter.map import MapIterDataset
 from chute._src.iter.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
 from chute._src.iterator import DatasetIterator, child_iterators
 from chute._src.map.source import SourceMapDataset
-from chute._src.sources.shared_list import SharedListSource
 from chute._src.mp.errors import WorkerDiedError
 from chute._src.mp.pool import WorkerPool
 from chute._src.options import MultiprocessingOptions, ReadOptions
+from chute._src.sources.shared_list import SharedListSource
 
 T = TypeVar("T")
 
