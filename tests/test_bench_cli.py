@@ -107,13 +107,15 @@ def test_any_iterable_is_timed_without_stage_figures(
     assert "no per-stage figures" in out
 
 
-def test_graph_dir_gets_the_graph(
+def test_graph_dir_gets_the_text_and_svg_graphs(
     pipeline_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     graph = tmp_path / "graph"
     args = ["bench", str(pipeline_file), "--batches", "5", "--graph", str(graph)]
     assert chute.cli.main(args) == 0
     assert "MapMapDataset(transform=square" in (graph / "pipeline_graph.txt").read_text()
+    svg = (graph / "pipeline_graph.svg").read_text()
+    assert svg.startswith("<svg") and "transform=square" in svg
 
 
 @pytest.mark.parametrize(

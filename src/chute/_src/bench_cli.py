@@ -163,6 +163,8 @@ def bench(
                 n += 1
             elapsed = time.perf_counter() - t1
             figures = _stats_or_none(it)
+            if graph_dir and figures is not None:  # the graph again, with the final figures
+                Path(graph_dir, "pipeline_graph.svg").write_text(figures.to_svg())
             close = getattr(it, "close", None)
             if close is not None:
                 close()

@@ -5,7 +5,8 @@
   `py_debug_summary_interval_s` seconds and when they end.
 - `py_dataset_visualization_output_dir` (str or None, default None): iterators created
   afterwards print the pipeline graph with each stage's element spec when their first
-  element is produced; "" prints to stderr, a directory writes `pipeline_graph.txt` there.
+  element is produced; "" prints to stderr, a directory writes `pipeline_graph.txt` and
+  `pipeline_graph.svg` (a picture annotated with the stats) there.
 - `py_debug_summary_interval_s` (float, default 60): how often debug mode prints.
 
 Both modes cost nothing when off: the choice is made once, when an iterator is created.

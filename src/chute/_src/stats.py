@@ -157,6 +157,12 @@ class PipelineStats:
             "advice": self.advice(),
         }
 
+    def to_svg(self) -> str:
+        """The pipeline graph as an SVG picture annotated with these figures."""
+        from chute._src.graph_svg import to_svg
+
+        return to_svg(self)
+
 
 def _dur(s: float | None) -> str:
     if s is None:
@@ -218,11 +224,11 @@ class PipelineView:
             inputs = sum(records[i].wall_ns for i in r.inputs if i in records)
             return max(0, r.wall_ns - inputs)
 
-        def self_cpu_ns(r: StageRecord) -> int:
+        def self_cpu_ns(r: StageRecord) -> float:
             if r.boundary:
-                return r.cpu_ns
-            inputs = sum(records[i].cpu_ns for i in r.inputs if i in records)
-            return max(0, r.cpu_ns - inputs)
+                return r.cpu_estimate_ns()
+            inputs = sum(records[i].cpu_estimate_ns() for i in r.inputs if i in records)
+            return max(0.0, r.cpu_estimate_ns() - inputs)
 
         wait: dict[int, float] = dict.fromkeys(records, 0.0)
 
@@ -304,10 +310,12 @@ class PipelineView:
             print(self.stats().summary(), file=sys.stderr, flush=True)
 
     def _emit_graph(self) -> None:
-        text = graph_text(self.stats())
+        figures = self.stats()
+        text = graph_text(figures)
         if self._viz_dir:
             os.makedirs(self._viz_dir, exist_ok=True)
             Path(self._viz_dir, "pipeline_graph.txt").write_text(text + "\n")
+            Path(self._viz_dir, "pipeline_graph.svg").write_text(figures.to_svg())
         else:
             print(text, file=sys.stderr, flush=True)
 
