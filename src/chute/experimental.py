@@ -5,6 +5,7 @@ from chute._src.iter.concat_split import (
     ConcatThenSplitIterDataset as ConcatThenSplitIterDataset,
 )
 from chute._src.iter.flat_map import FlatMapIterDataset as FlatMapIterDataset
+from chute._src.iter.interleave import InterleaveIterDataset as InterleaveIterDataset
 from chute._src.iter.limit import LimitIterDataset as LimitIterDataset
 from chute._src.iter.pack_best_fit import BestFitPackIterDataset as BestFitPackIterDataset
 from chute._src.iter.pack_first_fit import FirstFitPackIterDataset as FirstFitPackIterDataset
@@ -31,6 +32,7 @@ __all__ = [
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
+    "InterleaveIterDataset",
     "LimitIterDataset",
     "MultiprocessingOptions",
     "RebatchIterDataset",

@@ -1,0 +1,273 @@
+"""`experimental.InterleaveIterDataset`: read several inputs (files) in parallel threads.
+
+As tf.data's parallel interleave: `cycle_length` inputs are open at a time and the output
+takes one element from each in turn; an exhausted input is replaced by the next one. Each
+open input (and the next ones to open) is read ahead on its own thread, `iter_buffer_size`
+elements at a time, so per-read latency (remote storage) overlaps across inputs while the
+output order stays a fixed function of the inputs: Grain's order, whatever the timing.
+
+The state holds, for every slot of the cycle, which input is there and its position: the
+input's state before the chunk being consumed plus how many of the chunk were taken.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from chute._src.dataset import IterDataset, MapDataset
+from chute._src.errors import CheckpointError
+from chute._src.iterator import DatasetIterator, check_int, check_state, child_iterators
+
+
+class InterleaveIterDataset(IterDataset[Any]):
+    """Interleaves `datasets`, `cycle_length` at a time, reading them in parallel threads.
+
+    >>> import chute
+    >>> files = [chute.MapDataset.range(10 * i, 10 * i + 3) for i in range(4)]
+    >>> ds = chute.experimental.InterleaveIterDataset(files, cycle_length=2)
+    >>> list(ds)
+    [0, 10, 1, 11, 2, 12, 20, 30, 21, 31, 22, 32]
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[IterDataset[Any] | MapDataset[Any]],
+        *,
+        cycle_length: int,
+        num_make_iter_threads: int = 1,
+        make_iter_buffer_size: int = 1,
+        iter_buffer_size: int = 8,
+    ) -> None:
+        where = "InterleaveIterDataset"
+        inputs = list(datasets)
+        if not all(isinstance(d, IterDataset | MapDataset) for d in inputs):
+            raise TypeError(
+                f"{where}: datasets must be a list of IterDatasets or MapDatasets (one per file, "
+                f"say); got {[type(d).__name__ for d in inputs]}."
+            )
+        for name, value in (
+            ("cycle_length", cycle_length),
+            ("num_make_iter_threads", num_make_iter_threads),
+            ("make_iter_buffer_size", make_iter_buffer_size),
+            ("iter_buffer_size", iter_buffer_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{where}: {name}={value!r} is invalid: it must be a positive int."
+                )
+        parents = [d.to_iter_dataset() if isinstance(d, MapDataset) else d for d in inputs]
+        super().__init__(parents)
+        self._cycle = min(cycle_length, max(1, len(parents)))
+        self._ahead = make_iter_buffer_size
+        self._chunk = iter_buffer_size
+        self._threads = self._cycle + num_make_iter_threads
+
+    def _make_iterator(self) -> DatasetIterator[Any]:
+        its = [self._parent_iter(i) for i in range(len(self._parents))]
+        return _InterleaveIterator(its, self)
+
+    def __repr__(self) -> str:
+        return f"InterleaveIterDataset(cycle_length={self._cycle}, inputs={len(self._parents)})"
+
+    def _fingerprint_params(self) -> str:
+        return f"{self._cycle}"
+
+
+_EXHAUSTED = object()
+
+
+def _read(
+    it: DatasetIterator[Any], skip: int, k: int, lock: Any
+) -> tuple[dict[str, Any], list[Any]]:
+    """The input's state, then its next `skip + k` elements (runs on a reader thread)."""
+    if lock is not None:
+        with lock:
+            return it.get_state(), it._next_many(skip + k)
+    return it.get_state(), it._next_many(skip + k)
+
+
+class _Feed:
+    """One input being read: the chunk being consumed and the read of the next one."""
+
+    __slots__ = ("future", "items", "pos", "state")
+
+    def __init__(self, state: dict[str, Any], skip: int) -> None:
+        self.state = state  # the input's state before `items`
+        self.items: list[Any] = []
+        self.pos = skip  # consumed position in `items` (skip until a chunk arrives)
+        self.future: concurrent.futures.Future[Any] | None = None
+
+
+class _InterleaveIterator(DatasetIterator[Any]):
+    stage = "interleave"
+
+    def __init__(self, its: list[DatasetIterator[Any]], ds: InterleaveIterDataset) -> None:
+        super().__init__()
+        self._its = its
+        self._n = len(its)
+        self._cycle, self._chunk, self._ahead = ds._cycle, ds._chunk, ds._ahead
+        self._threads = ds._threads
+        self._initial = [it.get_state() for it in its]
+        self._slots: list[int | None] = [None] * self._cycle
+        self._pos = 0  # next slot of the cycle to read
+        self._next_input = 0  # next input to open
+        self._feeds: dict[int, _Feed] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._locks: list[Any] | None = None
+        self._closed = False
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _ensure_locks(self) -> list[Any]:
+        """Inputs fed by worker processes share one service: read those one at a time."""
+        if self._locks is None:
+            shared = threading.Lock()
+            self._locks = [shared if _fed_by_workers(it) else None for it in self._its]
+        return self._locks
+
+    def _submit(self, j: int, feed: _Feed, skip: int) -> None:
+        if self._closed:
+            raise RuntimeError("next() on a closed iterator: create a new one with iter(ds).")
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self._threads, thread_name_prefix="chute-interleave"
+            )
+            weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+        lock = self._ensure_locks()[j]
+        feed.future = self._pool.submit(_read, self._its[j], skip, self._chunk, lock)
+
+    def _open(self, j: int, state: dict[str, Any] | None = None, skip: int = 0) -> _Feed:
+        feed = self._feeds.get(j)
+        if feed is None:
+            feed = _Feed(self._initial[j] if state is None else state, skip)
+            self._feeds[j] = feed
+            self._submit(j, feed, skip)
+        return feed
+
+    def _prefetch_next_inputs(self) -> None:
+        for j in range(self._next_input, min(self._n, self._next_input + self._ahead)):
+            self._open(j)
+
+    def _take(self, j: int) -> Any:
+        feed = self._feeds[j]
+        if feed.pos < len(feed.items):
+            x = feed.items[feed.pos]
+            feed.pos += 1
+            return x
+        assert feed.future is not None
+        state, items = feed.future.result()
+        skip = feed.pos - len(feed.items) if feed.items else feed.pos
+        feed.future = None
+        if len(items) <= skip:
+            del self._feeds[j]
+            return _EXHAUSTED
+        feed.state, feed.items, feed.pos = state, items, skip + 1
+        self._submit(j, feed, 0)
+        return items[skip]
+
+    def __next__(self) -> Any:
+        while True:
+            j = self._slots[self._pos]
+            if j is not None:
+                x = self._take(j)
+                if x is not _EXHAUSTED:
+                    self._pos = (self._pos + 1) % self._cycle
+                    return x
+                self._slots[self._pos] = None
+                self._pos = (self._pos + 1) % self._cycle
+                continue
+            if self._next_input < self._n:
+                j = self._next_input
+                self._next_input += 1
+                self._slots[self._pos] = j
+                self._open(j)
+                self._prefetch_next_inputs()
+                continue
+            if all(s is None for s in self._slots):
+                raise StopIteration
+            self._pos = (self._pos + 1) % self._cycle
+
+    # -- state -----------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        slots: list[Any] = []
+        for j in self._slots:
+            if j is None:
+                slots.append(None)
+                continue
+            feed = self._feeds[j]
+            slots.append({"input": j, "skip": feed.pos, "parent": feed.state})
+        return {
+            "stage": self.stage,
+            "cycle_pos": self._pos,
+            "next_input": self._next_input,
+            "slots": slots,
+        }
+
+    def _drain(self) -> None:
+        """Waits for reads in flight, so no thread touches an input any more."""
+        for feed in self._feeds.values():
+            if feed.future is not None:
+                concurrent.futures.wait([feed.future])
+        self._feeds.clear()
+
+    def _restore(self, state: Any, path: str) -> None:
+        check_state(state, self.stage, {"stage", "cycle_pos", "next_input", "slots"}, path)
+        pos = check_int(state, "cycle_pos", path, 0, self._cycle - 1)
+        next_input = check_int(state, "next_input", path, 0, self._n)
+        slots = state["slots"]
+        if not isinstance(slots, list) or len(slots) != self._cycle:
+            raise CheckpointError(
+                f"{path}['slots'] is not a list of {self._cycle} slots: the state is from an "
+                "interleave with another cycle_length; restore a state of this pipeline."
+            )
+        self._drain()
+        self._slots = [None] * self._cycle
+        for i, slot in enumerate(slots):
+            if slot is None:
+                continue
+            where = f"{path}['slots'][{i}]"
+            if not isinstance(slot, dict) or set(slot) != {"input", "skip", "parent"}:
+                raise CheckpointError(
+                    f"{where} = {slot!r} is invalid: restore a state of this pipeline."
+                )
+            j = check_int(slot, "input", where, 0, self._n - 1)
+            skip = check_int(slot, "skip", where)
+            self._its[j]._restore(slot["parent"], f"{where}['parent']")
+            self._slots[i] = j
+            self._open(j, slot["parent"], skip)
+        for j in range(next_input, self._n):
+            if j not in self._feeds:
+                self._its[j]._restore(self._initial[j], f"{path}['initial'][{j}]")
+        self._pos, self._next_input = pos, next_input
+        self._prefetch_next_inputs()
+
+    def start_prefetch(self) -> None:
+        for j in range(min(self._n, self._cycle + self._ahead)):
+            if j >= self._next_input and not self._closed:
+                self._open(j)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._drain()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        for it in self._its:
+            it.close()
+
+
+def _fed_by_workers(it: DatasetIterator[Any]) -> bool:
+    stack: list[Any] = [it]
+    while stack:
+        node = stack.pop()
+        if hasattr(node, "connect"):
+            return True
+        stack.extend(child_iterators(node))
+    return False
