@@ -224,11 +224,11 @@ class PipelineView:
             inputs = sum(records[i].wall_ns for i in r.inputs if i in records)
             return max(0, r.wall_ns - inputs)
 
-        def self_cpu_ns(r: StageRecord) -> float:
+        def self_cpu_ns(r: StageRecord) -> int:
             if r.boundary:
-                return r.cpu_estimate_ns()
-            inputs = sum(records[i].cpu_estimate_ns() for i in r.inputs if i in records)
-            return max(0.0, r.cpu_estimate_ns() - inputs)
+                return r.cpu_ns
+            inputs = sum(records[i].cpu_ns for i in r.inputs if i in records)
+            return max(0, r.cpu_ns - inputs)
 
         wait: dict[int, float] = dict.fromkeys(records, 0.0)
 
