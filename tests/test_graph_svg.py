@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +120,7 @@ def test_the_visualization_directory_gets_pipeline_graph_svg(tmp_path: Path) -> 
         next(it)
     finally:
         chute.config.update("py_dataset_visualization_output_dir", None)
-    assert (tmp_path / "pipeline_graph.txt").exists()
+    text = (tmp_path / "pipeline_graph.txt").read_text()
     root = ET.parse(tmp_path / "pipeline_graph.svg").getroot()
-    assert len(stage_groups(root)) == 4
+    ids = {f"stage-{i}" for i in re.findall(r"\[(\d+)\] ", text)}
+    assert len(ids) >= 3 and set(stage_groups(root)) == ids
