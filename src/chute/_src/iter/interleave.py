@@ -149,7 +149,9 @@ class _InterleaveIterator(DatasetIterator[Any]):
         return feed
 
     def _prefetch_next_inputs(self) -> None:
-        for j in range(self._next_input, min(self._n, self._next_input + self._ahead)):
+        """Starts reading the inputs that will fill the empty slots, and `ahead` more."""
+        empty = sum(1 for s in self._slots if s is None)
+        for j in range(self._next_input, min(self._n, self._next_input + empty + self._ahead)):
             self._open(j)
 
     def _take(self, j: int) -> Any:
@@ -181,6 +183,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
                 self._pos = (self._pos + 1) % self._cycle
                 continue
             if self._next_input < self._n:
+                self._prefetch_next_inputs()
                 j = self._next_input
                 self._next_input += 1
                 self._slots[self._pos] = j
@@ -247,9 +250,8 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._prefetch_next_inputs()
 
     def start_prefetch(self) -> None:
-        for j in range(min(self._n, self._cycle + self._ahead)):
-            if j >= self._next_input and not self._closed:
-                self._open(j)
+        if not self._closed:
+            self._prefetch_next_inputs()
 
     def close(self) -> None:
         if self._closed:
