@@ -97,7 +97,11 @@ class PipelineStats:
         head = f"Bottleneck: stage {b.id} {b.name}, {b.wait_percent:.0f}% of the consumer's wait."
         cpu = b.cpu_percent
         gil = self.gil_held_percent(b)
-        measured = f"CPU {cpu:.0f}% of its time" if cpu is not None else "CPU time unknown"
+        measured = (
+            f"on or waiting for a CPU {cpu:.0f}% of its time"
+            if cpu is not None
+            else "CPU time unknown"
+        )
         measured += f", GIL held {gil:.0f}%" if gil is not None else ""
         if cpu is not None and cpu < 50:
             return (
@@ -143,8 +147,8 @@ class PipelineStats:
         body = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
         note = (
             "% wait: share of the consumer's waiting for data attributed to the stage; % CPU: "
-            "CPU time over wall time of the stage's own work. Times of map stages are per "
-            "element, measured over blocks."
+            "time on (or queued for) a CPU over wall time of the stage's own work. Times of "
+            "map stages are per element, measured over blocks."
         )
         return "\n".join(
             ["chute execution summary:", note, rule, line, rule, *body, rule, self.advice()]
@@ -224,11 +228,11 @@ class PipelineView:
             inputs = sum(records[i].wall_ns for i in r.inputs if i in records)
             return max(0, r.wall_ns - inputs)
 
-        def self_cpu_ns(r: StageRecord) -> int:
+        def self_cpu_ns(r: StageRecord) -> float:
             if r.boundary:
-                return r.cpu_ns
-            inputs = sum(records[i].cpu_ns for i in r.inputs if i in records)
-            return max(0, r.cpu_ns - inputs)
+                return r.cpu_estimate_ns()
+            inputs = sum(records[i].cpu_estimate_ns() for i in r.inputs if i in records)
+            return max(0.0, r.cpu_estimate_ns() - inputs)
 
         wait: dict[int, float] = dict.fromkeys(records, 0.0)
 
