@@ -327,3 +327,46 @@ def test_shared_list_files_of_dead_processes_are_swept() -> None:
     ds = chute.MapDataset.source(list(range(20_000))).to_iter_dataset()
     assert as_list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1)))[:3] == [0, 1, 2]
     assert not stale.exists()
+
+
+class _Count(chute.DatasetIterator[int]):
+    stage = "count"
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self._n, self._i = n, 0
+
+    def __next__(self) -> int:
+        if self._i >= self._n:
+            raise StopIteration
+        self._i += 1
+        return self._i - 1
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"i": self._i}
+
+    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+        self._i = state["i"]
+
+
+class CountStream(chute.IterDataset[int]):
+    """A user-defined stream with no random-access part."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self._n = n
+
+    def _make_iterator(self) -> chute.DatasetIterator[int]:
+        return _Count(self._n)
+
+
+def test_stream_without_random_access_part_runs_in_process_and_says_so() -> None:
+    ds = CountStream(10).map(mpp.double)
+    before = worker_pids()
+    with pytest.warns(UserWarning, match=r"no random-access part.*runs in this process"):
+        it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+    assert list(it) == [2 * i for i in range(10)]
+    assert not (worker_pids() - before)
+    assert_equal_output_after_checkpoint(
+        ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=0)), max_elements=10
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -78,6 +79,14 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
             return _MultiprocessIterator(iter(parent), None)
         leaves: list[MapDataset[Any]] = []
         main_chain = _substitute(parent, leaves)
+        if not leaves:
+            warnings.warn(
+                f"mp_prefetch: {parent!r} has no random-access part (a MapDataset turned into "
+                "an IterDataset with to_iter_dataset) for workers to compute, so it runs in "
+                "this process; build the expensive steps on a MapDataset to use workers.",
+                stacklevel=2,
+            )
+            return _MultiprocessIterator(iter(parent), None)
         service = _ChunkService(leaves, self._options, self._worker_init_fn)
         return _MultiprocessIterator(_attach(main_chain, service), service)
 
