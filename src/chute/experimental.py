@@ -1,9 +1,11 @@
 """Stages whose API may still change: prefetching, packing, mixing, interleaving, caching."""
 
+from chute._src.iter.cache import CacheIterDataset as CacheIterDataset
 from chute._src.iter.concat_split import BOSHandling as BOSHandling
 from chute._src.iter.concat_split import (
     ConcatThenSplitIterDataset as ConcatThenSplitIterDataset,
 )
+from chute._src.iter.disk_cache import DiskCacheIterDataset as DiskCacheIterDataset
 from chute._src.iter.flat_map import FlatMapIterDataset as FlatMapIterDataset
 from chute._src.iter.interleave import InterleaveIterDataset as InterleaveIterDataset
 from chute._src.iter.limit import LimitIterDataset as LimitIterDataset
@@ -27,7 +29,9 @@ from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 __all__ = [
     "BOSHandling",
     "BestFitPackIterDataset",
+    "CacheIterDataset",
     "ConcatThenSplitIterDataset",
+    "DiskCacheIterDataset",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",

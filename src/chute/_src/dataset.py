@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -387,6 +388,22 @@ class IterDataset(_Node, Generic[T]):
         from chute._src.iter.limit import LimitIterDataset
 
         return LimitIterDataset(self, count)
+
+    def cache(self, path: str | os.PathLike[str] | None = None) -> IterDataset[T]:
+        """Caches the stream: in memory, or with `path` in record files under `path`.
+
+        The first full pass is kept; passes that start again from the beginning (a
+        `repeat` after it, or a later run for a disk cache) read the cache instead of
+        computing the pipeline above. A disk cache is keyed by that pipeline, so a
+        changed pipeline builds its own.
+        """
+        if path is None:
+            from chute._src.iter.cache import CacheIterDataset
+
+            return CacheIterDataset(self)
+        from chute._src.iter.disk_cache import DiskCacheIterDataset
+
+        return DiskCacheIterDataset(self, path)
 
     def mp_prefetch(
         self,

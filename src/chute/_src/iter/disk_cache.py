@@ -1,0 +1,219 @@
+"""`IterDataset.cache(path)`: the first full pass is written to a record file; later passes
+(and later runs) read it instead of computing the pipeline above.
+
+The cache directory is `path/<key>`, where the key hashes the upstream pipeline: its
+stages and parameters, the code of its functions, and what its sources say about
+themselves (their `repr`, which for file sources names the files; for an in-memory list,
+its length and a sample of its elements). A different pipeline therefore gets its own cache and builds it;
+a cache is never reused for a pipeline it was not written by. Elements are stored with
+`chute._src.tree_codec` (a JSON header and raw buffers, no pickle) in a `.crec` file
+written by `chute.records.RecordWriter`, which appears under its name only when the pass
+that wrote it ended: an interrupted pass leaves no cache.
+
+State: the position in the stream, whether it was being read from the cache, and the
+parent's state; a state taken while reading the cache restores into a process where the
+cache exists by position alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+from chute._src.dataset import IterDataset, _Node
+from chute._src.iterator import DatasetIterator, check_int, check_state
+from chute._src.tree_codec import decode, encode
+
+T = TypeVar("T")
+
+_FILE = "elements.crec"
+
+
+def cache_key(ds: _Node) -> str:
+    """A hash of everything that decides `ds`'s elements (not thread or worker counts)."""
+    h = hashlib.blake2b(digest_size=12)
+    seen: set[int] = set()
+
+    def visit(node: _Node) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        h.update(f"{type(node).__qualname__}({node._fingerprint_params()})".encode())
+        for name, value in sorted(vars(node).items()):
+            if name in ("_parents", "_fingerprint", "_read_options", "_map_parent"):
+                continue
+            h.update(name.encode())
+            h.update(_describe(value).encode())
+        h.update(str(len(node._parents)).encode())
+        for p in node._parents:
+            visit(p)
+
+    visit(ds)
+    return h.hexdigest()
+
+
+def _code_of(value: Any) -> Any:
+    """The code object of a function, or of a transform object's method."""
+    if hasattr(value, "__code__"):
+        return value.__code__
+    for name in ("map", "random_map", "filter", "flat_map", "__call__"):
+        method = getattr(type(value), name, None)
+        if hasattr(method, "__code__"):
+            return method.__code__  # type: ignore[union-attr]
+    return None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, _Node):
+        return type(value).__name__
+    code = _code_of(value)
+    if code is not None:
+        consts = [c for c in code.co_consts if not hasattr(c, "co_code")]
+        return f"code:{code.co_code.hex()}:{consts!r}:{code.co_names}"
+    if isinstance(value, int | float | str | bytes | bool | type(None)):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        # An in-memory source: its length and a sample of its elements (cheap for any size).
+        step = max(1, len(value) // 16)
+        return f"{type(value).__name__}[{len(value)}]:{[value[i] for i in range(0, len(value), step)]!r}"
+    if isinstance(value, dict | set):
+        return f"{type(value).__name__}[{len(value)}]"
+    text = repr(value)
+    if " at 0x" in text:  # an object without a repr of its own: its type says what it is
+        return type(value).__qualname__ + str(getattr(value, "__len__", lambda: "")())
+    return text
+
+
+class DiskCacheIterDataset(IterDataset[T]):
+    """Writes the stream's first full pass under `path`, reads later passes from there.
+
+    >>> import chute, tempfile
+    >>> calls = []
+    >>> ds = chute.MapDataset.range(3).to_iter_dataset().map(lambda x: calls.append(x) or x * 2)
+    >>> cached = ds.cache(tempfile.mkdtemp())
+    >>> list(cached.repeat(2)), len(calls)
+    ([0, 2, 4, 0, 2, 4], 3)
+    """
+
+    def __init__(self, parent: IterDataset[T], path: str | os.PathLike[str]) -> None:
+        super().__init__([parent])
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(
+                f"cache: path={path!r} is invalid: pass a directory (str or Path) to hold the "
+                "cache, or no path for an in-memory cache."
+            )
+        self._root = Path(path)
+        self._key = cache_key(parent)
+
+    @property
+    def directory(self) -> Path:
+        """Where this pipeline's cache lives: `path/<key of the upstream pipeline>`."""
+        return self._root / self._key
+
+    def _make_iterator(self) -> DatasetIterator[T]:
+        return _DiskCacheIterator(self._parent_iter(), self.directory / _FILE)
+
+    def __repr__(self) -> str:
+        return f"DiskCacheIterDataset(key={self._key})"
+
+
+class _DiskCacheIterator(DatasetIterator[T]):
+    stage = "disk_cache"
+
+    def __init__(self, parent: DatasetIterator[T], file: Path) -> None:
+        super().__init__(parent)
+        self._file = file
+        self._start = parent.get_state()
+        self._source: Any = None  # the cache, once it exists
+        self._len = 0
+        self._writer: Any = None
+        self._written = 0
+        self._pos = 0
+        self._may_write = True  # this pass started at the beginning
+
+    def _open_cache(self) -> bool:
+        if self._source is None and self._file.exists():
+            from chute._src.sources.crec import RecordFileDataSource
+
+            self._source = RecordFileDataSource(str(self._file))
+            self._len = len(self._source)
+        return self._source is not None
+
+    def __next__(self) -> T:
+        if self._writer is None and self._pos == 0 and self._may_write:
+            if self._open_cache():
+                self._may_write = False
+            else:
+                self._start_writer()
+        if self._source is not None and not self._may_write:
+            if self._pos >= self._len:
+                raise StopIteration
+            x = decode(self._source[self._pos])
+            self._pos += 1
+            return x
+        try:
+            x = next(self._parent)
+        except StopIteration:
+            self._finish()
+            raise
+        if self._writer is not None and self._written == self._pos:
+            self._writer.write(encode(x))
+            self._written += 1
+        self._pos += 1
+        return x
+
+    def _start_writer(self) -> None:
+        from chute._src.records.writer import RecordWriter
+
+        self._writer = RecordWriter(self._file, metadata={"chute_cache": self._file.parent.name})
+        self._written = 0
+
+    def _finish(self) -> None:
+        if self._writer is not None and self._written == self._pos:
+            self._writer.close()  # the file appears under its name only now
+            self._writer = None
+            self._open_cache()
+        self._abort()
+
+    def _abort(self) -> None:
+        if self._writer is not None:
+            self._writer.abort()
+            self._writer = None
+
+    def get_state(self) -> dict[str, Any]:
+        from_cache = int(self._source is not None and not self._may_write)
+        return {
+            "stage": self.stage,
+            "position": self._pos,
+            "from_cache": from_cache,
+            "parent": self._parent.get_state(),
+        }
+
+    def _restore(self, state: Any, path: str) -> None:
+        check_state(state, self.stage, {"stage", "position", "from_cache", "parent"}, path)
+        pos = check_int(state, "position", path)
+        from_cache = check_int(state, "from_cache", path, 0, 1)
+        self._abort()
+        if self._open_cache():
+            self._may_write = False
+            self._pos = min(pos, self._len)
+            return
+        self._may_write = True
+        if not from_cache:
+            self._parent._restore(state["parent"], f"{path}['parent']")
+            self._pos = pos
+            return
+        # Taken while reading a cache that is not here (deleted): recompute up to there.
+        self._parent._restore(self._start, f"{path}['parent']")
+        self._pos = 0
+        for _ in range(pos):
+            try:
+                self.__next__()
+            except StopIteration:
+                break
+
+    def close(self) -> None:
+        self._abort()
+        super().close()
