@@ -6,6 +6,8 @@ from chute._src.iter.concat_split import (
     ConcatThenSplitIterDataset as ConcatThenSplitIterDataset,
 )
 from chute._src.iter.disk_cache import DiskCacheIterDataset as DiskCacheIterDataset
+from chute._src.iter.file_stream import FileLinesIterDataset as FileLinesIterDataset
+from chute._src.iter.file_stream import JsonlIterDataset as JsonlIterDataset
 from chute._src.iter.flat_map import FlatMapIterDataset as FlatMapIterDataset
 from chute._src.iter.interleave import InterleaveIterDataset as InterleaveIterDataset
 from chute._src.iter.limit import LimitIterDataset as LimitIterDataset
@@ -32,11 +34,13 @@ __all__ = [
     "CacheIterDataset",
     "ConcatThenSplitIterDataset",
     "DiskCacheIterDataset",
+    "FileLinesIterDataset",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
     "InterleaveIterDataset",
+    "JsonlIterDataset",
     "LimitIterDataset",
     "MultiprocessingOptions",
     "RebatchIterDataset",
