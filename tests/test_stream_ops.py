@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +20,9 @@ from chute.experimental import (
 )
 from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
 
-
-class Upto(FlatMapTransform):
-    """x -> [x*10, x*10+1, ...], x % 4 parts (some elements vanish)."""
-
-    max_fan_out = 3
-
-    def flat_map(self, element: int) -> list[int]:
-        return [element * 10 + j for j in range(element % 4)]
+sys.path.insert(0, str(Path(__file__).parent))
+from stream_helpers import First as _First
+from stream_helpers import Upto
 
 
 def _stream(n: int = 12) -> chute.IterDataset[int]:
@@ -81,6 +78,7 @@ def test_zip() -> None:
     zipped = ZipIterDataset([_stream(), _stream(7).filter(lambda x: x % 2 == 0), _stream(9)])
     out = list(zipped)
     assert len(out) == 4
+    assert_equal_output_after_checkpoint(ZipMapDataset([a, b]).repeat(2).to_iter_dataset())
     assert_equal_output_after_checkpoint(zipped)
     assert_equal_output_after_checkpoint(ZipIterDataset([_stream().repeat(2), _stream(20)]))
 
@@ -96,4 +94,21 @@ def test_same_output_for_0_and_3_workers() -> None:
     assert_trees_equal(list(_workers(3)), list(_workers(0)))
     assert_equal_output_after_checkpoint(
         _workers(0), restore_into=_workers(3), max_elements=350, steps=[0, 1, 100, 299, 349, 350]
+    )
+
+
+def _map_side(n: int) -> chute.IterDataset[Any]:
+    parts = [chute.MapDataset.range(40).shuffle(seed=1), chute.MapDataset.range(100, 130)]
+    ds = chute.MapDataset.concatenate(parts)
+    ds = ZipMapDataset(
+        [ds, chute.MapDataset.select_from_datasets(parts, [(1, i) for i in range(70)])]
+    )
+    ds = FlatMapMapDataset(chute.MapDataset.mix([ds, ds.shuffle(seed=3)], [2, 1]), _First())
+    return ds.to_iter_dataset().mp_prefetch(chute.MultiprocessingOptions(num_workers=n))
+
+
+def test_map_side_operations_give_the_same_output_for_0_and_3_workers() -> None:
+    assert_trees_equal(list(_map_side(3)), list(_map_side(0)))
+    assert_equal_output_after_checkpoint(
+        _map_side(0), restore_into=_map_side(3), max_elements=300, steps=[0, 1, 77, 150, 299]
     )
