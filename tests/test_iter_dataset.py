@@ -116,17 +116,23 @@ def test_start_prefetch_and_context_manager() -> None:
         it.start_prefetch()
         it.start_prefetch()  # idempotent
         assert next(it) == 0.0
+    before = _reader_threads()
     it = iter(ds)
     next(it)
     it.close()
     it.close()
-    assert _reader_threads_gone()
+    assert _reader_threads_gone(before)
 
 
-def _reader_threads_gone(timeout: float = 10.0) -> bool:
+def _reader_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("chute-read")}
+
+
+def _reader_threads_gone(before: set[threading.Thread], timeout: float = 10.0) -> bool:
+    """True once no reader thread started after `before` was taken is alive."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not [t for t in threading.enumerate() if t.name.startswith("chute-read")]:
+        if not _reader_threads() - before:
             return True
         time.sleep(0.01)
     return False
@@ -134,11 +140,21 @@ def _reader_threads_gone(timeout: float = 10.0) -> bool:
 
 def test_garbage_collected_iterator_stops_its_threads() -> None:
     ds = chute.MapDataset.range(10_000).to_iter_dataset(chute.ReadOptions(num_threads=3))
+    before = _reader_threads()
     it = iter(ds)
     next(it)
     del it
     gc.collect()
-    assert _reader_threads_gone()
+    assert _reader_threads_gone(before)
+
+
+def test_exhausted_iterator_frees_its_threads_at_once() -> None:
+    ds = chute.MapDataset.range(500).to_iter_dataset(chute.ReadOptions(num_threads=3))
+    before = _reader_threads()
+    it = iter(ds)
+    assert len(list(it)) == 500
+    assert _reader_threads_gone(before)  # `it` is still referenced here
+    assert it.get_state()["next_index"] == 500
 
 
 def test_iterating_an_unfinished_pipeline_twice_gives_the_same() -> None:

@@ -129,6 +129,7 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         start = self._buf_start + len(self._buf)
         if start >= self._len:
             self._buf, self._pos, self._buf_start = [], 0, start
+            self._release_pool()  # nothing more to compute: free the threads now
             raise StopIteration
         if self._closed:
             raise RuntimeError("next() on a closed iterator: create a new one with iter(ds).")
@@ -237,12 +238,15 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         if self._threads and not self._closed:
             self._top_up()
 
-    def close(self) -> None:
-        self._closed = True
+    def _release_pool(self) -> None:
         self._discard_pending()
         if self._executor is not None:
             _shutdown(self._executor)
             self._executor = None
+
+    def close(self) -> None:
+        self._closed = True
+        self._release_pool()
 
     def map_records(self) -> list[Any]:
         """The statistics records of the MapDataset stages, when they are timed."""
