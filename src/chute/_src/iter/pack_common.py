@@ -29,7 +29,7 @@ import numpy as np
 from chute._src.errors import CheckpointError
 from chute._src.iterator import DatasetIterator, check_int
 
-_CHUNK = 256  # elements read from the parent per call
+_CHUNK = 256  # at most this many elements read from the parent per call
 
 
 @dataclass(frozen=True)
@@ -49,17 +49,19 @@ class ReplayReader:
     returns there after the parent has been restored to `mark.parent_state`.
     """
 
-    __slots__ = ("_buf", "_chunk_state", "_parent", "_pos")
+    __slots__ = ("_buf", "_chunk", "_chunk_state", "_parent", "_pos")
 
     def __init__(self, parent: DatasetIterator[Any]) -> None:
         self._parent = parent
         self._buf: list[Any] = []
         self._pos = 0
         self._chunk_state: dict[str, Any] | None = None
+        self._chunk = 1  # doubles to _CHUNK: the first element is not computed far ahead
 
-    def _refill(self, at_least: int = 1) -> None:
+    def _refill(self) -> None:
         self._chunk_state = self._parent.get_state()
-        self._buf = self._parent._next_many(max(_CHUNK, at_least))
+        self._buf = self._parent._next_many(self._chunk)
+        self._chunk = min(_CHUNK, self._chunk * 2)
         self._pos = 0
 
     def next(self) -> Any:
@@ -86,7 +88,8 @@ class ReplayReader:
     def seek(self, mark: Mark, path: str) -> None:
         """Positions at `mark`; the parent must just have been restored to its state."""
         self._chunk_state = mark.parent_state
-        self._buf = self._parent._next_many(max(_CHUNK, mark.skip)) if mark.skip else []
+        self._buf = self._parent._next_many(mark.skip) if mark.skip else []
+        self._chunk = 1
         if len(self._buf) < mark.skip:
             raise CheckpointError(
                 f"{path}['skip'] = {mark.skip} is past the end of the upstream stream "
