@@ -95,6 +95,7 @@ def test_concatenate_and_select_from_datasets() -> None:
     assert sorted(epochs[:6]) == sorted(epochs[6:]) == list(range(6))
     pick = chute.MapDataset.select_from_datasets([_tagged(0, 3), _tagged(1, 3)], [(1, 2), (0, 0)])
     assert list(pick) == [(1, 2), (0, 0)]
+    assert_equal_output_after_checkpoint(pick.repeat(3).to_iter_dataset())
     assert_equal_output_after_checkpoint(
         chute.MapDataset.concatenate([_tagged(0, 5), _tagged(1, 4)]).to_iter_dataset()
     )

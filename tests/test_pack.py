@@ -330,3 +330,28 @@ def test_same_output_for_0_and_3_workers(cls: Any) -> None:
     assert_equal_output_after_checkpoint(
         make(0), restore_into=make(3), max_elements=60, steps=[0, 1, 7, 29, 30, 59]
     )
+
+
+def test_shuffle_bins_group_by_feature_keeps_groups_together() -> None:
+    seqs = [
+        {"t": np.arange(1, n + 1), "g": np.full(n, 1 + i % 3)} for i, n in enumerate([3, 5] * 12)
+    ]
+    ds = FirstFitPackIterDataset(
+        chute.MapDataset.source(seqs).to_iter_dataset(),
+        length_struct={"t": 5, "g": 5},
+        meta_features=["g"],
+        num_packing_bins=12,
+        shuffle_bins_group_by_feature="g",
+    )
+    rows = list(ds)
+    means = [float(np.unique(r["g"][r["g"] > 0]).mean()) for r in rows]
+    assert means[:12] == sorted(means[:12])
+    with pytest.raises(KeyError, match="shuffle_bins_group_by_feature='x' is not a feature"):
+        list(
+            FirstFitPackIterDataset(
+                _source([1]),
+                length_struct={"t": 4},
+                num_packing_bins=2,
+                shuffle_bins_group_by_feature="x",
+            )
+        )

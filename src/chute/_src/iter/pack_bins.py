@@ -46,6 +46,7 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
         num_packing_bins: int,
         seed: int | None = None,
         shuffle_bins: bool = True,
+        shuffle_bins_group_by_feature: str | None = None,
         meta_features: Sequence[str] = (),
         pack_alignment_struct: Any = None,
         padding_struct: Any = None,
@@ -69,6 +70,7 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
             )
         self._max_seqs = max_sequences_per_bin
         self._shuffle = bool(shuffle_bins)
+        self._group_by = shuffle_bins_group_by_feature
         self._split = bool(split_long_sequences)
         # Grain's default is seed=0; a pipeline seed (ds.seed(s)) is used when there is one.
         if seed is None and self._pipeline_seed is None:
@@ -88,7 +90,7 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
         s = self._spec
         return (
             f"{s.keys}, {s.caps}, {sorted(s.meta)}, {s.pads}, {s.aligns}, {self._bins}, "
-            f"{self._max_seqs}, {self._shuffle}, {self._split}, {self._seed}"
+            f"{self._max_seqs}, {self._shuffle}, {self._group_by}, {self._split}, {self._seed}"
         )
 
 
@@ -257,6 +259,8 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
         if ds._shuffle:
             rng = np.random.default_rng(derive_seed(ds._seed, self._counter))
             order = rng.permutation(rows).tolist()
+            if ds._group_by is not None:
+                order = _group_rows(batch, ds._group_by, order, spec.where)
         names = list(batch)
         self._rows = [{k: batch[k][r] for k in names} for r in order]
 
@@ -298,3 +302,19 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
                     f"{len(self._rows)} rows; restore a state of this same pipeline."
                 )
             self._emitted = emitted
+
+
+def _group_rows(batch: dict[str, Any], feature: str, perm: list[int], where: str) -> list[int]:
+    """Grain's grouping: rows sorted by the mean of their distinct non-zero values of
+    `feature`, the shuffle breaking ties (so rows of one group come out together)."""
+    if feature not in batch:
+        raise KeyError(
+            f"{where}: shuffle_bins_group_by_feature={feature!r} is not a feature of the packed "
+            f"rows {sorted(batch)}: name one of them (e.g. a packed meta feature)."
+        )
+    means = []
+    for row in batch[feature]:
+        distinct = np.unique(row)
+        nonzero = np.count_nonzero(distinct)
+        means.append(float(distinct.sum() / nonzero) if nonzero else 0.0)
+    return sorted(range(len(perm)), key=lambda i: (means[i], perm[i]))
