@@ -79,7 +79,8 @@ class MixedMapDataset(MapDataset[Any]):
 
 
 class SelectFromDatasetsMapDataset(MapDataset[Any]):
-    """Element `k` is `datasets[d][i]` where `(d, i) = selection_map[k]`.
+    """Element `k` is `datasets[d][i]` where `(d, i) = selection_map[k]`; index
+    `k + e * len(selection_map)` reads epoch `e` of `datasets[d]` there.
 
     >>> import chute
     >>> pick = [(1, 0), (0, 2), (1, 1)]
@@ -104,9 +105,12 @@ class SelectFromDatasetsMapDataset(MapDataset[Any]):
         return self._len
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
-        pairs = [self._map[k] for k in indices.tolist()]
+        if self._len == 0:
+            raise IndexError(f"{self!r} is empty: there is no element {int(indices[0])} to read")
+        epochs, pos = np.divmod(indices, self._len)
+        pairs = [self._map[k] for k in pos.tolist()]
         n = len(self._parents)
-        for k, (d, _) in zip(indices.tolist(), pairs):
+        for k, (d, _) in zip(pos.tolist(), pairs):
             if not 0 <= d < n:
                 raise IndexError(
                     f"select_from_datasets: selection_map[{k}] names dataset {d}, but there "
@@ -114,6 +118,9 @@ class SelectFromDatasetsMapDataset(MapDataset[Any]):
                 )
         which = np.fromiter((d for d, _ in pairs), dtype=np.int64, count=len(pairs))
         keys = np.fromiter((i for _, i in pairs), dtype=np.int64, count=len(pairs))
+        if int(epochs.max()) > 0:  # epoch e reads epoch e of the selected datasets
+            sizes = np.array([len(p) for p in self._parents], dtype=np.int64)
+            keys = keys + epochs * sizes[which]
         return gather(self._parents, which, keys)
 
     def __repr__(self) -> str:
