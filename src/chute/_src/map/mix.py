@@ -120,7 +120,7 @@ class SelectFromDatasetsMapDataset(MapDataset[Any]):
         keys = np.fromiter((i for _, i in pairs), dtype=np.int64, count=len(pairs))
         if int(epochs.max()) > 0:  # epoch e reads epoch e of the selected datasets
             sizes = np.array([len(p) for p in self._parents], dtype=np.int64)
-            keys = keys + epochs * sizes[which]
+            keys = np.asarray(keys + epochs * sizes[which], dtype=np.int64)
         return gather(self._parents, which, keys)
 
     def __repr__(self) -> str:
