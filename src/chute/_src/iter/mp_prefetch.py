@@ -33,6 +33,7 @@ from chute._src.mp.errors import WorkerDiedError
 from chute._src.mp.pool import WorkerPool
 from chute._src.options import MultiprocessingOptions, ReadOptions
 from chute._src.sources.shared_list import SharedListSource
+from chute._src.stats import nbytes
 
 T = TypeVar("T")
 
@@ -44,6 +45,7 @@ _DIED_AT_START = (
 )
 _TARGET_CHUNK_S = 0.02  # a worker's chunk should take about this long to compute
 _MAX_CHUNK = 4096
+_CHUNK_BYTES = 4 << 20
 
 
 class MultiprocessPrefetchIterDataset(IterDataset[T]):
@@ -259,10 +261,20 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
     def _chunk_result(self, start: int, k: int, fut: Any) -> list[Any]:
         assert self._service is not None
         elapsed, items = self._service.result(fut)
-        if elapsed < _TARGET_CHUNK_S / 2 and self._chunk < _MAX_CHUNK:
+        # Chunks aim at ~20 ms of work, but never at more than _CHUNK_BYTES of arrays:
+        # large results must fit the workers' shared-memory slabs, or they fall back to
+        # pipes. Either way only scheduling changes, never which elements come out.
+        per_element = nbytes(items) / max(1, len(items))
+        cap = (
+            _MAX_CHUNK
+            if not per_element
+            else max(1, min(_MAX_CHUNK, int(_CHUNK_BYTES // per_element)))
+        )
+        if elapsed < _TARGET_CHUNK_S / 2 and self._chunk * 2 <= cap:
             self._chunk *= 2
         elif elapsed > _TARGET_CHUNK_S * 2 and self._chunk > 1:
             self._chunk //= 2
+        self._chunk = min(self._chunk, cap)
         return items
 
     def _discard_pending(self) -> None:
