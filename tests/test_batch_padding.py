@@ -90,3 +90,18 @@ def test_rebatch_across_epochs_and_errors() -> None:
     bad = chute.MapDataset.source([{"a": np.zeros(2), "b": np.zeros(3)}]).to_iter_dataset()
     with pytest.raises(ValueError, match=r"input 0 has leaves with leading sizes \[2, 3\]"):
         list(RebatchIterDataset(bad, 2))
+
+
+def _workers(n: int) -> chute.IterDataset[Any]:
+    rng = np.random.default_rng(1)
+    seqs = [{"t": rng.integers(0, 9, size=int(rng.integers(1, 6)))} for _ in range(90)]
+    ds = chute.MapDataset.source(seqs).shuffle(seed=2).batch(4, pad_value=-1).to_iter_dataset()
+    ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=n))
+    return RebatchIterDataset(ds.map(lambda b: b["t"][:, :1]), 3).batch(2, padding_struct=7)
+
+
+def test_same_output_for_0_and_3_workers() -> None:
+    assert_trees_equal(list(_workers(3)), list(_workers(0)))
+    assert_equal_output_after_checkpoint(
+        _workers(0), restore_into=_workers(3), steps=[0, 1, 7, 14, 15]
+    )
