@@ -172,6 +172,8 @@ class _InterleaveIterator(DatasetIterator[Any]):
         return items[skip]
 
     def __next__(self) -> Any:
+        if self._closed:
+            raise RuntimeError("next() on a closed iterator: create a new one with iter(ds).")
         while True:
             j = self._slots[self._pos]
             if j is not None:
