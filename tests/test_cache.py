@@ -161,3 +161,18 @@ def test_same_output_for_0_and_3_workers(on_disk: bool, tmp_path: Path) -> None:
     assert_equal_output_after_checkpoint(
         _workers(0, path), restore_into=_workers(3, path), steps=[0, 1, 59, 60, 61, 119, 120]
     )
+
+
+def test_the_key_ignores_worker_counts_and_memo_tables(tmp_path: Path) -> None:
+    base = chute.MapDataset.range(50).shuffle(seed=1)
+    first = base.to_iter_dataset().cache(tmp_path)
+    list(first)  # fills the shuffle's memo table
+    options = chute.MultiprocessingOptions(num_workers=2)
+    assert base.to_iter_dataset().cache(tmp_path).directory == first.directory  # type: ignore[attr-defined]
+    a = base.to_iter_dataset().mp_prefetch(options).cache(tmp_path)
+    b = (
+        base.to_iter_dataset()
+        .mp_prefetch(chute.MultiprocessingOptions(num_workers=0))
+        .cache(tmp_path)
+    )
+    assert a.directory == b.directory  # type: ignore[attr-defined]

@@ -78,8 +78,8 @@ def _describe(value: Any) -> str:
         # An in-memory source: its length and a sample of its elements (cheap for any size).
         step = max(1, len(value) // 16)
         return f"{type(value).__name__}[{len(value)}]:{[value[i] for i in range(0, len(value), step)]!r}"
-    if isinstance(value, dict | set):
-        return f"{type(value).__name__}[{len(value)}]"
+    if isinstance(value, dict | set) or type(value).__name__.endswith("Options"):
+        return type(value).__name__  # memo tables; thread and worker counts
     text = repr(value)
     if " at 0x" in text:  # an object without a repr of its own: its type says what it is
         return type(value).__qualname__ + str(getattr(value, "__len__", lambda: "")())
