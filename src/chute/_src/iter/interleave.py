@@ -13,7 +13,6 @@ input's state before the chunk being consumed plus how many of the chunk were ta
 from __future__ import annotations
 
 import concurrent.futures
-import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -80,13 +79,8 @@ class InterleaveIterDataset(IterDataset[Any]):
 _EXHAUSTED = object()
 
 
-def _read(
-    it: DatasetIterator[Any], skip: int, k: int, lock: Any
-) -> tuple[dict[str, Any], list[Any]]:
+def _read(it: DatasetIterator[Any], skip: int, k: int) -> tuple[dict[str, Any], list[Any]]:
     """The input's state, then its next `skip + k` elements (runs on a reader thread)."""
-    if lock is not None:
-        with lock:
-            return it.get_state(), it._next_many(skip + k)
     return it.get_state(), it._next_many(skip + k)
 
 
@@ -117,17 +111,17 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._next_input = 0  # next input to open
         self._feeds: dict[int, _Feed] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._locks: list[Any] | None = None
+        self._inline_reads: list[bool] | None = None
         self._closed = False
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _ensure_locks(self) -> list[Any]:
-        """Inputs fed by worker processes share one service: read those one at a time."""
-        if self._locks is None:
-            shared = threading.Lock()
-            self._locks = [shared if _fed_by_workers(it) else None for it in self._its]
-        return self._locks
+    def _inline(self) -> list[bool]:
+        """Inputs fed by worker processes are read on the calling thread: the workers
+        already compute them in parallel, and their service is not shared across threads."""
+        if self._inline_reads is None:
+            self._inline_reads = [_fed_by_workers(it) for it in self._its]
+        return self._inline_reads
 
     def _submit(self, j: int, feed: _Feed, skip: int) -> None:
         if self._closed:
@@ -137,8 +131,15 @@ class _InterleaveIterator(DatasetIterator[Any]):
                 self._threads, thread_name_prefix="chute-interleave"
             )
             weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
-        lock = self._ensure_locks()[j]
-        feed.future = self._pool.submit(_read, self._its[j], skip, self._chunk, lock)
+        if self._inline()[j]:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            try:
+                future.set_result(_read(self._its[j], skip, self._chunk))
+            except Exception as e:
+                future.set_exception(e)
+            feed.future = future
+            return
+        feed.future = self._pool.submit(_read, self._its[j], skip, self._chunk)
 
     def _open(self, j: int, state: dict[str, Any] | None = None, skip: int = 0) -> _Feed:
         feed = self._feeds.get(j)
