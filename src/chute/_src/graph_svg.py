@@ -136,7 +136,14 @@ def to_svg(stats: PipelineStats) -> str:
     pos = _place(rows, stats)
     width = max(max((x for x, _ in pos.values()), default=0) + BOX_W + MARGIN, 560)
     advice = _wrap(stats.advice(), width - 2 * MARGIN)
-    graph_h = len(rows) * BOX_H + max(0, len(rows) - 1) * GAP_Y
+    subtitle = _wrap(
+        f"consumer waited {stats.consumer_wait_s:.3f} s for data; % wait: its share spent "
+        "in each stage; dashed: runs on other threads or processes",
+        width - 2 * MARGIN,
+    )
+    extra = LINE_H * (len(subtitle) - 1)  # the boxes move down under a longer header
+    pos = {i: (x, y + extra) for i, (x, y) in pos.items()}
+    graph_h = len(rows) * BOX_H + max(0, len(rows) - 1) * GAP_Y + extra
     height = MARGIN + HEADER_H + graph_h + 24 + LINE_H * len(advice) + MARGIN
 
     out = [
@@ -148,9 +155,10 @@ def to_svg(stats: PipelineStats) -> str:
         'fill="#57606a"/></marker></defs>',
         f'<rect width="{width:.0f}" height="{height:.0f}" fill="#ffffff"/>',
         f'<text class="title" x="{MARGIN}" y="{MARGIN + 14}">chute pipeline graph</text>',
-        f'<text class="dim" x="{MARGIN}" y="{MARGIN + 34}">consumer waited '
-        f"{stats.consumer_wait_s:.3f} s for data; % wait: its share spent in each stage; "
-        "dashed: runs on other threads or processes</text>",
+    ]
+    out += [
+        f'<text class="dim" x="{MARGIN}" y="{MARGIN + 34 + k * LINE_H}">{escape(line)}</text>'
+        for k, line in enumerate(subtitle)
     ]
     for s in stats.stages:  # edges first, so boxes cover their ends
         if s.id not in pos:
