@@ -4,10 +4,10 @@ Sections (each prints one table; all results also go to bench_out/bench_mp.json)
 
 - `text`: seed 003's pipeline on the shared corpus (120k records, ArrayRecord written with
   `group_size:1`): parse JSON, tokenize (bert-base-uncased, `tokenizers`), shuffle(42),
-  repeat, shard [1::16], trim to 128, pad to 128, batch 512. rows/s after the first batch,
-  for 0 workers with ReadOptions num_threads 0 and 2 and for `mp_prefetch` with 2 workers;
-  each library's best against the other's. A first-fit packed variant is added when
-  `chute.experimental.FirstFitPackIterDataset` exists.
+  repeat, shard [1::16], trim to 128, pad to 128, batch 512. rows/s after the first batch
+  (from each worker), for 0 workers with ReadOptions num_threads 0 and 2 and for
+  `mp_prefetch` with 2 workers; each library's best against the other's. A first-fit
+  packed variant is added when `chute.experimental.FirstFitPackIterDataset` exists.
 - `transfer`: a MapDataset whose map returns a 16 MiB float32 array, `mp_prefetch` with 1
   and 2 workers: GB/s at the consumer (which reads one element of each array).
 - `scaling`: a CPU-bound pure-Python map, 0 workers against `mp_prefetch` with 2 workers.
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -198,12 +199,16 @@ def spin_pipeline(lib: str, workers: int, n: int) -> Any:
 # -- timing --------------------------------------------------------------------------------
 
 
-def timed_after_first(ds: Any, min_s: float, max_n: int, touch: Callable[[Any], Any]) -> tuple:
-    """Fresh iterator; the first element is not timed; then elements until `min_s` seconds
-    or `max_n` elements have passed. Returns (elements, seconds)."""
+def timed_after_first(
+    ds: Any, min_s: float, max_n: int, touch: Callable[[Any], Any], skip: int = 1
+) -> tuple:
+    """Fresh iterator; the first `skip` elements are not timed (one per worker, so that
+    every worker has started: Grain's reach the consumer round-robin, seconds apart); then
+    elements until `min_s` seconds or `max_n` elements have passed. (elements, seconds)"""
     it = iter(ds)
     try:
-        touch(next(it))
+        for _ in range(skip):
+            touch(next(it))
         n = 0
         t0 = time.perf_counter()
         while True:
@@ -241,7 +246,8 @@ def section_text(cfg: argparse.Namespace) -> dict[str, Any]:
     def run(lib: str, packing: bool, conf: dict[str, int]) -> Callable[[], float]:
         def go() -> float:
             ds = text_pipeline(lib, packed=packing, **conf)
-            n, s = timed_after_first(ds, cfg.text_seconds, 400, lambda b: None)
+            skip = max(1, conf["workers"])
+            n, s = timed_after_first(ds, cfg.text_seconds, 400, lambda b: None, skip)
             return n * BATCH / s
 
         return go
@@ -274,8 +280,8 @@ def section_text(cfg: argparse.Namespace) -> dict[str, Any]:
             "ratio": c / g,
         }
     print(
-        f"\n## 1. seed 003's pipeline, batch {BATCH}, rows/s after the first batch "
-        f"(best of {cfg.rounds} rounds, >= {cfg.text_seconds:g} s each)"
+        f"\n## 1. seed 003's pipeline, batch {BATCH}, rows/s after the first batch from each "
+        f"worker (best of {cfg.rounds} rounds, >= {cfg.text_seconds:g} s each)"
     )
     print(table(["variant", "configuration", "chute rows/s", "grain rows/s", "chute/grain"], rows))
     if not packed:
@@ -287,10 +293,11 @@ def section_text(cfg: argparse.Namespace) -> dict[str, Any]:
 
 
 def transfer_run(lib: str, workers: int, min_s: float) -> tuple[float, float]:
-    """GB/s after the first array, and the longest wait for one array, in seconds."""
+    """GB/s after a first array from each worker, and the longest wait for one array (s)."""
     it = iter(transfer_pipeline(lib, workers))
     try:
-        next(it)[0, 0]
+        for _ in range(workers):  # a first array from every worker
+            next(it)[0, 0]
         n, longest = 0, 0.0
         t0 = last = time.perf_counter()
         while True:
@@ -340,8 +347,8 @@ def section_transfer(cfg: argparse.Namespace) -> dict[str, Any]:
         }
     print(
         f"\n## 2. 16 MiB float32 arrays from workers to the consumer, GB/s after the first "
-        f"(best of {cfg.rounds}, >= {cfg.transfer_seconds:g} s each; longest wait for one "
-        "array over all rounds)"
+        f"from each worker (best of {cfg.rounds}, >= {cfg.transfer_seconds:g} s each; longest "
+        "wait for one array over all rounds)"
     )
     print(
         table(
@@ -366,25 +373,46 @@ def section_scaling(cfg: argparse.Namespace) -> dict[str, Any]:
     n = cfg.spin_n
 
     runs = {(lib, w): _run_to_end(lib, w, n) for lib in ("chute", "grain") for w in (0, 2)}
-    best = best_of_rounds(runs, cfg.rounds)  # type: ignore[arg-type]
+    # spawn: this process may have threads by now, which makes fork unsafe
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.map(spin, range(2))  # started
+        runs[("pool", 0)] = _pool_run(None, n)
+        runs[("pool", 2)] = _pool_run(pool, n)
+        best = best_of_rounds(runs, cfg.rounds)  # type: ignore[arg-type]
     rows, out = [], {}
-    for lib in ("chute", "grain"):
+    for lib in ("chute", "grain", "pool"):
         s0, s2 = best[(lib, 0)], best[(lib, 2)]
-        rows.append([lib, f"{s0:,.0f}", f"{s2:,.0f}", f"{s2 / s0:.2f}x"])
+        name = "bare loop / multiprocessing.Pool" if lib == "pool" else lib
+        rows.append([name, f"{s0:,.0f}", f"{s2:,.0f}", f"{s2 / s0:.2f}x"])
         out[lib] = {"0_workers": s0, "2_workers": s2, "speedup": s2 / s0}
     print(
         f"\n## 3. CPU-bound pure-Python map (~2,000 ops/element, {n:,} elements, batch 64), "
-        f"elements/s after the first batch (best of {cfg.rounds})"
+        f"elements/s after the first batch from each worker (best of {cfg.rounds}); the last "
+        "row is what this machine allows: a bare loop against a started Pool(2).map(chunksize=64)"
     )
     print(table(["library", "0 workers", "mp_prefetch 2 workers", "speedup"], rows))
     return out
+
+
+def _pool_run(pool: Any, n: int) -> Callable[[], float]:
+    def go() -> float:
+        t0 = time.perf_counter()
+        if pool is None:
+            out = [spin(i) for i in range(n)]
+        else:
+            out = pool.map(spin, range(n), chunksize=64)
+        assert len(out) == n
+        return n / (time.perf_counter() - t0)
+
+    return go
 
 
 def _run_to_end(lib: str, workers: int, n: int) -> Callable[[], float]:
     def go() -> float:
         it = iter(spin_pipeline(lib, workers, n))
         try:
-            next(it)
+            for _ in range(max(1, workers)):  # a first batch from every worker
+                next(it)
             count = 0
             t0 = time.perf_counter()
             for batch in it:
@@ -759,7 +787,8 @@ def section_memory(cfg: argparse.Namespace) -> dict[str, Any]:
         )
     print(
         f"\n## 6. memory per worker, MiB: a list of {n:,} (int, str) tuples as the source "
-        f"(it adds {main_mb:,.0f} MiB to the main process's RSS), map reading each, 2 workers, batch {batch}"
+        f"(it adds {main_mb:,.0f} MiB to the main process's RSS), map reading each, 2 workers, "
+        f"batch {batch}"
     )
     print(
         table(
@@ -873,8 +902,8 @@ def main() -> None:
     quick = args.quick
     args.rounds = args.rounds or (1 if quick else 3)
     args.text_seconds = 0.5 if quick else 1.5
-    args.transfer_seconds = 0.5 if quick else 2.0
-    args.spin_n = 2_000 if quick else 16_000
+    args.transfer_seconds = 0.5 if quick else 1.5
+    args.spin_n = 2_000 if quick else 12_000
     args.ttfb_workers = (2, 8)
     args.steps = 10 if quick else 50
     args.memory_n = 200_000 if quick else 2_000_000
@@ -883,6 +912,7 @@ def main() -> None:
     print(
         f"# bench_mp{' --quick' if quick else ''}: chute vs grain, worker processes\n# {machine()}"
     )
+    print(f"# chute checkout: {revision()}")
     corpus_array_record(CORPUS_RECORDS)
     Tokenize(str(tokenizer_path()))({"description": "warm up"})  # the notebook loads it once
     out_path = OUT / "bench_mp.json"
