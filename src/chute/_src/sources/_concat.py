@@ -1,11 +1,19 @@
-"""Global record index -> (file number, index in file) over concatenated files."""
+"""Global record index -> (file number, index in file) over concatenated files, and the
+lazily opened multi-file skeleton that the JSONL and TFRecord sources share."""
 
 from __future__ import annotations
 
+import abc
 import bisect
+import threading
 from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
 
-__all__ = ["Concat"]
+from chute._src.sources._paths import PathsArg, expand_paths
+
+__all__ = ["Concat", "MultiFileSource"]
+
+F = TypeVar("F")
 
 
 class Concat:
@@ -36,3 +44,59 @@ class Concat:
             raise IndexError(f"index {index} is out of range for {who} of length {n}")
         k = bisect.bisect_right(self.starts, index) - 1
         return k, index - self.starts[k]
+
+
+class MultiFileSource(abc.ABC, Generic[F]):
+    """Files opened on first use (and again after unpickling, in a worker), one global index.
+
+    Subclasses name the options they keep in `_options` (pickled with the paths) and open
+    one file in `_open_file`; the file object must have `num_records`.
+    """
+
+    _options: tuple[str, ...] = ()
+
+    def __init__(self, paths: PathsArg, **options: Any) -> None:
+        self._paths = expand_paths(paths, type(self).__name__)
+        for name in self._options:
+            setattr(self, f"_{name}", options[name])
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._files: list[F] | None = None
+        self._concat = Concat([])
+
+    @abc.abstractmethod
+    def _open_file(self, path: str) -> F:
+        """Opens (and indexes) one file."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"paths": self._paths, **{n: getattr(self, f"_{n}") for n in self._options}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._paths = state["paths"]
+        for name in self._options:
+            setattr(self, f"_{name}", state[name])
+        self._init_runtime()
+
+    def _open(self) -> list[F]:
+        with self._lock:
+            if self._files is None:
+                files = [self._open_file(p) for p in self._paths]
+                self._concat = Concat([f.num_records for f in files])  # type: ignore[attr-defined]
+                self._files = files
+            return self._files
+
+    def __len__(self) -> int:
+        self._files or self._open()
+        return len(self._concat)
+
+    def _locate(self, index: int) -> tuple[F, int]:
+        """The file holding global record `index`, and the record's index in it."""
+        files = self._files or self._open()
+        k, i = self._concat.locate(index, self)
+        return files[k], i
+
+    def _shown_paths(self) -> str:
+        p = self._paths
+        return repr(p[0]) if len(p) == 1 else f"<{len(p)} files: {p[0]!r}, ...>"

@@ -5,16 +5,15 @@ from __future__ import annotations
 import array
 import mmap
 import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.sources._concat import Concat
+from chute._src.sources._concat import MultiFileSource
 from chute._src.sources._index_cache import cached_index
-from chute._src.sources._paths import PathsArg, expand_paths
+from chute._src.sources._paths import PathsArg
 
 __all__ = ["JsonlDataSource"]
 
@@ -85,7 +84,7 @@ class _File:
         return self.mm[: self.spans[2 * i]].count(b"\n") + 1
 
 
-class JsonlDataSource:
+class JsonlDataSource(MultiFileSource["_File"]):
     """Records of JSON Lines files, one per non-blank line, decoded to Python objects.
 
     Random access goes through a line-offset index, built once per file and cached
@@ -102,40 +101,18 @@ class JsonlDataSource:
     (2, {'a': 2}, b'{"a": 1}')
     """
 
+    _options = ("decode", "cache")
+    _decode: bool
+    _cache: bool
+
     def __init__(self, paths: PathsArg, *, decode: bool = True, cache_index: bool = True) -> None:
-        self._paths = expand_paths(paths, "JsonlDataSource")
-        self._decode = decode
-        self._cache = cache_index
-        self._init_runtime()
+        super().__init__(paths, decode=decode, cache=cache_index)
 
-    def _init_runtime(self) -> None:
-        self._lock = threading.Lock()
-        self._files: list[_File] | None = None
-        self._concat = Concat([])
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"paths": self._paths, "decode": self._decode, "cache": self._cache}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._paths, self._decode, self._cache = state["paths"], state["decode"], state["cache"]
-        self._init_runtime()
-
-    def _open(self) -> list[_File]:
-        with self._lock:
-            if self._files is None:
-                files = [_File(p, self._cache) for p in self._paths]
-                self._concat = Concat([f.num_records for f in files])
-                self._files = files
-            return self._files
-
-    def __len__(self) -> int:
-        self._files or self._open()
-        return len(self._concat)
+    def _open_file(self, path: str) -> _File:
+        return _File(path, self._cache)
 
     def _read(self, index: int) -> Any:
-        files = self._files or self._open()
-        k, i = self._concat.locate(index, self)
-        f = files[k]
+        f, i = self._locate(index)
         line = f.line(i)
         if not self._decode:
             return line
@@ -155,6 +132,4 @@ class JsonlDataSource:
         return [read(i) for i in indices]
 
     def __repr__(self) -> str:
-        p = self._paths
-        shown = repr(p[0]) if len(p) == 1 else f"<{len(p)} files: {p[0]!r}, ...>"
-        return f"JsonlDataSource({shown}, decode={self._decode})"
+        return f"JsonlDataSource({self._shown_paths()}, decode={self._decode})"

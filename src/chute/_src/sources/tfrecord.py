@@ -6,17 +6,15 @@ import array
 import mmap
 import os
 import struct
-import threading
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.records.format import crc32c
-from chute._src.sources._concat import Concat
+from chute._src.sources._concat import MultiFileSource
 from chute._src.sources._index_cache import cached_index
-from chute._src.sources._paths import PathsArg, expand_paths
+from chute._src.sources._paths import PathsArg
 
 __all__ = ["TFRecordDataSource", "masked_crc32c"]
 
@@ -70,7 +68,7 @@ class _File:
         self.num_records = len(flat)
 
 
-class TFRecordDataSource:
+class TFRecordDataSource(MultiFileSource["_File"]):
     """Records of TFRecord files, as bytes, with random access.
 
     One scan of each file builds an offset index (checking every length CRC), cached
@@ -79,42 +77,20 @@ class TFRecordDataSource:
     Picklable, thread-safe.
     """
 
+    _options = ("verify", "cache")
+    _verify: bool
+    _cache: bool
+
     def __init__(
         self, paths: PathsArg, *, verify_checksums: bool = True, cache_index: bool = True
     ) -> None:
-        self._paths = expand_paths(paths, "TFRecordDataSource")
-        self._verify = verify_checksums
-        self._cache = cache_index
-        self._init_runtime()
+        super().__init__(paths, verify=verify_checksums, cache=cache_index)
 
-    def _init_runtime(self) -> None:
-        self._lock = threading.Lock()
-        self._files: list[_File] | None = None
-        self._concat = Concat([])
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"paths": self._paths, "verify": self._verify, "cache": self._cache}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._paths, self._verify, self._cache = state["paths"], state["verify"], state["cache"]
-        self._init_runtime()
-
-    def _open(self) -> list[_File]:
-        with self._lock:
-            if self._files is None:
-                files = [_File(p, self._cache) for p in self._paths]
-                self._concat = Concat([f.num_records for f in files])
-                self._files = files
-            return self._files
-
-    def __len__(self) -> int:
-        self._files or self._open()
-        return len(self._concat)
+    def _open_file(self, path: str) -> _File:
+        return _File(path, self._cache)
 
     def __getitem__(self, index: int) -> bytes:
-        files = self._files or self._open()
-        k, i = self._concat.locate(index, self)
-        f = files[k]
+        f, i = self._locate(index)
         mm = f.mm
         assert mm is not None
         start = f.spans[2 * i]
@@ -130,6 +106,4 @@ class TFRecordDataSource:
         return [self[i] for i in indices]
 
     def __repr__(self) -> str:
-        p = self._paths
-        shown = repr(p[0]) if len(p) == 1 else f"<{len(p)} files: {p[0]!r}, ...>"
-        return f"TFRecordDataSource({shown}, verify_checksums={self._verify})"
+        return f"TFRecordDataSource({self._shown_paths()}, verify_checksums={self._verify})"
