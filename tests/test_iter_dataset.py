@@ -161,3 +161,24 @@ def test_iterating_an_unfinished_pipeline_twice_gives_the_same() -> None:
     ds = chute.MapDataset.range(10).shuffle(seed=0).to_iter_dataset()
     a, b = iter(ds), iter(ds)
     assert [next(a) for _ in range(3)] == [next(b) for _ in range(3)]
+
+
+def test_threads_compute_ahead_at_most_256_mib_of_arrays() -> None:
+    """500 elements ahead (the default buffer) of 32 MiB batches would be 16 GB."""
+    made: list[int] = []
+
+    def big_batch(i: int) -> np.ndarray:
+        made.append(i)
+        return np.zeros(32 << 18, dtype=np.float32)  # 32 MiB, pages never touched
+
+    ds = (
+        chute.MapDataset.range(2000)
+        .map(big_batch)
+        .to_iter_dataset(chute.ReadOptions(num_threads=4))
+    )
+    it = iter(ds)
+    next(it)
+    time.sleep(1.0)  # let the threads run as far ahead as they may
+    assert len(made) <= 256 // 32 + 2 * 4 + 1, len(made)
+    assert [int(next(it).size) for _ in range(3)] == [32 << 18] * 3
+    it.close()

@@ -23,11 +23,15 @@ from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import CheckpointError
 from chute._src.iterator import DatasetIterator, check_int
 from chute._src.options import ReadOptions
+from chute._src.stats import nbytes
 
 T = TypeVar("T")
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
 _FAST_BLOCK_S, _SLOW_BLOCK_S = 0.002, 0.02
+PREFETCH_BYTES = 256 << 20
+"""At most this many bytes of arrays are computed ahead by the threads (besides the
+element count of `ReadOptions.prefetch_buffer_size`)."""
 
 
 class PrefetchIterDataset(IterDataset[T]):
@@ -90,7 +94,9 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: collections.deque[tuple[int, int, Any]] = collections.deque()
         self._submitted = 0  # next index to submit to the pool
-        self._chunk = max(1, min(256, self._buffer_size // max(1, 2 * self._threads)))
+        self._max_chunk = max(1, min(256, self._buffer_size // max(1, 2 * self._threads)))
+        self._chunk = self._max_chunk
+        self._element_bytes: float | None = None  # measured on the first chunk
         self._closed = False
 
     # -- the hot path ----------------------------------------------------------------------
@@ -190,12 +196,29 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
 
     def _chunk_result(self, start: int, k: int, fut: Any) -> list[Any]:
         if fut.exception() is None:
-            return fut.result()
+            items: list[Any] = fut.result()
+            if self._element_bytes is None and items:
+                self._element_bytes = nbytes(items) / len(items)
+            return items
         # Recompute in this thread, one by one, so the error surfaces at its element.
         return self._getitems_exact(start, k)
 
+    def _ahead_limit(self) -> int:
+        """How many elements may be computed ahead: `prefetch_buffer_size`, and no more
+        than PREFETCH_BYTES of arrays once an element's size is known (500 batches of
+        images would be gigabytes)."""
+        if self._element_bytes is None:  # until the first chunk arrives: one per thread
+            return max(1, min(self._buffer_size, self._threads))
+        limit = self._buffer_size
+        if self._element_bytes:
+            limit = min(limit, max(self._threads, int(PREFETCH_BYTES // self._element_bytes)))
+        return max(1, limit)
+
     def _top_up(self) -> None:
-        limit = max(1, self._buffer_size // self._chunk)
+        ahead = self._ahead_limit()
+        chunk = max(1, min(self._max_chunk, ahead // max(1, 2 * self._threads)))
+        limit = max(1, ahead // chunk)
+        self._chunk = chunk
         while len(self._pending) < limit and self._submitted < self._len:
             start = self._submitted
             k = min(self._chunk, self._len - start)
