@@ -241,7 +241,7 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
         self._skip_none = leaf._may_be_none  # filters moved into the workers leave Nones
         self._leaf_id = leaf_id
         self._service: _ChunkService | None = None
-        self._chunk = 4
+        self._chunk = 1  # grows (doubling) from the first result: a fast first element
 
     def connect(self, service: _ChunkService) -> None:
         self._service = service

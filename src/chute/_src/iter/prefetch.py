@@ -207,8 +207,10 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         """How many elements may be computed ahead: `prefetch_buffer_size`, and no more
         than PREFETCH_BYTES of arrays once an element's size is known (500 batches of
         images would be gigabytes)."""
-        if self._element_bytes is None:  # until the first chunk arrives: one per thread
-            return max(1, min(self._buffer_size, self._threads))
+        if self._element_bytes is None:
+            # Until the first element arrives, compute only it: on a machine with fewer
+            # cores than threads, 16 elements started at once would all finish late.
+            return 1
         limit = self._buffer_size
         if self._element_bytes:
             limit = min(limit, max(self._threads, int(PREFETCH_BYTES // self._element_bytes)))
