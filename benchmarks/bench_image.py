@@ -7,8 +7,10 @@ default in `bench_out/images/`, made once. Each element: read the file, decode i
 Pillow, a random 224x224 crop and a random horizontal flip with numpy (keyed by the
 element's index), uint8 HWC; batches of 64. Every library does the same per-element work:
 
-- chute / Grain: `MapDataset.source(paths).shuffle(seed).repeat().random_map(load_and_augment)
-  .to_iter_dataset().batch(64)` (default ReadOptions: 16 threads); 2 workers:
+- chute: `MapDataset.source(paths).shuffle(seed).repeat().random_map(load_and_augment)
+  .batch(64).to_iter_dataset()` (default ReadOptions: 16 threads, which prefetch at most
+  256 MiB); Grain: the same but `.to_iter_dataset().batch(64)`, since its default
+  ReadOptions would prefetch 500 batches (~5 GB) of a MapDataset batch. 2 workers:
   `.mp_prefetch(MultiprocessingOptions(num_workers=2))`.
 - torch: a map-style `Dataset` doing the same in `__getitem__`, `DataLoader(batch_size=64,
   shuffle=True, num_workers=0 or 2)` with its default collate (tensors), one torch thread.
@@ -139,7 +141,14 @@ def dataset(lib: str, paths: list[str], workers: int, repeat: bool = True) -> An
     ds = g.MapDataset.source(paths).shuffle(seed=7)
     if repeat:
         ds = ds.repeat()
-    it_ds = ds.random_map(load_and_augment, seed=3).to_iter_dataset().batch(BATCH)
+    ds = ds.random_map(load_and_augment, seed=3)
+    if g is chute:
+        # chute's idiom: batch on the MapDataset (workers then ship whole batches); its
+        # threads prefetch at most 256 MiB. Grain's default ReadOptions (16 threads, 500
+        # elements) would prefetch 500 batches (~5 GB) that way, so Grain batches after.
+        it_ds = ds.batch(BATCH).to_iter_dataset()
+    else:
+        it_ds = ds.to_iter_dataset().batch(BATCH)
     if workers:
         opts = (
             chute.MultiprocessingOptions(num_workers=workers)
