@@ -123,6 +123,14 @@ def big_array(i: int) -> np.ndarray:
     return np.full((4096, 1024), i, dtype=np.float32)  # 16 MiB
 
 
+_READY = np.ones((4096, 1024), dtype=np.float32)
+
+
+def ready_array(i: int) -> np.ndarray:
+    """An existing 16 MiB array: isolates the handing-over from making the array."""
+    return _READY
+
+
 def spin(i: int) -> int:
     """~2,000 pure-Python arithmetic operations: holds the GIL throughout."""
     x = i
@@ -182,9 +190,9 @@ def trivial_pipeline(lib: str, workers: int) -> Any:
     return ds.mp_prefetch(mp_options(g, workers)) if workers else ds
 
 
-def transfer_pipeline(lib: str, workers: int) -> Any:
+def transfer_pipeline(lib: str, workers: int, ready: bool = False) -> Any:
     g = lib_module(lib)
-    ds = g.MapDataset.range(1_000_000).map(big_array)
+    ds = g.MapDataset.range(1_000_000).map(ready_array if ready else big_array)
     ds = ds.to_iter_dataset(g.ReadOptions(num_threads=0))
     return ds.mp_prefetch(mp_options(g, workers))
 
@@ -292,9 +300,9 @@ def section_text(cfg: argparse.Namespace) -> dict[str, Any]:
 # -- 2. moving 16 MiB arrays ---------------------------------------------------------------
 
 
-def transfer_run(lib: str, workers: int, min_s: float) -> tuple[float, float]:
+def transfer_run(lib: str, workers: int, min_s: float, ready: bool = False) -> tuple[float, float]:
     """GB/s after a first array from each worker, and the longest wait for one array (s)."""
-    it = iter(transfer_pipeline(lib, workers))
+    it = iter(transfer_pipeline(lib, workers, ready))
     try:
         for _ in range(workers):  # a first array from every worker
             next(it)[0, 0]
@@ -314,37 +322,40 @@ def transfer_run(lib: str, workers: int, min_s: float) -> tuple[float, float]:
 def section_transfer(cfg: argparse.Namespace) -> dict[str, Any]:
     longest: dict[tuple[str, int], float] = {}
 
-    def run(lib: str, workers: int) -> Callable[[], float]:
+    def run(lib: str, workers: int, ready: bool) -> Callable[[], float]:
         def go() -> float:
-            rate, gap = transfer_run(lib, workers, cfg.transfer_seconds)
-            longest[(lib, workers)] = max(longest.get((lib, workers), 0.0), gap)
+            rate, gap = transfer_run(lib, workers, cfg.transfer_seconds, ready)
+            key = (lib, workers, ready)
+            longest[key] = max(longest.get(key, 0.0), gap)  # type: ignore[index]
             return rate
 
         return go
 
-    runs = {(lib, w): run(lib, w) for w in (1, 2) for lib in ("chute", "grain")}
+    variants = ((False, "made per element"), (True, "existing array"))
+    runs = {
+        (lib, w, ready): run(lib, w, ready)
+        for ready, _ in variants
+        for w in (1, 2)
+        for lib in ("chute", "grain")
+    }
     best = best_of_rounds(runs, cfg.rounds)  # type: ignore[arg-type]
     rows, out = [], {}
-    for w in (1, 2):
-        c, g = best[("chute", w)], best[("grain", w)]
-        lc, lg = longest[("chute", w)], longest[("grain", w)]
-        rows.append(
-            [
-                str(w),
-                f"{c:.2f}",
-                f"{g:.2f}",
-                f"{c / g:.1f}x",
-                f"{lc * 1e3:,.0f}",
-                f"{lg * 1e3:,.0f}",
-            ]
-        )
-        out[f"{w} workers"] = {
-            "chute_GBps": c,
-            "grain_GBps": g,
-            "ratio": c / g,
-            "chute_longest_wait_s": lc,
-            "grain_longest_wait_s": lg,
-        }
+    for ready, label in variants:
+        for w in (1, 2):
+            c, g = best[("chute", w, ready)], best[("grain", w, ready)]
+            lc = longest[("chute", w, ready)]  # type: ignore[index]
+            lg = longest[("grain", w, ready)]  # type: ignore[index]
+            rows.append(
+                [label, str(w), f"{c:.2f}", f"{g:.2f}", f"{c / g:.1f}x", f"{lc * 1e3:,.0f}",
+                 f"{lg * 1e3:,.0f}"]
+            )  # fmt: skip
+            out[f"{label}, {w} workers"] = {
+                "chute_GBps": c,
+                "grain_GBps": g,
+                "ratio": c / g,
+                "chute_longest_wait_s": lc,
+                "grain_longest_wait_s": lg,
+            }
     print(
         f"\n## 2. 16 MiB float32 arrays from workers to the consumer, GB/s after the first "
         f"from each worker (best of {cfg.rounds}, >= {cfg.transfer_seconds:g} s each; longest "
@@ -353,6 +364,7 @@ def section_transfer(cfg: argparse.Namespace) -> dict[str, Any]:
     print(
         table(
             [
+                "array",
                 "workers",
                 "chute GB/s",
                 "grain GB/s",
@@ -835,19 +847,25 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
         rows.append([name, fmt.format(value), "yes" if ok else "NO"])
 
     if "text" in results:
+        # The issue's pipeline packs with first-fit once it exists (it does); padding was
+        # its stand-in until then, and is reported too.
+        r = results["text"]["packed: best"]["ratio"]
+        add("1. text (first-fit packed), chute best / grain best >= 5x", r, r >= 5, "{:.1f}x")
         r = results["text"]["padded: best"]["ratio"]
-        add("1. text, chute best / grain best >= 5x", r, r >= 5, "{:.1f}x")
+        add("1'. text (padded stand-in), chute best / grain best", r, r >= 5, "{:.1f}x")
     if "transfer" in results:
         t = results["transfer"]
         best_c = max(v["chute_GBps"] for v in t.values())
-        best_r = min(v["ratio"] for v in t.values())
         add("2. 16 MiB arrays, chute >= 5 GB/s", best_c, best_c >= 5, "{:.2f} GB/s")
-        add(
-            "2. 16 MiB arrays, chute/grain >= 10x (each worker count)",
-            best_r,
-            best_r >= 10,
-            "{:.1f}x",
-        )
+        for label in ("made per element", "existing array"):
+            ratios = [v["ratio"] for k, v in t.items() if k.startswith(label)]
+            if ratios:
+                add(
+                    f"2. 16 MiB arrays ({label}), chute/grain >= 10x (each worker count)",
+                    min(ratios),
+                    min(ratios) >= 10,
+                    "{:.1f}x",
+                )
     if "scaling" in results:
         for lib in ("chute", "grain"):
             s = results["scaling"][lib]["speedup"]
