@@ -23,7 +23,7 @@ def _write(path: Path, rows: list[dict[str, object]], row_group_size: int = 32) 
 
 
 def test_rows_as_dicts(tmp_path: Path) -> None:
-    src = ParquetDataSource(_write(tmp_path / "a.parquet", ROWS), row_group_cache_size=2)
+    src = ParquetDataSource(_write(tmp_path / "a.parquet", ROWS), cache_bytes=1)  # evicts
     assert len(src) == 250
     order = [int(i) for i in np.random.default_rng(1).permutation(250)]
     assert src.__getitems__(order) == [ROWS[i] for i in order]

@@ -25,9 +25,11 @@ def _pq() -> Any:
 class ParquetDataSource:
     """Rows of Parquet files as dicts `{column: value}`, by global index across files.
 
-    Random access decodes the row group that holds a row and keeps the last
-    `row_group_cache_size` decoded row groups, so reads near each other are cheap.
-    `columns` selects columns. Picklable, thread-safe.
+    Random access decodes the row group that holds a row and keeps decoded row groups (as
+    Arrow tables) up to `cache_bytes`, most recently used first, so a file that fits is
+    decoded once and random reads then cost a row's conversion to Python. A block of
+    reads converts each row group's rows in one `take`. `columns` selects columns.
+    Picklable, thread-safe.
     """
 
     def __init__(
@@ -35,12 +37,12 @@ class ParquetDataSource:
         paths: PathsArg,
         columns: Sequence[str] | None = None,
         *,
-        row_group_cache_size: int = 4,
+        cache_bytes: int = 256 << 20,
     ) -> None:
         _pq()
         self._paths = expand_paths(paths, "ParquetDataSource")
         self._columns = list(columns) if columns is not None else None
-        self._cache_size = row_group_cache_size
+        self._cache_bytes = cache_bytes
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -48,14 +50,15 @@ class ParquetDataSource:
         self._files: list[Any] | None = None
         self._concat = Concat([])
         self._groups: list[Concat] = []
-        self._cache: OrderedDict[tuple[int, int], dict[str, list[Any]]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], Any] = OrderedDict()  # Arrow tables
+        self._cached_bytes = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"paths": self._paths, "columns": self._columns, "cache": self._cache_size}
+        return {"paths": self._paths, "columns": self._columns, "cache": self._cache_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._paths, self._columns = state["paths"], state["columns"]
-        self._cache_size = state["cache"]
+        self._cache_bytes = state["cache"]
         self._init_runtime()
 
     def _open(self) -> list[Any]:
@@ -84,13 +87,14 @@ class ParquetDataSource:
         self._files or self._open()
         return len(self._concat)
 
-    def _row_group(self, k: int, g: int) -> dict[str, list[Any]]:
+    def _row_group(self, k: int, g: int) -> Any:
+        """Row group `g` of file `k` as an Arrow table, from the cache or decoded now."""
         key = (k, g)
         with self._lock:
-            cols = self._cache.get(key)
-            if cols is not None:
+            table = self._cache.get(key)
+            if table is not None:
                 self._cache.move_to_end(key)
-                return cols
+                return table
             assert self._files is not None
             try:
                 table = self._files[k].read_row_group(g, columns=self._columns)
@@ -99,21 +103,36 @@ class ParquetDataSource:
                     f"{self._paths[k]}: row group {g} could not be read ({e}); the file is "
                     "corrupt; re-create it or restore a good copy"
                 ) from None
-            cols = {name: table.column(name).to_pylist() for name in table.column_names}
-            self._cache[key] = cols
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-            return cols
+            self._cache[key] = table
+            self._cached_bytes += table.nbytes
+            while self._cached_bytes > self._cache_bytes and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cached_bytes -= old.nbytes
+            return table
+
+    def _where(self, index: int) -> tuple[int, int, int]:
+        k, i = self._concat.locate(index, self)
+        g, j = self._groups[k].locate(i)
+        return k, g, j
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         self._files or self._open()
-        k, i = self._concat.locate(index, self)
-        g, j = self._groups[k].locate(i)
-        cols = self._row_group(k, g)
-        return {name: values[j] for name, values in cols.items()}
+        k, g, j = self._where(index)
+        row: dict[str, Any] = self._row_group(k, g).slice(j, 1).to_pylist()[0]
+        return row
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        return [self[i] for i in indices]
+        self._files or self._open()
+        places = [self._where(i) for i in indices]
+        by_group: dict[tuple[int, int], list[int]] = {}
+        for n, (k, g, _) in enumerate(places):
+            by_group.setdefault((k, g), []).append(n)
+        out: list[Any] = [None] * len(places)
+        for (k, g), positions in by_group.items():
+            rows = self._row_group(k, g).take([places[n][2] for n in positions]).to_pylist()
+            for n, row in zip(positions, rows):
+                out[n] = row
+        return out
 
     def __repr__(self) -> str:
         p = self._paths
