@@ -8,23 +8,17 @@ left under the final name.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from _harness import shared_data
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench_out"
-
-
-def shared_data() -> Path:
-    env = os.environ.get("CHUTE_SHARED_DATA")
-    if env:
-        return Path(env)
-    for parent in REPO.parents:
-        if (parent / "shared" / "data").is_dir():
-            return parent / "shared" / "data"
-    raise SystemExit("shared/data not found beside the checkout: set CHUTE_SHARED_DATA")
 
 
 def tokenizer_path() -> Path:
@@ -58,3 +52,26 @@ def corpus_array_record(n: int) -> Path:
     writer.close()
     tmp.rename(path)
     return path
+
+
+_TOKENIZERS: dict[str, Any] = {}
+
+
+class Tokenize:
+    """Seed 003's `tokenize`, the tokenizer loaded once per process, on first use (so the
+    transform pickles small and worker processes load their own)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path or str(tokenizer_path())
+
+    def __call__(self, element: dict[str, Any]) -> dict[str, np.ndarray]:
+        tokenizer = _TOKENIZERS.get(self.path)
+        if tokenizer is None:
+            from tokenizers import Tokenizer
+
+            tokenizer = _TOKENIZERS[self.path] = Tokenizer.from_file(self.path)
+        ids = tokenizer.encode(element["description"]).ids
+        return {"description": np.asarray(ids, dtype=np.int32)}
+
+    def __repr__(self) -> str:
+        return "Tokenize(bert-base-uncased)"

@@ -8,6 +8,18 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def shared_data() -> Path:
+    """`shared/data` beside the checkout (override with CHUTE_SHARED_DATA)."""
+    env = os.environ.get("CHUTE_SHARED_DATA")
+    if env:
+        return Path(env)
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "shared" / "data").is_dir():
+            return parent / "shared" / "data"
+    raise SystemExit("shared/data not found beside the checkout: set CHUTE_SHARED_DATA")
 
 
 def machine() -> str:

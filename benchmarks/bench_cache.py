@@ -26,17 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import chute
-from _harness import machine, table
-
-
-def shared_data() -> Path:
-    env = os.environ.get("CHUTE_SHARED_DATA")
-    if env:
-        return Path(env)
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "shared" / "data").is_dir():
-            return parent / "shared" / "data"
-    raise SystemExit("shared/data not found beside the checkout: set CHUTE_SHARED_DATA")
+from _harness import machine, shared_data, table
 
 
 class Tokenize:

@@ -51,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chute
-from _corpus import OUT, corpus_array_record, tokenizer_path
+from _corpus import OUT, Tokenize, corpus_array_record, tokenizer_path
 from _harness import machine, table
 
 SEQ_LEN = 128
@@ -85,27 +85,6 @@ def close(it: Any) -> None:
 
 
 # -- pipeline functions: module level, so that worker processes can unpickle them ----------
-
-_TOKENIZERS: dict[str, Any] = {}
-
-
-class Tokenize:
-    """Seed 003's `tokenize`, with the tokenizer loaded once per process, on first use."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __call__(self, element: dict[str, Any]) -> dict[str, np.ndarray]:
-        tokenizer = _TOKENIZERS.get(self.path)
-        if tokenizer is None:
-            from tokenizers import Tokenizer
-
-            tokenizer = _TOKENIZERS[self.path] = Tokenizer.from_file(self.path)
-        ids = tokenizer.encode(element["description"]).ids
-        return {"description": np.asarray(ids, dtype=np.int32)}
-
-    def __repr__(self) -> str:
-        return "Tokenize(bert-base-uncased)"
 
 
 def trim_values(element: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

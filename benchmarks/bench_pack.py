@@ -28,19 +28,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import chute
-from _harness import machine, table
+from _harness import machine, shared_data, table
 
 LENGTH = 128
-
-
-def shared_data() -> Path:
-    env = os.environ.get("CHUTE_SHARED_DATA")
-    if env:
-        return Path(env)
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "shared" / "data").is_dir():
-            return parent / "shared" / "data"
-    raise SystemExit("shared/data not found beside the checkout: set CHUTE_SHARED_DATA")
 
 
 def tokenized_corpus(n: int) -> list[dict[str, np.ndarray]]:

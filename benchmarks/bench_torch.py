@@ -33,6 +33,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chute
+from _corpus import Tokenize
+from _harness import shared_data
 from bench_image import close, lib_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,16 +42,6 @@ OUT = REPO / "bench_out"
 SEQ_LEN = 128
 TEXT_BATCH = 512
 CORPUS_RECORDS = 120_000
-
-
-def shared_data() -> Path:
-    env = os.environ.get("CHUTE_SHARED_DATA")
-    if env:
-        return Path(env)
-    for parent in REPO.parents:
-        if (parent / "shared" / "data").is_dir():
-            return parent / "shared" / "data"
-    raise SystemExit("shared/data not found beside the checkout: set CHUTE_SHARED_DATA")
 
 
 def corpus(n: int = CORPUS_RECORDS) -> tuple[Path, Path]:
@@ -101,27 +93,6 @@ def torch_overhead(n: int) -> int:
 
 
 # -- seed 003's text pipeline --------------------------------------------------------------
-
-_TOKENIZERS: dict[str, Any] = {}
-
-
-class Tokenize:
-    """Seed 003's `tokenize`, the tokenizer loaded once per process on first use."""
-
-    def __init__(self) -> None:
-        self.path = str(shared_data() / "bert-base-uncased.tokenizer.json")
-
-    def __call__(self, element: dict[str, Any]) -> dict[str, np.ndarray]:
-        tokenizer = _TOKENIZERS.get(self.path)
-        if tokenizer is None:
-            from tokenizers import Tokenizer
-
-            tokenizer = _TOKENIZERS[self.path] = Tokenizer.from_file(self.path)
-        ids = tokenizer.encode(element["description"]).ids
-        return {"description": np.asarray(ids, dtype=np.int32)}
-
-    def __repr__(self) -> str:
-        return "Tokenize(bert-base-uncased)"
 
 
 def trim_and_pad(element: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
