@@ -1,7 +1,8 @@
 """Pickling a pipeline for worker processes, naming the stage that cannot be pickled.
 
-cloudpickle is used when it is installed (it pickles lambdas and local functions);
-otherwise the standard pickle, which needs functions defined at module level.
+cloudpickle (a dependency) pickles lambdas, local functions and functions of the main
+script by value, so pipelines written inline work with workers; should it be missing,
+the standard pickle is used, which needs functions defined at module level.
 """
 
 from __future__ import annotations
