@@ -76,7 +76,6 @@ def test_verify_reports_the_first_bad_record(
 
 
 def test_convert_other_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("pyarrow")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -103,7 +102,6 @@ def test_convert_other_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_to_and_from_array_record(tmp_path: Path, jsonl: tuple[Path, list[bytes]]) -> None:
-    pytest.importorskip("array_record")
     from chute.sources import ArrayRecordDataSource
 
     path, records = jsonl

@@ -12,8 +12,6 @@ import pytest
 
 import chute
 
-jax = pytest.importorskip("jax")
-
 
 def test_standalone_run_raises_value_error_as_seed_000_expects() -> None:
     with pytest.raises(

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from array_record.python import array_record_module
 
 from chute.sources import ArrayRecordDataSource
-
-array_record_module = pytest.importorskip("array_record.python.array_record_module")
 
 RECORDS = [b"record %d " % i * (1 + i % 7) for i in range(1000)]
 

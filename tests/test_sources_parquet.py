@@ -6,13 +6,12 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from chute import DataError
 from chute.sources import ParquetDataSource
-
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
 
 ROWS = [{"id": i, "text": f"row {i}", "score": i / 2} for i in range(250)]
 
