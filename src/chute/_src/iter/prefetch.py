@@ -59,10 +59,7 @@ class PrefetchIterDataset(IterDataset[T]):
 
     def _make_iterator(self) -> PrefetchDatasetIterator[T]:
         ds = self._map_parent
-        if (
-            config.get("py_debug_mode")
-            or config.get("py_dataset_visualization_output_dir") is not None
-        ):
+        if config.instrumented():
             from chute._src.instrument import timed_map_chain
 
             ds = timed_map_chain(ds)
