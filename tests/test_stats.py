@@ -184,3 +184,17 @@ def test_config_errors() -> None:
         chute.config.update("py_debug", True)
     with pytest.raises(TypeError, match=r"py_debug_mode='yes' is invalid"):
         chute.config.update("py_debug_mode", "yes")
+
+
+def test_text_graph_of_a_mix_names_its_inputs(capsys: pytest.CaptureFixture[str]) -> None:
+    a = chute.MapDataset.range(20).map(lambda i: np.full(3, i)).to_iter_dataset()
+    b = chute.MapDataset.range(20).map(lambda i: np.full(3, -i)).to_iter_dataset()
+    chute.config.update("py_dataset_visualization_output_dir", "")
+    try:
+        next(iter(chute.IterDataset.mix([a, b]).batch(2)))
+    finally:
+        chute.config.update("py_dataset_visualization_output_dir", None)
+    err = capsys.readouterr().err
+    mixed = next(line for line in err.splitlines() if "Mixed" in line)
+    assert "(inputs " in mixed and mixed.count(",") >= 1
+    assert err.count("RangeMapDataset") == 2 and "'int64[2,3]'" in err
