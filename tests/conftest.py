@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,17 @@ def tokenizer_path() -> Path:
 
 def loads(record: bytes) -> dict[str, object]:
     return json.loads(record)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def debug_mode() -> Iterator[None]:
+    """chute's debug mode on for one test (summaries printed only at the end)."""
+    import chute
+
+    chute.config.update("py_debug_mode", True)
+    chute.config.update("py_debug_summary_interval_s", 3600.0)
+    try:
+        yield
+    finally:
+        chute.config.update("py_debug_mode", False)
+        chute.config.update("py_debug_summary_interval_s", 60.0)

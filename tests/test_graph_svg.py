@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import chute
 
 SVG = "{http://www.w3.org/2000/svg}"
-
-
-@pytest.fixture
-def debug_mode() -> Iterator[None]:
-    chute.config.update("py_debug_mode", True)
-    chute.config.update("py_debug_summary_interval_s", 3600.0)
-    try:
-        yield
-    finally:
-        chute.config.update("py_debug_mode", False)
-        chute.config.update("py_debug_summary_interval_s", 60.0)
 
 
 def slow(x: int) -> dict[str, np.ndarray]:

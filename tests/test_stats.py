@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,17 +14,6 @@ from chute.testing import assert_equal_output_after_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 import mp_pipelines as mpp
-
-
-@pytest.fixture
-def debug_mode() -> Iterator[None]:
-    chute.config.update("py_debug_mode", True)
-    chute.config.update("py_debug_summary_interval_s", 3600.0)
-    try:
-        yield
-    finally:
-        chute.config.update("py_debug_mode", False)
-        chute.config.update("py_debug_summary_interval_s", 60.0)
 
 
 def python_work(x: int) -> int:
