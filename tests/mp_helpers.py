@@ -116,3 +116,22 @@ def limit_file_size(index: int, count: int) -> None:
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+
+
+def mmapped_blocks_holding(index: int, count: int, nbytes: int) -> int:
+    """How many more blocks glibc maps on their own while `nbytes` are held."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost",
+        )]  # fmt: skip
+
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = MallInfo2
+    before = int(mallinfo2().hblks)
+    held = np.ones(nbytes, dtype=np.uint8)
+    blocks = int(mallinfo2().hblks) - before
+    del held
+    return blocks

@@ -177,3 +177,12 @@ def test_default_slab_grows_to_fit_large_results() -> None:
             held.append(pool.get(0, timeout=60))
         assert pool.slab_bytes(0) >= 4 * (8 << 20) > first
         assert [a[0] for a in held] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_workers_keep_per_element_arrays_on_the_heap() -> None:
+    # glibc mmaps (and faults in afresh, every time) each block above its threshold,
+    # 128 KiB in a fresh process; the worker raises it, so a 4 MiB array comes from
+    # reusable heap memory.
+    with WorkerPool(1, mp_helpers.mmapped_blocks_holding, shm_bytes_per_worker=SHM) as pool:
+        pool.put(0, 4 << 20)
+        assert pool.get(0, timeout=60) == 0

@@ -224,3 +224,124 @@ def test_slab_grows_for_large_results_and_old_arrays_stay_valid() -> None:
 
 def our_shm_entries() -> list[str]:
     return [n for n in os.listdir("/dev/shm") if n.startswith("chute_")]
+
+
+def slab_offset(array: np.ndarray, receiver: ResultReceiver) -> int:
+    slab = np.frombuffer(receiver._slab, dtype=np.uint8)  # type: ignore[arg-type]
+    return int(array.ctypes.data - slab.ctypes.data)
+
+
+def test_array_built_in_the_slab_is_sent_where_it_lies(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    built = sender.allocate_array((64, 128), np.dtype(np.float32))
+    assert built is not None and built.flags.c_contiguous
+    built[:] = np.arange(64 * 128, dtype=np.float32).reshape(64, 128)
+    offset = int(built.ctypes.data - sender._current.address)
+    got = roundtrip(sender, receiver, {"x": built, "y": np.ones(4096)})
+    # no copy: the consumer's array is the very bytes the worker wrote
+    assert slab_offset(got["x"], receiver) == offset
+    assert in_slab(got["y"], receiver)  # the other array was copied into a region of its own
+    np.testing.assert_array_equal(got["x"], built)
+    # Handed over: freed only when both sides let go, in either order.
+    del got
+    release(sender, receiver)
+    sender._release_freed()
+    assert sender.live_regions() == 1  # the worker still holds `built`
+    built[0, 0] = -1  # (it may even write: the region is still its own)
+    del built
+    sender._release_freed()
+    assert sender.live_regions() == 0
+
+
+def test_built_array_that_is_never_sent_is_freed_when_collected(link) -> None:  # type: ignore[no-untyped-def]
+    sender, _ = link
+    for _ in range(50):  # far more than the slab holds, were regions not freed
+        built = sender.allocate_array((SLAB // 4,), np.dtype(np.uint8))
+        assert built is not None
+        del built
+    sender._release_freed()
+    assert sender.live_regions() == 0
+
+
+def test_built_array_sent_twice_is_copied_the_second_time(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    built = sender.allocate_array((4096,), np.dtype(np.float64))
+    assert built is not None
+    built[:] = 7.0
+    first = roundtrip(sender, receiver, built)
+    second = roundtrip(sender, receiver, built)
+    assert slab_offset(first, receiver) != slab_offset(second, receiver)
+    assert (first == 7.0).all() and (second == 7.0).all()
+    del first, second, built
+    release(sender, receiver)
+    sender._release_freed()
+    assert sender.live_regions() == 0
+
+
+def test_allocate_array_returns_none_when_the_slab_is_full(link) -> None:  # type: ignore[no-untyped-def]
+    sender, receiver = link
+    held = [sender.allocate_array((SLAB // 4,), np.dtype(np.uint8)) for _ in range(4)]
+    assert all(a is not None for a in held)
+    assert sender.allocate_array((SLAB // 4,), np.dtype(np.uint8)) is None
+    # a result then falls back to a copy through the pipe, and still arrives intact
+    got = roundtrip(sender, receiver, np.full(SLAB // 16, 3.0))
+    assert (got == 3.0).all() and not in_slab(got, receiver)
+
+
+def test_no_slab_means_no_built_arrays() -> None:
+    worker_side, _ = Pipe(duplex=True)
+    assert ResultSender(worker_side, None).allocate_array((10,), np.dtype(np.int8)) is None
+
+
+def test_built_array_on_a_retired_slab_is_copied_into_the_new_one() -> None:
+    fd = create_slab_fd("/dev/shm", SLAB)
+    worker_side, main_side = Pipe(duplex=True)
+    sender = ResultSender(
+        worker_side, map_slab(fd, SLAB), grow_to=16 * SLAB, shm_dir="/dev/shm", headroom=4
+    )
+    receiver = ResultReceiver(main_side, map_slab(fd, SLAB, populate=False))
+    os.close(fd)
+    old = sender.allocate_array((SLAB // 64,), np.dtype(np.float64))
+    assert old is not None
+    old[:] = 5.0
+    grown = sender.allocate_array((SLAB // 8,), np.dtype(np.float64))  # grows the slab
+    assert grown is not None and sender.slab_bytes == 4 * SLAB
+    grown[:] = 6.0
+    got = roundtrip(sender, receiver, [old, grown])
+    assert (got[0] == 5.0).all() and (got[1] == 6.0).all()
+    assert in_slab(got[0], receiver) and in_slab(got[1], receiver)  # both on the new slab
+    del got, old, grown
+    release(sender, receiver)
+    sender._release_freed()
+    assert sender.live_regions() == 0 and sender._retired == {}
+    worker_side.close()
+    main_side.close()
+
+
+def test_outbuf_uses_the_installed_allocator_only_on_its_thread_and_for_large_arrays(link) -> None:  # type: ignore[no-untyped-def]
+    from chute._src import outbuf
+
+    sender, _ = link
+    lo = sender._current.address
+    hi = lo + sender.slab_bytes
+
+    def shared(a: np.ndarray) -> bool:
+        return lo <= a.ctypes.data < hi
+
+    outbuf.install(sender.allocate_array)
+    try:
+        assert shared(outbuf.empty((outbuf.MIN_BYTES // 4,), np.float32))
+        assert not shared(outbuf.empty(16, np.float32))  # small: private memory
+        assert not shared(outbuf.empty(outbuf.MIN_BYTES, object))  # objects never
+        rows = [np.full(outbuf.MIN_BYTES // 8, i, np.float64) for i in range(3)]
+        batch = outbuf.stack(rows)
+        assert shared(batch) and (batch[:, 0] == [0, 1, 2]).all()
+        assert not shared(outbuf.stack([rows[0], rows[1].astype(np.float32)]))  # promoted
+        other: list[np.ndarray] = []
+        t = threading.Thread(target=lambda: other.append(outbuf.empty(outbuf.MIN_BYTES)))
+        t.start()
+        t.join()
+        assert not shared(other[0])  # another thread: np.empty
+    finally:
+        outbuf.install(None)
+    assert not shared(outbuf.empty((outbuf.MIN_BYTES,), np.uint8))

@@ -1,10 +1,11 @@
-"""Worker processes: options, and the errors they raise."""
+"""Worker processes: options, the errors they raise, and arrays they hand over uncopied."""
 
 from chute._src.mp.errors import NotPicklableError as NotPicklableError
 from chute._src.mp.errors import SharedMemoryWarning as SharedMemoryWarning
 from chute._src.mp.errors import WorkerDiedError as WorkerDiedError
 from chute._src.mp.errors import WorkerError as WorkerError
 from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
+from chute._src.outbuf import empty as empty
 
 __all__ = [
     "MultiprocessingOptions",
@@ -12,4 +13,5 @@ __all__ = [
     "SharedMemoryWarning",
     "WorkerDiedError",
     "WorkerError",
+    "empty",
 ]

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from chute._src import outbuf
+
 _SCALARS = (int, float, bool, complex, np.generic, str, bytes)
 
 
@@ -24,7 +26,7 @@ def stack(elements: Sequence[Any]) -> Any:
     first = elements[0]
     if isinstance(first, np.ndarray):
         try:
-            return np.stack(elements)
+            return outbuf.stack(elements)
         except ValueError as e:
             shapes = sorted({np.shape(x) for x in elements})
             raise ValueError(

@@ -7,6 +7,10 @@ slab and sends a small header over the pipe: the pickle, the region's id and whe
 buffer lies. The main process unpickles with the buffers given as views into the slab,
 so the arrays it hands out are zero-copy.
 
+A stage can also build a large array in the slab in the first place
+(`ResultSender.allocate_array`, reached through `chute._src.outbuf.empty`; `batch`
+stacks into it): such a buffer is sent where it lies, with no copy, as a region of its own.
+
 The region is freed only when every array built on it has been garbage collected: all of
 them are views of one `region` array (numpy collapses view chains to it), and a
 `weakref.finalize` on that array queues the region id. The pool sends queued ids back to
@@ -19,7 +23,9 @@ Wire format, one `Connection.send_bytes` frame per item:
     worker -> main  header: pickle((kind, seq, body)), then, for layout "pipe", one raw
                     frame per buffer.
                     kind "ok":    body = (payload, layout), layout one of
-                                  None, ("slab", region_id, offset, length, [(start, n)]),
+                                  None,
+                                  ("slab", [(region_id, offset, length), ...],
+                                           [(region_index, start, n), ...]),
                                   ("pipe", [n, ...])
                     kind "error": body = (pickled exception or None, traceback text,
                                   type name, message)
@@ -36,13 +42,17 @@ import bisect
 import mmap
 import os
 import pickle
+import threading
 import traceback
 import weakref
 from array import array
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "ALIGN",
@@ -126,10 +136,18 @@ class _Slab:
         self.mapping = mapping
         self.view = memoryview(mapping)
         self.allocator = SlabAllocator(len(mapping))
+        self.address = _address(self.view)
 
     def close(self) -> None:
         self.view.release()
         self.mapping.close()
+
+
+def _address(buffer: memoryview) -> int:
+    """The address of a buffer's first byte."""
+    import numpy as np
+
+    return int(np.frombuffer(buffer, dtype=np.uint8).ctypes.data) if buffer.nbytes else 0
 
 
 class ResultSender:
@@ -138,6 +156,11 @@ class ResultSender:
     With `grow_to` above the first slab's size (and `shm_dir` given), a result that needs
     more than 1/`headroom` of the slab makes the worker replace its slab by one
     `headroom` times the result (at most `grow_to`), so that `headroom` such results fit.
+
+    `allocate_array` gives out arrays in the slab itself. Each is a region of its own,
+    "built": while no result has carried it, the worker frees it as soon as its arrays are
+    collected. A result that contains it carries it without a copy, and from then on it
+    is "handed over": freed when both the main process and the worker have let go of it.
     """
 
     def __init__(
@@ -159,6 +182,12 @@ class ResultSender:
         self._headroom = headroom
         # Filled by the worker's receiving thread; drained here before each allocation.
         self.freed: deque[int] = deque()
+        # Regions of `allocate_array`: built ones by id -> (start, end) address; handed
+        # over ones by id -> how many of (main process, worker) still hold it.
+        self._built: dict[int, tuple[int, int]] = {}
+        self._handed: dict[int, int] = {}
+        self._collected: deque[int] = deque()  # ids whose worker-side arrays are gone
+        self._lock = threading.Lock()  # allocation and sending may come from two threads
 
     @property
     def slab_bytes(self) -> int:
@@ -168,8 +197,39 @@ class ResultSender:
         slabs = [*self._retired.values(), *([self._current] if self._current else [])]
         return sum(s.allocator.live_regions for s in slabs)
 
+    def allocate_array(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray | None:
+        """An uninitialized C-contiguous array in the slab, or None if it has no room.
+
+        A result holding it (or a contiguous view of it) is sent without copying it.
+        """
+        import numpy as np
+
+        nbytes = dtype.itemsize
+        for n in shape:
+            nbytes *= n
+        with self._lock:
+            self._release_freed()
+            slab = self._current
+            if nbytes * self._headroom > self.slab_bytes and self.slab_bytes < self._grow_to:
+                slab = self._grow(nbytes)
+            got = slab.allocator.allocate(nbytes) if slab is not None else None
+            if slab is None or got is None:
+                return None
+            local, offset = got
+            rid = (slab.id << _SLAB_SHIFT) | local
+            region = np.frombuffer(slab.mapping, dtype=np.uint8, count=nbytes, offset=offset)
+            self._built[rid] = (slab.address + offset, slab.address + offset + nbytes)
+        fin = weakref.finalize(region, self._collected.append, rid)
+        fin.atexit = False
+        return region.view(dtype).reshape(shape)
+
     def send_result(self, seq: int, result: object) -> None:
+        with self._lock:
+            self._send_result(seq, result)
+
+    def _send_result(self, seq: int, result: object) -> None:
         buffers: list[memoryview] = []
+        built = self._built if self._current is not None else {}
 
         def out_of_band(pb: pickle.PickleBuffer) -> bool:
             raw = pb.raw()
@@ -181,45 +241,102 @@ class ResultSender:
         payload = pickle.dumps(result, protocol=5, buffer_callback=out_of_band)
         layout: tuple[Any, ...] | None = None
         if buffers:
-            layout = self._place(buffers)
+            self._release_freed()
+            carried = self._carried(buffers) if built else {}
+            layout = self._place(buffers, carried)
             if layout is None:
                 layout = ("pipe", [b.nbytes for b in buffers])
+            else:
+                for rid in {rid for rid, _ in carried.values()}:
+                    del self._built[rid]
+                    self._handed[rid] = 2  # the main process and the worker hold it
         self._conn.send_bytes(pickle.dumps(("ok", seq, (payload, layout)), protocol=5))
         if layout is not None and layout[0] == "pipe":
             for b in buffers:
                 self._conn.send_bytes(b)
 
-    def _release_freed(self) -> None:
-        while self.freed:
-            rid = self.freed.popleft()
-            slab_id, local = rid >> _SLAB_SHIFT, rid & ((1 << _SLAB_SHIFT) - 1)
-            if self._current is not None and slab_id == self._current.id:
-                self._current.allocator.free(local)
-                continue
-            old = self._retired[slab_id]
-            old.allocator.free(local)
-            if old.allocator.live_regions == 0:
-                del self._retired[slab_id]
-                old.close()
-
-    def _place(self, buffers: list[memoryview]) -> tuple[Any, ...] | None:
-        self._release_freed()
-        starts: list[tuple[int, int]] = []
-        length = 0
-        for b in buffers:
-            starts.append((length, b.nbytes))
-            length += _align(b.nbytes)
+    def _carried(self, buffers: list[memoryview]) -> dict[int, tuple[int, int]]:
+        """Buffers that lie in a built region of the current slab: index -> (id, offset)."""
+        assert self._current is not None
         slab = self._current
-        if length * self._headroom > self.slab_bytes and self.slab_bytes < self._grow_to:
-            slab = self._grow(length)
-        got = slab.allocator.allocate(length) if slab is not None else None
-        if slab is None or got is None:
-            return None
-        local, offset = got
-        view = slab.view
-        for (start, n), b in zip(starts, buffers):
-            view[offset + start : offset + start + n] = b
-        return ("slab", (slab.id << _SLAB_SHIFT) | local, offset, length, starts)
+        lo, hi = slab.address, slab.address + len(slab.mapping)
+        out: dict[int, tuple[int, int]] = {}
+        for i, b in enumerate(buffers):
+            start = _address(b)
+            if not lo <= start < hi:
+                continue
+            for rid, (r_start, r_end) in self._built.items():
+                if r_start <= start and start + b.nbytes <= r_end and rid >> _SLAB_SHIFT == slab.id:
+                    out[i] = (rid, start - lo)
+                    break
+        return out
+
+    def _release_freed(self) -> None:
+        while self._collected:  # a worker-side `region` from allocate_array is gone
+            rid = self._collected.popleft()
+            if self._built.pop(rid, None) is None:
+                self._let_go(rid)
+                continue
+            self._free(rid)
+        while self.freed:  # the main process is done with a region
+            rid = self.freed.popleft()
+            if rid in self._handed:
+                self._let_go(rid)
+                continue
+            self._free(rid)
+
+    def _let_go(self, rid: int) -> None:
+        self._handed[rid] -= 1
+        if not self._handed[rid]:
+            del self._handed[rid]
+            self._free(rid)
+
+    def _free(self, rid: int) -> None:
+        slab_id, local = rid >> _SLAB_SHIFT, rid & ((1 << _SLAB_SHIFT) - 1)
+        if self._current is not None and slab_id == self._current.id:
+            self._current.allocator.free(local)
+            return
+        old = self._retired[slab_id]
+        old.allocator.free(local)
+        if old.allocator.live_regions == 0:
+            del self._retired[slab_id]
+            old.close()
+
+    def _place(
+        self, buffers: list[memoryview], carried: dict[int, tuple[int, int]]
+    ) -> tuple[Any, ...] | None:
+        """Copies the buffers not `carried` into one new region; the slab layout of all."""
+        regions: list[tuple[int, int, int]] = []
+        index_of: dict[int, int] = {}
+        places: list[tuple[int, int, int]] = [(0, 0, 0)] * len(buffers)
+        for i, (rid, offset) in carried.items():
+            r_start, r_end = self._built[rid]
+            if rid not in index_of:
+                base = r_start - self._current.address  # type: ignore[union-attr]
+                index_of[rid] = len(regions)
+                regions.append((rid, base, r_end - r_start))
+            region_index = index_of[rid]
+            places[i] = (region_index, offset - regions[region_index][1], buffers[i].nbytes)
+        copied = [i for i in range(len(buffers)) if i not in carried]
+        if copied:
+            length = 0
+            for i in copied:
+                places[i] = (len(regions), length, buffers[i].nbytes)
+                length += _align(buffers[i].nbytes)
+            slab = self._current
+            grow = length * self._headroom > self.slab_bytes and self.slab_bytes < self._grow_to
+            if grow and not carried:  # carried regions must stay on the current slab
+                slab = self._grow(length)
+            got = slab.allocator.allocate(length) if slab is not None else None
+            if slab is None or got is None:
+                return None
+            local, offset = got
+            view = slab.view
+            for i in copied:
+                _, start, n = places[i]
+                view[offset + start : offset + start + n] = buffers[i]
+            regions.append(((slab.id << _SLAB_SHIFT) | local, offset, length))
+        return ("slab", regions, places)
 
     def _grow(self, length: int) -> _Slab | None:
         from chute._src.mp.shm import PAGE, create_slab_fd, map_slab, send_fd
@@ -258,6 +375,10 @@ class ResultSender:
         return self._current
 
     def send_error(self, seq: int, exc: BaseException) -> None:
+        with self._lock:
+            self._send_error(seq, exc)
+
+    def _send_error(self, seq: int, exc: BaseException) -> None:
         tb = "".join(traceback.format_exception(exc))
         try:
             exc_bytes: bytes | None = pickle.dumps(exc, protocol=5)
@@ -325,14 +446,17 @@ class ResultReceiver:
     def _slab_buffers(self, layout: tuple[Any, ...]) -> list[Any]:
         import numpy as np
 
-        _, rid, offset, length, starts = layout
+        _, regions, places = layout
         # `region` is the one array every handed-out array is a view of: numpy stops
         # collapsing view chains at it because its base is the mmap, not an array.
         assert self._slab is not None, "a slab layout from a worker that has no slab"
-        region = np.frombuffer(self._slab, dtype=np.uint8, count=length, offset=offset)
-        fin = weakref.finalize(region, self.freed.append, rid)
-        fin.atexit = False
-        return [region[s : s + n] for s, n in starts]
+        arrays = []
+        for rid, offset, length in regions:
+            region = np.frombuffer(self._slab, dtype=np.uint8, count=length, offset=offset)
+            fin = weakref.finalize(region, self.freed.append, rid)
+            fin.atexit = False
+            arrays.append(region)
+        return [arrays[r][s : s + n] for r, s, n in places]
 
     def _pipe_buffers(self, sizes: list[int]) -> list[Any]:
         import numpy as np
