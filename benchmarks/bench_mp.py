@@ -8,8 +8,12 @@ Sections (each prints one table; all results also go to bench_out/bench_mp.json)
   (from each worker), for 0 workers with ReadOptions num_threads 0 and 2 and for
   `mp_prefetch` with 2 workers; each library's best against the other's. A first-fit
   packed variant is added when `chute.experimental.FirstFitPackIterDataset` exists.
-- `transfer`: a MapDataset whose map returns a 16 MiB float32 array, `mp_prefetch` with 1
-  and 2 workers: GB/s at the consumer (which reads one element of each array).
+- `transfer`: 16 MiB float32 arrays through `mp_prefetch` with 1 and 2 workers, GB/s at
+  the consumer (which reads one element of each array): a map that makes a 16 MiB array
+  per element, a map that returns one existing 16 MiB array (the handing-over alone), and
+  a map making 1 MiB rows that the MapDataset batches by 16 (the batch is made in the
+  workers), and the first map written with `chute.multiprocessing.empty` + `fill` (the
+  same code runs in both libraries; only in chute's workers is that memory shared).
 - `scaling`: a CPU-bound pure-Python map, 0 workers against `mp_prefetch` with 2 workers.
 - `ttfb`: time to the first batch of a fresh iterator, worker start-up included, with 2
   and 8 workers, on the text pipeline and on a trivial one. Each measurement runs in a
@@ -169,9 +173,28 @@ def trivial_pipeline(lib: str, workers: int) -> Any:
     return ds.mp_prefetch(mp_options(g, workers)) if workers else ds
 
 
-def transfer_pipeline(lib: str, workers: int, ready: bool = False) -> Any:
+def big_array_shared(i: int) -> np.ndarray:
+    """`big_array` made in `chute.multiprocessing.empty`: in a chute worker, its slab; in
+    any other process (Grain's workers too) it is `np.empty`."""
+    out = chute.multiprocessing.empty((4096, 1024), np.float32)
+    out.fill(i)
+    return out
+
+
+def big_row(i: int) -> np.ndarray:
+    return np.full((256, 1024), i, dtype=np.float32)  # 1 MiB; 16 of them make a batch
+
+
+def transfer_pipeline(lib: str, workers: int, variant: str = "made") -> Any:
+    """`variant`: "made" (a map makes a 16 MiB array per element), "shared" (the same, in
+    `chute.multiprocessing.empty`), "existing" (a map returns one existing 16 MiB array)
+    or "batched" (16 rows of 1 MiB, batched in the workers into one 16 MiB array)."""
     g = lib_module(lib)
-    ds = g.MapDataset.range(1_000_000).map(ready_array if ready else big_array)
+    if variant == "batched":
+        ds = g.MapDataset.range(1_000_000).map(big_row).batch(16)
+    else:
+        fns = {"made": big_array, "shared": big_array_shared, "existing": ready_array}
+        ds = g.MapDataset.range(1_000_000).map(fns[variant])
     ds = ds.to_iter_dataset(g.ReadOptions(num_threads=0))
     return ds.mp_prefetch(mp_options(g, workers))
 
@@ -279,9 +302,9 @@ def section_text(cfg: argparse.Namespace) -> dict[str, Any]:
 # -- 2. moving 16 MiB arrays ---------------------------------------------------------------
 
 
-def transfer_run(lib: str, workers: int, min_s: float, ready: bool = False) -> tuple[float, float]:
+def transfer_run(lib: str, workers: int, min_s: float, variant: str) -> tuple[float, float]:
     """GB/s after a first array from each worker, and the longest wait for one array (s)."""
-    it = iter(transfer_pipeline(lib, workers, ready))
+    it = iter(transfer_pipeline(lib, workers, variant))
     try:
         for _ in range(workers):  # a first array from every worker
             next(it)[0, 0]
@@ -301,29 +324,34 @@ def transfer_run(lib: str, workers: int, min_s: float, ready: bool = False) -> t
 def section_transfer(cfg: argparse.Namespace) -> dict[str, Any]:
     longest: dict[tuple[str, int], float] = {}
 
-    def run(lib: str, workers: int, ready: bool) -> Callable[[], float]:
+    def run(lib: str, workers: int, variant: str) -> Callable[[], float]:
         def go() -> float:
-            rate, gap = transfer_run(lib, workers, cfg.transfer_seconds, ready)
-            key = (lib, workers, ready)
+            rate, gap = transfer_run(lib, workers, cfg.transfer_seconds, variant)
+            key = (lib, workers, variant)
             longest[key] = max(longest.get(key, 0.0), gap)  # type: ignore[index]
             return rate
 
         return go
 
-    variants = ((False, "made per element"), (True, "existing array"))
+    variants = (
+        ("made", "made per element"),
+        ("existing", "existing array"),
+        ("batched", "16 x 1 MiB, batched"),
+        ("shared", "made in mp.empty"),
+    )
     runs = {
-        (lib, w, ready): run(lib, w, ready)
-        for ready, _ in variants
+        (lib, w, variant): run(lib, w, variant)
+        for variant, _ in variants
         for w in (1, 2)
         for lib in ("chute", "grain")
     }
     best = best_of_rounds(runs, cfg.rounds)  # type: ignore[arg-type]
     rows, out = [], {}
-    for ready, label in variants:
+    for variant, label in variants:
         for w in (1, 2):
-            c, g = best[("chute", w, ready)], best[("grain", w, ready)]
-            lc = longest[("chute", w, ready)]  # type: ignore[index]
-            lg = longest[("grain", w, ready)]  # type: ignore[index]
+            c, g = best[("chute", w, variant)], best[("grain", w, variant)]
+            lc = longest[("chute", w, variant)]  # type: ignore[index]
+            lg = longest[("grain", w, variant)]  # type: ignore[index]
             rows.append(
                 [label, str(w), f"{c:.2f}", f"{g:.2f}", f"{c / g:.1f}x", f"{lc * 1e3:,.0f}",
                  f"{lg * 1e3:,.0f}"]
@@ -836,7 +864,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
         t = results["transfer"]
         best_c = max(v["chute_GBps"] for v in t.values())
         add("2. 16 MiB arrays, chute >= 5 GB/s", best_c, best_c >= 5, "{:.2f} GB/s")
-        for label in ("made per element", "existing array"):
+        for label in ("made per element", "existing array", "16 x 1 MiB, batched"):
             ratios = [v["ratio"] for k, v in t.items() if k.startswith(label)]
             if ratios:
                 add(
