@@ -257,6 +257,9 @@ def test_ctrl_c_in_the_main_process_stops_the_workers() -> None:
         """
         import psutil
         with WorkerPool(2, mp_helpers.sleep) as pool:
+            for w in range(2):  # running: the interrupt lands in the loop, not in start-up
+                pool.put(w, 0.0)
+                pool.get(w)
             print(*[p.pid for p in psutil.Process().children(recursive=True)], flush=True)
             while True:
                 for w in range(2):
