@@ -66,9 +66,9 @@ def _keep_freed_memory() -> None:
 
     A stage that makes a fresh array for every element (decoding, `np.full`, a map's
     temporaries) would otherwise get new pages from the kernel each time, and fault each
-    of them in: 4x slower for 1 MiB arrays on the benchmark machine. glibc adapts its
-    threshold to the largest block freed, but a worker whose large outputs live in shared
-    memory never frees one. Up to 128 MiB of free heap stays mapped for reuse.
+    of them in. glibc adapts its threshold to the largest block freed, but a worker whose
+    large outputs live in shared memory never frees one. Up to 128 MiB of free heap stays
+    mapped for reuse.
     """
     import ctypes
 
