@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src import tree
+from chute._src import outbuf, tree
 
 
 class PadStack:
@@ -96,9 +96,9 @@ def _pad_arrays(arrays: list[np.ndarray], length: Any, pad: Any, path: str) -> n
             )
         target[0] = length
     if all(s == tuple(target) for s in shapes):
-        return np.stack(arrays)
-    dtype = np.result_type(*arrays)
-    out = np.full((len(arrays), *target), 0 if pad is None else pad, dtype=dtype)
+        return outbuf.stack(arrays)
+    out = outbuf.empty((len(arrays), *target), np.result_type(*arrays))
+    out.fill(0 if pad is None else pad)
     for i, a in enumerate(arrays):
         index: tuple[int | slice, ...] = (i, *(slice(0, n) for n in a.shape))
         out[index] = a

@@ -182,8 +182,8 @@ class ResultSender:
         self._headroom = headroom
         # Filled by the worker's receiving thread; drained here before each allocation.
         self.freed: deque[int] = deque()
-        # Regions of `allocate_array`: built ones by id -> (start, end) address; handed
-        # over ones by id -> how many of (main process, worker) still hold it.
+        # Regions of `allocate_array`: built ones by id -> (offset, end) in their slab;
+        # handed over ones by id -> how many of (main process, worker) still hold it.
         self._built: dict[int, tuple[int, int]] = {}
         self._handed: dict[int, int] = {}
         self._collected: deque[int] = deque()  # ids whose worker-side arrays are gone
@@ -218,7 +218,7 @@ class ResultSender:
             local, offset = got
             rid = (slab.id << _SLAB_SHIFT) | local
             region = np.frombuffer(slab.mapping, dtype=np.uint8, count=nbytes, offset=offset)
-            self._built[rid] = (slab.address + offset, slab.address + offset + nbytes)
+            self._built[rid] = (offset, offset + nbytes)
         fin = weakref.finalize(region, self._collected.append, rid)
         fin.atexit = False
         return region.view(dtype).reshape(shape)
@@ -229,7 +229,6 @@ class ResultSender:
 
     def _send_result(self, seq: int, result: object) -> None:
         buffers: list[memoryview] = []
-        built = self._built if self._current is not None else {}
 
         def out_of_band(pb: pickle.PickleBuffer) -> bool:
             raw = pb.raw()
@@ -242,7 +241,7 @@ class ResultSender:
         layout: tuple[Any, ...] | None = None
         if buffers:
             self._release_freed()
-            carried = self._carried(buffers) if built else {}
+            carried = self._carried(buffers) if self._built and self._current else {}
             layout = self._place(buffers, carried)
             if layout is None:
                 layout = ("pipe", [b.nbytes for b in buffers])
@@ -259,15 +258,14 @@ class ResultSender:
         """Buffers that lie in a built region of the current slab: index -> (id, offset)."""
         assert self._current is not None
         slab = self._current
-        lo, hi = slab.address, slab.address + len(slab.mapping)
         out: dict[int, tuple[int, int]] = {}
         for i, b in enumerate(buffers):
-            start = _address(b)
-            if not lo <= start < hi:
+            start = _address(b) - slab.address
+            if not 0 <= start < len(slab.mapping):
                 continue
             for rid, (r_start, r_end) in self._built.items():
                 if r_start <= start and start + b.nbytes <= r_end and rid >> _SLAB_SHIFT == slab.id:
-                    out[i] = (rid, start - lo)
+                    out[i] = (rid, start)
                     break
         return out
 
@@ -310,11 +308,10 @@ class ResultSender:
         index_of: dict[int, int] = {}
         places: list[tuple[int, int, int]] = [(0, 0, 0)] * len(buffers)
         for i, (rid, offset) in carried.items():
-            r_start, r_end = self._built[rid]
             if rid not in index_of:
-                base = r_start - self._current.address  # type: ignore[union-attr]
+                r_start, r_end = self._built[rid]
                 index_of[rid] = len(regions)
-                regions.append((rid, base, r_end - r_start))
+                regions.append((rid, r_start, r_end - r_start))
             region_index = index_of[rid]
             places[i] = (region_index, offset - regions[region_index][1], buffers[i].nbytes)
         copied = [i for i in range(len(buffers)) if i not in carried]
