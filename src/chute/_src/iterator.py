@@ -3,6 +3,11 @@
 A state is a plain JSON-serialisable dict shaped like the pipeline: each iterator stores
 its stage name, its own few integers, and its parent's state under "parent". `set_state`
 walks the same shape and rejects a state whose stages do not match, naming the path.
+
+Every integer of a state is checked against what its stage can hold (`check_int`), and
+against the position of the stage's parent where both say how many elements were handed
+out (`_count_at`), before any replay starts; a state that is rejected, even by a check that
+needs the data (a replay past the end), leaves the iterator where it was.
 """
 
 from __future__ import annotations
@@ -15,6 +20,15 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 from chute._src.errors import CheckpointError
 
 T = TypeVar("T")
+
+MAX_POSITION = (1 << 62) - 1
+"""The largest count of elements a state may hold (146 years at a billion a second):
+larger ones are corrupt, and would overflow the int64 index arithmetic downstream."""
+
+_FIX = (
+    "the state is corrupt or from a different pipeline; restore a state taken by get_state() "
+    "of the same pipeline"
+)
 
 
 class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
@@ -52,7 +66,16 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         return {}
 
     def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
-        """Restores what `_own_state` returned; `state` has been checked for its keys."""
+        """Restores what `_own_state` returned; `state` has been checked for its keys.
+
+        Checks every value (`check_int`) before it changes anything."""
+
+    def _count_at(self, state: Any) -> int | None:
+        """How many elements this iterator had handed out when `state` was taken, where
+        its stage knows that exactly (None elsewhere, and for a malformed `state`: the
+        stage's own checks report it). Stages use it to check their counters against
+        their parent's position."""
+        return None
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable dict from which `set_state` continues exactly here."""
@@ -62,8 +85,26 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continues from `state`, taken by `get_state` of an identical pipeline."""
-        self._restore(state, "state")
+        """Continues from `state`, taken by `get_state` of an identical pipeline.
+
+        Raises `CheckpointError` naming the path of a value that does not fit; the iterator
+        is then where it was before the call."""
+        try:
+            before: dict[str, Any] | None = self.get_state()
+        except Exception:  # a closed or failed iterator: nothing to return to
+            before = None
+        try:
+            self._restore(state, "state")
+        except CheckpointError as e:
+            if before is not None:
+                try:
+                    self._restore(before, "state")
+                except Exception as again:
+                    e.add_note(
+                        f"chute: the iterator could not be returned to its previous state "
+                        f"({type(again).__name__}: {again}); create a new one with iter(ds)."
+                    )
+            raise
 
     def _restore(self, state: Any, path: str) -> None:
         own_keys = set(self._own_state())
@@ -121,22 +162,39 @@ def check_state(state: Any, stage: str, keys: set[str], path: str) -> None:
 
 
 def check_int(
-    state: dict[str, Any], key: str, path: str, lo: int = 0, hi: int | None = None
+    state: dict[str, Any],
+    key: str,
+    path: str,
+    lo: int = 0,
+    hi: int = MAX_POSITION,
+    why: str = "",
 ) -> int:
-    """`state[key]` as an int in `[lo, hi]`, or a `CheckpointError` naming the path."""
+    """`state[key]` as an int in `[lo, hi]`, or a `CheckpointError` naming the path.
+
+    `why` says where the bound comes from (what the stage can hold)."""
     value = state[key]
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < lo
-        or (hi is not None and value > hi)
-    ):
-        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        because = f" ({why})" if why else ""
         raise CheckpointError(
-            f"{path}[{key!r}] = {value!r} is invalid: it must be an int {bound}; the state is "
-            "corrupt or from a different pipeline; restore a state taken by get_state() of "
-            "the same pipeline."
+            f"{path}[{key!r}] = {value!r} is invalid: it must be an int in [{lo}, {hi}]"
+            f"{because}; {_FIX}."
         )
+    return value
+
+
+def bad_value(path: str, key: str, value: Any, rule: str) -> CheckpointError:
+    """The error for `state[key]` that is an int in range but breaks `rule`."""
+    return CheckpointError(f"{path}[{key!r}] = {value!r} is invalid: {rule}; {_FIX}.")
+
+
+def int_at(state: Any, key: str) -> int | None:
+    """`state[key]` when `state` is a dict holding a non-negative int there, else None
+    (for `_count_at`, which reads states not yet checked)."""
+    if not isinstance(state, dict):
+        return None
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
     return value
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset
-from chute._src.iterator import DatasetIterator, check_int, check_state
+from chute._src.iterator import DatasetIterator, bad_value, check_int, check_state
 
 T = TypeVar("T")
 
@@ -89,11 +89,19 @@ class _MemoryCacheIterator(DatasetIterator[T]):
     def _restore(self, state: Any, path: str) -> None:
         check_state(state, self.stage, {"stage", "position", "filled", "parent"}, path)
         pos = check_int(state, "position", path)
-        filled = check_int(state, "filled", path, 0, 1)
+        filled = check_int(state, "filled", path, 0, 1, "1 while the pass is served from memory")
         if filled and self._filled:
-            self._pos = min(pos, len(self._cache))
+            if pos > len(self._cache):
+                raise bad_value(
+                    path,
+                    "position",
+                    pos,
+                    f"the stream cached has {len(self._cache)} elements",
+                )
+            self._pos = pos
             return
         if not filled:
+            check_pass_position(self, state, self._start, pos, path)
             # The parent continues from there; the cache grows again once a pass from the
             # start reaches its end (a restored pass with a gap does not fill it).
             self._parent._restore(state["parent"], f"{path}['parent']")
@@ -107,4 +115,25 @@ class _MemoryCacheIterator(DatasetIterator[T]):
             try:
                 self.__next__()
             except StopIteration:
-                break
+                raise bad_value(
+                    path,
+                    "position",
+                    pos,
+                    f"the stream cached has {self._pos} elements (found by reading it again)",
+                ) from None
+
+
+def check_pass_position(
+    it: DatasetIterator[Any], state: dict[str, Any], start: Any, pos: int, path: str
+) -> None:
+    """`pos`, the elements handed out in a pass from the parent, against the parent's
+    position in `state` (when the parent knows it) minus its position at `start`."""
+    count, begin = it._parent._count_at(state["parent"]), it._parent._count_at(start)
+    if count is not None and begin is not None and pos != count - begin:
+        raise bad_value(
+            path,
+            "position",
+            pos,
+            f"it counts the elements of this pass, and the parent's state {path}['parent'] "
+            f"is {count - begin} elements into it",
+        )

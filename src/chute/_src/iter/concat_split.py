@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 
 from chute._src.dataset import IterDataset
-from chute._src.errors import CheckpointError
-from chute._src.iter.pack_common import Mark, PackSpec, ReplayReader
-from chute._src.iterator import DatasetIterator, check_int, check_state
+from chute._src.iter.pack_common import CHUNK, Mark, PackSpec, ReplayReader, replay_error
+from chute._src.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int, check_state
 
 
 class BOSHandling(enum.Enum):
@@ -286,17 +285,38 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
 
     def _restore(self, state: Any, path: str) -> None:
         check_state(state, self.stage, {"stage", "skip", "remainder", "emitted", "parent"}, path)
-        skip = check_int(state, "skip", path)
-        emitted = check_int(state, "emitted", path)
+        skip = check_int(
+            state,
+            "skip",
+            path,
+            0,
+            CHUNK - 1,
+            f"an offset in one chunk of at most {CHUNK} elements read from the parent",
+        )
+        # One fill makes a row, plus the last remainder's at the end of the stream, plus
+        # (without split_full_length_features) any full-length elements passed through.
+        most = MAX_POSITION if not self._ds._split_full else 2
+        emitted = check_int(
+            state, "emitted", path, 0, most, "rows handed out from one fill of a row"
+        )
         remainder = state["remainder"]
         nf = len(self._spec.keys)
         if not isinstance(remainder, list) or (
             remainder
-            and (len(remainder) != nf or not all(isinstance(x, int) and x >= 0 for x in remainder))
+            and (
+                len(remainder) != nf
+                or not all(
+                    type(x) is int and 0 <= x <= MAX_POSITION and (x == 0 or not m)
+                    for x, m in zip(remainder, self._meta)
+                )
+            )
         ):
-            raise CheckpointError(
-                f"{path}['remainder'] = {remainder!r} is invalid: it must be [] or {nf} "
-                "non-negative ints; restore a state taken by get_state() of this pipeline."
+            raise bad_value(
+                path,
+                "remainder",
+                remainder,
+                f"it must be [] or {nf} non-negative ints, one per feature of length_struct "
+                "(where the remainder starts; 0 for meta features, which are never split)",
             )
         self._parent._restore(state["parent"], f"{path}['parent']")
         mark = Mark(state["parent"], skip)
@@ -305,14 +325,39 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
         self._stop = False
         self._remainder = None
         if remainder:
-            piece = self._piece(self._reader.next(), mark)
-            if any(lo > hi for lo, hi in zip(remainder, piece.hi)):
-                raise CheckpointError(
-                    f"{path}['remainder'] = {remainder} is past the element's ends "
-                    f"{piece.hi}: restore a state taken by get_state() of this pipeline."
+            try:
+                element = self._reader.next()
+            except StopIteration:
+                raise replay_error(path, "remainder", remainder, "the stream ends there") from None
+            piece = self._piece(element, mark)
+            # A split leaves some tokens of a split feature; an element that did not fit at
+            # all is its remainder whole (all zeros).
+            if any(lo > hi for lo, hi in zip(remainder, piece.hi)) or (
+                any(remainder)
+                and all(lo >= hi for lo, hi, m in zip(remainder, piece.hi, self._meta) if not m)
+            ):
+                raise replay_error(
+                    path,
+                    "remainder",
+                    remainder,
+                    f"a remainder starts inside the element there, whose features end at "
+                    f"{piece.hi}",
                 )
             piece.lo = [0 if m else lo for lo, m in zip(remainder, self._meta)]
             self._remainder = piece
         self._checkpoint()
-        for _ in range(emitted):
-            next(self)
+        if emitted:
+            try:
+                next(self)
+            except StopIteration:
+                raise replay_error(path, "emitted", emitted, "the stream ends there") from None
+            if emitted > 1 + len(self._out):
+                raise replay_error(
+                    path,
+                    "emitted",
+                    emitted,
+                    f"the fill there makes {1 + len(self._out)} rows",
+                )
+            for _ in range(emitted - 1):
+                self._out.popleft()
+            self._since = emitted

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset, _Node
-from chute._src.iterator import DatasetIterator, check_int, check_state
+from chute._src.iter.cache import check_pass_position
+from chute._src.iterator import DatasetIterator, bad_value, check_int, check_state
 from chute._src.tree_codec import decode, encode
 
 T = TypeVar("T")
@@ -194,11 +195,15 @@ class _DiskCacheIterator(DatasetIterator[T]):
     def _restore(self, state: Any, path: str) -> None:
         check_state(state, self.stage, {"stage", "position", "from_cache", "parent"}, path)
         pos = check_int(state, "position", path)
-        from_cache = check_int(state, "from_cache", path, 0, 1)
+        from_cache = check_int(state, "from_cache", path, 0, 1, "1 while reading the cache")
+        if not from_cache:
+            check_pass_position(self, state, self._start, pos, path)
+        if self._open_cache() and pos > self._len:
+            raise bad_value(path, "position", pos, f"the cache holds {self._len} elements")
         self._abort()
         if self._open_cache():
             self._may_write = False
-            self._pos = min(pos, self._len)
+            self._pos = pos
             return
         self._may_write = True
         if not from_cache:
@@ -212,7 +217,12 @@ class _DiskCacheIterator(DatasetIterator[T]):
             try:
                 self.__next__()
             except StopIteration:
-                break
+                raise bad_value(
+                    path,
+                    "position",
+                    pos,
+                    f"the stream has {self._pos} elements (found by computing it again)",
+                ) from None
 
     def close(self) -> None:
         self._abort()

@@ -16,7 +16,7 @@ from typing import Any
 
 from chute._src.dataset import IterDataset
 from chute._src.errors import CheckpointError, DataError
-from chute._src.iterator import DatasetIterator, check_int
+from chute._src.iterator import DatasetIterator, bad_value, check_int
 from chute._src.sources._paths import expand_paths
 from chute._src.transforms import describe
 
@@ -159,13 +159,32 @@ class _LinesIterator(DatasetIterator[Any]):
                 "the state is from a stream over other files; restore it into the stream "
                 "it was taken from."
             )
-        file = check_int(state, "file", path, 0, len(self._paths))
+        file = check_int(
+            state,
+            "file",
+            path,
+            0,
+            len(self._paths),
+            f"the index of one of the {len(self._paths)} files, or the end",
+        )
         offset = check_int(state, "offset", path)
-        if file < len(self._paths) and offset > os.path.getsize(self._paths[file]):
-            raise CheckpointError(
-                f"{path}['offset'] = {offset} is past the end of {self._paths[file]}: the file "
-                "changed since the state was taken, or the state is from other files."
-            )
+        if file == len(self._paths) and offset:
+            raise bad_value(path, "offset", offset, "past the last file, the offset is 0")
+        if file < len(self._paths):
+            name = self._paths[file]
+            size = os.path.getsize(name)
+            if offset > size:
+                raise CheckpointError(
+                    f"{path}['offset'] = {offset} is past the end of {name} ({size} bytes): "
+                    "the file changed since the state was taken, or the state is from other "
+                    "files; restore it into the stream it was taken from."
+                )
+            if 0 < offset < size and not _after_newline(name, offset):
+                raise CheckpointError(
+                    f"{path}['offset'] = {offset} is not the start of a line of {name} (the "
+                    "byte before it is not a newline): the file changed since the state was "
+                    "taken, or the state is corrupt; restore a state taken from this stream."
+                )
         self.close()
         self._file, self._offset = file, offset
         self._lines, self._pos = [], 0
@@ -174,3 +193,9 @@ class _LinesIterator(DatasetIterator[Any]):
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def _after_newline(name: str, offset: int) -> bool:
+    with open(name, "rb") as f:
+        f.seek(offset - 1)
+        return f.read(1) == b"\n"

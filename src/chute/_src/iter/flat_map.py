@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from chute._src.dataset import IterDataset
-from chute._src.iter.pack_common import Mark, ReplayReader, mark_state, restore_mark
+from chute._src.iter.pack_common import (
+    Mark,
+    ReplayReader,
+    check_mark,
+    mark_state,
+    replay_error,
+    restore_parent,
+)
 from chute._src.iterator import DatasetIterator
 from chute._src.map.flat_map import FlatMapTransform, check_transform, split
 from chute._src.transforms import describe
@@ -74,9 +81,25 @@ class _FlatMapIterator(DatasetIterator[Any]):
         return mark_state(self.stage, Mark(m.parent_state, m.skip, self._next))
 
     def _restore(self, state: Any, path: str) -> None:
-        mark, _ = restore_mark(self, state, path, ())
+        fan = self._ds._t.max_fan_out
+        mark = check_mark(
+            self,
+            state,
+            path,
+            (),
+            fan - 1,
+            f"the parts of one element already handed out: at most max_fan_out={fan}",
+        )
+        restore_parent(self, mark, path)
         self._reader.seek(mark, path)
         self._parts, self._next, self._mark = [], 0, None
         if mark.piece:
-            self._split_next()
+            try:
+                self._split_next()
+            except StopIteration:
+                raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
+            if mark.piece >= len(self._parts):
+                raise replay_error(
+                    path, "piece", mark.piece, f"the element there has {len(self._parts)} parts"
+                )
             self._next = mark.piece

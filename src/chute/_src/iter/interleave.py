@@ -19,7 +19,13 @@ from typing import Any
 
 from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import CheckpointError
-from chute._src.iterator import DatasetIterator, check_int, check_state, child_iterators
+from chute._src.iterator import (
+    DatasetIterator,
+    bad_value,
+    check_int,
+    check_state,
+    child_iterators,
+)
 
 
 class InterleaveIterDataset(IterDataset[Any]):
@@ -223,29 +229,69 @@ class _InterleaveIterator(DatasetIterator[Any]):
 
     def _restore(self, state: Any, path: str) -> None:
         check_state(state, self.stage, {"stage", "cycle_pos", "next_input", "slots"}, path)
-        pos = check_int(state, "cycle_pos", path, 0, self._cycle - 1)
-        next_input = check_int(state, "next_input", path, 0, self._n)
+        pos = check_int(
+            state,
+            "cycle_pos",
+            path,
+            0,
+            self._cycle - 1,
+            f"a slot of the cycle of cycle_length={self._cycle}",
+        )
+        next_input = check_int(
+            state, "next_input", path, 0, self._n, f"the next of the {self._n} inputs to open"
+        )
         slots = state["slots"]
         if not isinstance(slots, list) or len(slots) != self._cycle:
             raise CheckpointError(
                 f"{path}['slots'] is not a list of {self._cycle} slots: the state is from an "
                 "interleave with another cycle_length; restore a state of this pipeline."
             )
-        self._drain()
-        self._slots = [None] * self._cycle
+        opened: dict[int, tuple[int, int, str]] = {}  # input -> (slot, skip, path)
         for i, slot in enumerate(slots):
             if slot is None:
                 continue
             where = f"{path}['slots'][{i}]"
             if not isinstance(slot, dict) or set(slot) != {"input", "skip", "parent"}:
                 raise CheckpointError(
-                    f"{where} = {slot!r} is invalid: restore a state of this pipeline."
+                    f"{where} = {slot!r} is invalid: a slot is None or a dict with keys "
+                    "'input', 'skip' and 'parent'; restore a state of this pipeline."
                 )
-            j = check_int(slot, "input", where, 0, self._n - 1)
-            skip = check_int(slot, "skip", where)
-            self._its[j]._restore(slot["parent"], f"{where}['parent']")
+            j = check_int(
+                slot,
+                "input",
+                where,
+                0,
+                next_input - 1,
+                f"an input already opened: {path}['next_input'] is {next_input}",
+            )
+            if j in opened:
+                raise bad_value(
+                    where, "input", j, f"input {j} is also in slot {opened[j][0]}: one slot each"
+                )
+            skip = check_int(
+                slot,
+                "skip",
+                where,
+                0,
+                self._chunk,
+                f"elements taken from one read of iter_buffer_size={self._chunk}",
+            )
+            opened[j] = (i, skip, where)
+        self._drain()
+        self._slots = [None] * self._cycle
+        for j, (i, skip, where) in opened.items():
+            it = self._its[j]
+            it._restore(slots[i]["parent"], f"{where}['parent']")
+            # Taken here, so a read never holds more than iter_buffer_size elements.
+            if skip and len(it._next_many(skip)) < skip:
+                raise bad_value(
+                    where,
+                    "skip",
+                    skip,
+                    f"input {j} ends before that (found when re-reading it)",
+                )
             self._slots[i] = j
-            self._open(j, slot["parent"], skip)
+            self._open(j, it.get_state(), 0)
         for j in range(next_input, self._n):
             if j not in self._feeds:
                 self._its[j]._restore(self._initial[j], f"{path}['initial'][{j}]")

@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset
 from chute._src.iter.repeat import check_count
-from chute._src.iterator import DatasetIterator, check_int
+from chute._src.iterator import DatasetIterator, bad_value, check_int, int_at
 
 T = TypeVar("T")
 
@@ -57,4 +57,19 @@ class _LimitIterator(DatasetIterator[T]):
         return {"taken": self._taken}
 
     def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
-        self._taken = check_int(state, "taken", path, 0, self._count)
+        taken = check_int(
+            state, "taken", path, 0, self._count, f"elements taken, at most count={self._count}"
+        )
+        count = self._parent._count_at(state["parent"])
+        if count is not None and taken != count:
+            raise bad_value(
+                path,
+                "taken",
+                taken,
+                f"every element taken comes from the parent, whose state {path}['parent'] has "
+                f"handed out {count}",
+            )
+        self._taken = taken
+
+    def _count_at(self, state: Any) -> int | None:
+        return int_at(state, "taken")

@@ -9,7 +9,7 @@ import numpy as np
 
 from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset
 from chute._src.errors import add_stage_note
-from chute._src.iterator import DatasetIterator, check_int
+from chute._src.iterator import DatasetIterator, bad_value, check_int, int_at
 from chute._src.seeding import ElementRngs
 from chute._src.transforms import as_map_fn, as_map_with_index_fn, as_random_map_fn, describe
 
@@ -61,6 +61,10 @@ class _MapIterator(DatasetIterator[Any]):
             raise
         self._count += len(out)
         return out
+
+    def _count_at(self, state: Any) -> int | None:
+        # One element out per element in: the parent's count.
+        return self._parent._count_at(state.get("parent")) if isinstance(state, dict) else None
 
 
 class MapWithIndexIterDataset(IterDataset[Any]):
@@ -139,5 +143,18 @@ class _IndexedIterator(DatasetIterator[Any]):
     def _own_state(self) -> dict[str, Any]:
         return {"index": self._index}
 
+    def _count_at(self, state: Any) -> int | None:
+        return int_at(state, "index")
+
     def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
-        self._index = check_int(state, "index", path)
+        index = check_int(state, "index", path)
+        count = self._parent._count_at(state["parent"])
+        if count is not None and index != count:
+            raise bad_value(
+                path,
+                "index",
+                index,
+                f"it counts the elements mapped, one per element of the parent, whose state "
+                f"{path}['parent'] has handed out {count}",
+            )
+        self._index = index

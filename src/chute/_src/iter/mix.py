@@ -16,7 +16,7 @@ import numpy as np
 
 from chute._src.dataset import IterDataset
 from chute._src.errors import CheckpointError
-from chute._src.iterator import DatasetIterator, check_int, check_state
+from chute._src.iterator import DatasetIterator, bad_value, check_int, check_state, int_at
 from chute._src.mixing import Schedule, int_proportions
 
 
@@ -106,6 +106,9 @@ class _MixIterator(DatasetIterator[Any]):
         parents: Any = states if self._names is None else dict(zip(self._names, states))
         return {"stage": self.stage, "index": self._index, "parents": parents}
 
+    def _count_at(self, state: Any) -> int | None:
+        return int_at(state, "index")
+
     def _restore(self, state: Any, path: str) -> None:
         check_state(state, self.stage, {"stage", "index", "parents"}, path)
         index = check_int(state, "index", path)
@@ -117,6 +120,7 @@ class _MixIterator(DatasetIterator[Any]):
                     "is from a mixture of other datasets; restore a state of this mixture "
                     "(give datasets as a dict to restore across changes of components)."
                 )
+            self._check_index(index, parents, path)
             for i, (p, s) in enumerate(zip(self._parents, parents)):
                 p._restore(s, f"{path}['parents'][{i}]")
         else:
@@ -126,10 +130,44 @@ class _MixIterator(DatasetIterator[Any]):
                     "name: the state is from a mixture given as a list; build the mixture the "
                     "same way it was built when the state was taken."
                 )
+            # Weights and components may have changed since (that is what names are for),
+            # so the index is not tied to the inputs' positions; only to their total.
+            counts = [p._count_at(parents.get(n)) for n, p in zip(self._names, self._parents)]
+            if len(parents) == len(self._names) and all(c is not None for c in counts):
+                total = sum(c for c in counts if c is not None)
+                if index > total:
+                    raise bad_value(
+                        path,
+                        "index",
+                        index,
+                        f"the mixture cannot have handed out more elements than its inputs "
+                        f"did ({total})",
+                    )
             for name, p, initial in zip(self._names, self._parents, self._initial):
                 s = parents.get(name, initial)
                 p._restore(s, f"{path}['parents'][{name!r}]")
         self._index = index
+
+    def _check_index(self, index: int, parents: list[Any], path: str) -> None:
+        """`index` against the inputs' positions: the schedule gives each input its share
+        of the first `index` positions, so each input has handed out at least that many
+        (more only when another input ran out in the middle of a block)."""
+        sched = self._schedule
+        full, rest = divmod(index, sched.period)
+        shares = [full * p for p in sched.proportions]
+        for i in sched.which[:rest].tolist():
+            shares[i] += 1
+        for i, (p, s, share) in enumerate(zip(self._parents, parents, shares)):
+            count = p._count_at(s)
+            if count is not None and count < share:
+                raise bad_value(
+                    path,
+                    "index",
+                    index,
+                    f"the first {index} positions of the mixture take {share} elements of "
+                    f"input {i} (proportions {list(sched.proportions)}), but its state "
+                    f"{path}['parents'][{i}] has handed out {count}",
+                )
 
     def start_prefetch(self) -> None:
         for p in self._parents:

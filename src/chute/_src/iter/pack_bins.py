@@ -21,12 +21,15 @@ from chute._src.iter.pack_common import (
     Placements,
     ReplayReader,
     assemble,
+    check_mark,
     check_num_bins,
     mark_state,
-    restore_mark,
+    replay_error,
+    restore_parent,
     split_pieces,
+    upstream_count,
 )
-from chute._src.iterator import DatasetIterator
+from chute._src.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int
 from chute._src.seeding import derive_seed
 
 SEED_TAG_PACK = 5
@@ -271,35 +274,64 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
         return mark_state(self.stage, start, emitted=self._emitted, counter=self._counter)
 
     def _restore(self, state: Any, path: str) -> None:
-        mark, counters = restore_mark(self, state, path, ("emitted", "counter"))
+        nb, split = self._ds._bins, self._ds._split
+        mark = check_mark(
+            self,
+            state,
+            path,
+            ("emitted", "counter"),
+            MAX_POSITION if split else 0,
+            "the piece of a split element"
+            if split
+            else "this packer does not split elements (split_long_sequences=False)",
+        )
+        emitted = check_int(
+            state,
+            "emitted",
+            path,
+            0,
+            nb - 1,
+            f"rows of the open batch already handed out: a batch has at most "
+            f"num_packing_bins={nb} rows, and a finished one is recorded as the next, at 0",
+        )
+        counter = check_int(state, "counter", path)
+        read = upstream_count(self, mark)
+        if read is not None and not split and counter > read:
+            raise bad_value(
+                path,
+                "counter",
+                counter,
+                f"it counts the rows handed out before the open batch, and each holds at "
+                f"least one of the {read} elements read before it",
+            )
+        restore_parent(self, mark, path)
         self._reader.seek(mark, path)
-        self._rows, self._emitted, self._counter = [], 0, counters["counter"]
+        self._rows, self._emitted, self._counter = [], 0, counter
         self._start, self._next_start = mark, None
         self._pending = None
         if mark.piece:
-            element = self._reader.next()
+            try:
+                element = self._reader.next()
+            except StopIteration:
+                raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
             pieces = self._pieces(element)
             if mark.piece >= len(pieces):
-                from chute._src.errors import CheckpointError
-
-                raise CheckpointError(
-                    f"{path}['piece'] = {mark.piece} is invalid: the element there splits "
-                    f"into {len(pieces)} pieces; restore a state of this same pipeline."
+                raise replay_error(
+                    path, "piece", mark.piece, f"the element there splits into {len(pieces)} pieces"
                 )
             self._pending, self._pending_element, self._pending_piece = (
                 pieces,
                 element,
                 mark.piece,
             )
-        emitted = counters["emitted"]
         if emitted:
-            self._pack_batch()
+            try:
+                self._pack_batch()
+            except StopIteration:
+                raise replay_error(path, "emitted", emitted, "the stream ends there") from None
             if emitted >= len(self._rows):
-                from chute._src.errors import CheckpointError
-
-                raise CheckpointError(
-                    f"{path}['emitted'] = {emitted} is invalid: the batch of bins there has "
-                    f"{len(self._rows)} rows; restore a state of this same pipeline."
+                raise replay_error(
+                    path, "emitted", emitted, f"the batch of bins there has {len(self._rows)} rows"
                 )
             self._emitted = emitted
 

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import CheckpointError
-from chute._src.iterator import DatasetIterator, check_int
+from chute._src.iterator import DatasetIterator, bad_value, check_int, check_state
 
-_CHUNK = 256  # at most this many elements read from the parent per call
+CHUNK = 256  # at most this many elements read from the parent per call
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,12 @@ class ReplayReader:
         self._buf: list[Any] = []
         self._pos = 0
         self._chunk_state: dict[str, Any] | None = None
-        self._chunk = 1  # doubles to _CHUNK: the first element is not computed far ahead
+        self._chunk = 1  # doubles to CHUNK: the first element is not computed far ahead
 
     def _refill(self) -> None:
         self._chunk_state = self._parent.get_state()
         self._buf = self._parent._next_many(self._chunk)
-        self._chunk = min(_CHUNK, self._chunk * 2)
+        self._chunk = min(CHUNK, self._chunk * 2)
         self._pos = 0
 
     def next(self) -> Any:
@@ -110,18 +110,45 @@ def mark_state(stage: str, mark: Mark, **extra: int) -> dict[str, Any]:
     }
 
 
-def restore_mark(
-    it: DatasetIterator[Any], state: dict[str, Any], path: str, extra: Sequence[str]
-) -> tuple[Mark, dict[str, int]]:
-    """Checks a state from `mark_state`, restores the parent, returns the mark and counters."""
-    from chute._src.iterator import check_state
+def check_mark(
+    it: DatasetIterator[Any],
+    state: Any,
+    path: str,
+    extra: Sequence[str] = (),
+    max_piece: int = 0,
+    piece_rule: str = "",
+) -> Mark:
+    """Checks a state from `mark_state` (its keys, `skip` and `piece`); changes nothing.
 
+    `skip` is an offset in one chunk the reader took from the parent, so it is below
+    `CHUNK`; `piece` is the stage's own (at most `max_piece`, for the reason `piece_rule`).
+    """
     check_state(state, it.stage, {"stage", "skip", "piece", "parent", *extra}, path)
-    skip = check_int(state, "skip", path)
-    piece = check_int(state, "piece", path)
-    counters = {k: check_int(state, k, path) for k in extra}
-    it._parent._restore(state["parent"], f"{path}['parent']")
-    return Mark(state["parent"], skip, piece), counters
+    skip = check_int(
+        state,
+        "skip",
+        path,
+        0,
+        CHUNK - 1,
+        f"an offset in one chunk of at most {CHUNK} elements read from the parent",
+    )
+    piece = check_int(state, "piece", path, 0, max_piece, piece_rule)
+    return Mark(state["parent"], skip, piece)
+
+
+def upstream_count(it: DatasetIterator[Any], mark: Mark) -> int | None:
+    """How many elements the parent had handed out at `mark`, when its stage knows."""
+    count = it._parent._count_at(mark.parent_state)
+    return None if count is None else count + mark.skip
+
+
+def restore_parent(it: DatasetIterator[Any], mark: Mark, path: str) -> None:
+    it._parent._restore(mark.parent_state, f"{path}['parent']")
+
+
+def replay_error(path: str, key: str, value: Any, what: str) -> CheckpointError:
+    """The error for a state whose replay found less upstream than it records."""
+    return bad_value(path, key, value, f"{what} (found when re-reading the stream there)")
 
 
 # -- the feature spec ------------------------------------------------------------------------

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 from chute._src import config
-from chute._src.dataset import IterDataset, MapDataset
+from chute._src.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.errors import CheckpointError
-from chute._src.iterator import DatasetIterator, check_int
+from chute._src.iterator import MAX_POSITION, DatasetIterator, check_int, int_at
 from chute._src.options import ReadOptions
 from chute._src.stats import nbytes
 
@@ -243,6 +243,10 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
     def _own_state(self) -> dict[str, Any]:
         return {"next_index": self._buf_start + self._pos, "fingerprint": self._fingerprint}
 
+    def _count_at(self, state: Any) -> int | None:
+        # Exact unless filtered (None) elements are skipped.
+        return None if self._skip_none else int_at(state, "next_index")
+
     def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
         if state["fingerprint"] != self._fingerprint:
             raise CheckpointError(
@@ -251,7 +255,16 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
                 "MapDataset (other stages, seeds, sizes or functions); rebuild the pipeline "
                 "as it was when the state was taken."
             )
-        index = check_int(state, "next_index", path, 0, self._len)
+        index = check_int(
+            state,
+            "next_index",
+            path,
+            0,
+            min(self._len, MAX_POSITION),
+            f"an index of the MapDataset of {self._len} elements, or its end"
+            if self._len < INFINITE
+            else "an index of the infinite MapDataset",
+        )
         self._discard_pending()
         self._buf, self._pos, self._buf_start = [], 0, index
         self._submitted = index

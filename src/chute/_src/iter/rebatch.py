@@ -8,8 +8,15 @@ import numpy as np
 
 from chute._src import tree
 from chute._src.dataset import IterDataset
-from chute._src.iter.pack_common import Mark, ReplayReader, mark_state, restore_mark
-from chute._src.iterator import DatasetIterator
+from chute._src.iter.pack_common import (
+    Mark,
+    ReplayReader,
+    check_mark,
+    mark_state,
+    replay_error,
+    restore_parent,
+)
+from chute._src.iterator import MAX_POSITION, DatasetIterator
 from chute._src.transforms import check_batch_size
 
 
@@ -100,12 +107,22 @@ class _RebatchIterator(DatasetIterator[Any]):
         return mark_state(self.stage, mark)
 
     def _restore(self, state: Any, path: str) -> None:
-        mark, _ = restore_mark(self, state, path, ())
+        mark = check_mark(
+            self, state, path, (), MAX_POSITION, "the offset of the next row in an input batch"
+        )
+        restore_parent(self, mark, path)
         self._reader.seek(mark, path)
         self._cur = None
         if mark.piece:
-            self._read()
-            self._offset = min(mark.piece, self._cur_rows)
+            try:
+                self._read()
+            except StopIteration:
+                raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
+            if mark.piece >= self._cur_rows:
+                raise replay_error(
+                    path, "piece", mark.piece, f"the input batch there has {self._cur_rows} rows"
+                )
+            self._offset = mark.piece
 
 
 class _Slicer:

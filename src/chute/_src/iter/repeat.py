@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset
-from chute._src.iterator import DatasetIterator, check_int
+from chute._src.iterator import DatasetIterator, bad_value, check_int
 
 T = TypeVar("T")
 
@@ -64,7 +64,7 @@ class _RepeatIterator(DatasetIterator[T]):
                 self._epoch += 1
                 self._in_epoch = 0
                 if self._epochs is None or self._epoch < self._epochs:
-                    self._parent.set_state(self._start)
+                    self._parent._restore(self._start, "state['parent']")
                 continue
             self._in_epoch += 1
             return x
@@ -74,5 +74,29 @@ class _RepeatIterator(DatasetIterator[T]):
         return {"epoch": self._epoch, "in_epoch": self._in_epoch}
 
     def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
-        self._epoch = check_int(state, "epoch", path)
-        self._in_epoch = check_int(state, "in_epoch", path)
+        epochs = self._epochs
+        if epochs is None:
+            epoch = check_int(state, "epoch", path)
+        else:
+            epoch = check_int(
+                state, "epoch", path, 0, epochs, f"an epoch of num_epochs={epochs}, or the end"
+            )
+        in_epoch = check_int(state, "in_epoch", path)
+        if epoch == epochs and in_epoch:
+            raise bad_value(
+                path,
+                "in_epoch",
+                in_epoch,
+                f"epoch {epoch} is the end of all num_epochs={epochs}, where nothing is handed out",
+            )
+        count, start = self._parent._count_at(state["parent"]), self._parent._count_at(self._start)
+        into = None if count is None or start is None or epoch == epochs else count - start
+        if into is not None and in_epoch != into:
+            raise bad_value(
+                path,
+                "in_epoch",
+                in_epoch,
+                f"it counts the elements of this epoch, and the parent's state "
+                f"{path}['parent'] is {into} elements into it",
+            )
+        self._epoch, self._in_epoch = epoch, in_epoch

@@ -13,8 +13,16 @@ import numpy as np
 
 from chute._src.dataset import IterDataset
 from chute._src.index_shuffle import IndexShuffle
-from chute._src.iter.pack_common import Mark, ReplayReader, mark_state, restore_mark
-from chute._src.iterator import DatasetIterator
+from chute._src.iter.pack_common import (
+    Mark,
+    ReplayReader,
+    check_mark,
+    mark_state,
+    replay_error,
+    restore_parent,
+    upstream_count,
+)
+from chute._src.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int
 from chute._src.map.window_shuffle import SEED_TAG_WINDOW_SHUFFLE, check_window
 from chute._src.seeding import derive_seed
 
@@ -106,11 +114,42 @@ class _WindowShuffleIterator(DatasetIterator[T]):
         return mark_state(self.stage, Mark(s.parent_state, s.skip, self._pos), window=self._window)
 
     def _restore(self, state: Any, path: str) -> None:
-        mark, counters = restore_mark(self, state, path, ("window",))
+        w = self._size
+        mark = check_mark(
+            self,
+            state,
+            path,
+            ("window",),
+            w - 1,
+            f"the elements of the open window already handed out: a window has "
+            f"window_size={w}, and a finished one is recorded as the next, at 0",
+        )
+        window = check_int(state, "window", path, 0, MAX_POSITION // w)
+        read = upstream_count(self, mark)
+        if read is not None:
+            # Window k begins at element k * w; between windows the mark may also be the
+            # end of a short last window.
+            ok = read == window * w or (not mark.piece and (window - 1) * w < read < window * w)
+            if not ok:
+                raise bad_value(
+                    path,
+                    "window",
+                    window,
+                    f"window {window} begins at element {window * w} of the stream "
+                    f"(window_size={w}), but the state's upstream position is element {read}",
+                )
+        restore_parent(self, mark, path)
         self._reader.seek(mark, path)
         self._buf, self._pos = [], 0
-        self._window = counters["window"]
+        self._window = window
         self._start = None
         if mark.piece:
-            self._fill()
-            self._pos = min(mark.piece, len(self._buf))
+            try:
+                self._fill()
+            except StopIteration:
+                raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
+            if mark.piece >= len(self._buf):
+                raise replay_error(
+                    path, "piece", mark.piece, f"the window there has {len(self._buf)} elements"
+                )
+            self._pos = mark.piece
