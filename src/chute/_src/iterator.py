@@ -110,9 +110,11 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         own_keys = set(self._own_state())
         expected = {"stage", *own_keys} | ({"parent"} if self._parent is not None else set())
         check_state(state, self.stage, expected, path)
-        self._restore_own_state(state, path)
+        # The parent first: its own values are checked before this stage compares its
+        # counters with the parent's position.
         if self._parent is not None:
             self._parent._restore(state["parent"], f"{path}['parent']")
+        self._restore_own_state(state, path)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -193,7 +195,7 @@ def int_at(state: Any, key: str) -> int | None:
     if not isinstance(state, dict):
         return None
     value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_POSITION:
         return None
     return value
 

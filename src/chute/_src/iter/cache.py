@@ -90,6 +90,9 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         check_state(state, self.stage, {"stage", "position", "filled", "parent"}, path)
         pos = check_int(state, "position", path)
         filled = check_int(state, "filled", path, 0, 1, "1 while the pass is served from memory")
+        if filled:
+            # Served from memory, the parent is not read; its state is still checked.
+            self._parent._restore(state["parent"], f"{path}['parent']")
         if filled and self._filled:
             if pos > len(self._cache):
                 raise bad_value(
@@ -101,10 +104,10 @@ class _MemoryCacheIterator(DatasetIterator[T]):
             self._pos = pos
             return
         if not filled:
-            check_pass_position(self, state, self._start, pos, path)
             # The parent continues from there; the cache grows again once a pass from the
             # start reaches its end (a restored pass with a gap does not fill it).
             self._parent._restore(state["parent"], f"{path}['parent']")
+            check_pass_position(self, state, self._start, pos, path)
             self._pos = pos
             return
         # A state taken while replaying a cache this iterator does not have: read up to

@@ -196,18 +196,19 @@ class _DiskCacheIterator(DatasetIterator[T]):
         check_state(state, self.stage, {"stage", "position", "from_cache", "parent"}, path)
         pos = check_int(state, "position", path)
         from_cache = check_int(state, "from_cache", path, 0, 1, "1 while reading the cache")
-        if not from_cache:
-            check_pass_position(self, state, self._start, pos, path)
         if self._open_cache() and pos > self._len:
             raise bad_value(path, "position", pos, f"the cache holds {self._len} elements")
         self._abort()
         if self._open_cache():
+            # Served from the cache, the parent is not read; its state is still checked.
+            self._parent._restore(state["parent"], f"{path}['parent']")
             self._may_write = False
             self._pos = pos
             return
         self._may_write = True
         if not from_cache:
             self._parent._restore(state["parent"], f"{path}['parent']")
+            check_pass_position(self, state, self._start, pos, path)
             self._pos = pos
             return
         # Taken while reading a cache that is not here (deleted): recompute up to there.

@@ -120,9 +120,9 @@ class _MixIterator(DatasetIterator[Any]):
                     "is from a mixture of other datasets; restore a state of this mixture "
                     "(give datasets as a dict to restore across changes of components)."
                 )
-            self._check_index(index, parents, path)
             for i, (p, s) in enumerate(zip(self._parents, parents)):
                 p._restore(s, f"{path}['parents'][{i}]")
+            self._check_index(index, parents, path)
         else:
             if not isinstance(parents, dict):
                 raise CheckpointError(
@@ -130,6 +130,9 @@ class _MixIterator(DatasetIterator[Any]):
                     "name: the state is from a mixture given as a list; build the mixture the "
                     "same way it was built when the state was taken."
                 )
+            for name, p, initial in zip(self._names, self._parents, self._initial):
+                s = parents.get(name, initial)
+                p._restore(s, f"{path}['parents'][{name!r}]")
             # Weights and components may have changed since (that is what names are for),
             # so the index is not tied to the inputs' positions; only to their total.
             counts = [p._count_at(parents.get(n)) for n, p in zip(self._names, self._parents)]
@@ -143,9 +146,6 @@ class _MixIterator(DatasetIterator[Any]):
                         f"the mixture cannot have handed out more elements than its inputs "
                         f"did ({total})",
                     )
-            for name, p, initial in zip(self._names, self._parents, self._initial):
-                s = parents.get(name, initial)
-                p._restore(s, f"{path}['parents'][{name!r}]")
         self._index = index
 
     def _check_index(self, index: int, parents: list[Any], path: str) -> None:

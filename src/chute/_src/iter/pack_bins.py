@@ -295,6 +295,7 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
             f"num_packing_bins={nb} rows, and a finished one is recorded as the next, at 0",
         )
         counter = check_int(state, "counter", path)
+        restore_parent(self, mark, path)
         read = upstream_count(self, mark)
         if read is not None and not split and counter > read:
             raise bad_value(
@@ -304,7 +305,6 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
                 f"it counts the rows handed out before the open batch, and each holds at "
                 f"least one of the {read} elements read before it",
             )
-        restore_parent(self, mark, path)
         self._reader.seek(mark, path)
         self._rows, self._emitted, self._counter = [], 0, counter
         self._start, self._next_start = mark, None

@@ -125,6 +125,7 @@ class _WindowShuffleIterator(DatasetIterator[T]):
             f"window_size={w}, and a finished one is recorded as the next, at 0",
         )
         window = check_int(state, "window", path, 0, MAX_POSITION // w)
+        restore_parent(self, mark, path)
         read = upstream_count(self, mark)
         if read is not None:
             # Window k begins at element k * w; between windows the mark may also be the
@@ -138,7 +139,6 @@ class _WindowShuffleIterator(DatasetIterator[T]):
                     f"window {window} begins at element {window * w} of the stream "
                     f"(window_size={w}), but the state's upstream position is element {read}",
                 )
-        restore_parent(self, mark, path)
         self._reader.seek(mark, path)
         self._buf, self._pos = [], 0
         self._window = window
