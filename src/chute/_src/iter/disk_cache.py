@@ -69,8 +69,10 @@ def _written_by_chute(file: Path) -> bool | None:
         return None
     except OSError:  # a symlink, or a file this user cannot read
         return False
-    with open(fd, "rb") as f:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and f.read(8) == _RECORD_MAGIC
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 8, 0) == _RECORD_MAGIC
+    finally:
+        os.close(fd)
 
 
 def cache_key(ds: _Node) -> str:

@@ -117,14 +117,16 @@ def _read_own_file(cpath: str) -> bytes | None:
         fd = os.open(cpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    with open(fd, "rb") as f:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             return None
-        try:
+        with open(os.dup(fd), "rb") as f:
             return f.read()
-        except OSError:
-            return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _load(cpath: str, kind: bytes, ident: Identity) -> np.ndarray | None:
