@@ -56,15 +56,17 @@ _BLOCK = 4 << 10
 Identity = tuple[int, int, int, int, int, int]
 
 
-def user_cache_dir() -> str | None:
-    """The per-user cache directory, created 0700; None if it cannot be made safely."""
+def user_cache_dir(create: bool = True) -> str | None:
+    """The per-user cache directory, created 0700 if `create`; None if it is not there or
+    not safe (owned by another user, or group- or other-writable)."""
     d = os.environ.get("CHUTE_CACHE_DIR")
     if not d:
         xdg = os.environ.get("XDG_CACHE_HOME", "")
         base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
         d = os.path.join(base, "chute")
     try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
+        if create:
+            os.makedirs(d, mode=0o700, exist_ok=True)
         st = os.stat(d)
     except OSError:
         return None
@@ -79,20 +81,23 @@ def cache_path(path: str, kind: str) -> str:
     return os.path.join(head, f".{name}.{kind}.chute-index")
 
 
-def _candidates(path: str, kind: str) -> list[str]:
-    """Where the cache may be, in the order tried: beside the data, then the user's dir."""
-    out = []
-    directory = os.path.dirname(os.path.abspath(path))
+def _beside(path: str, kind: str) -> list[str]:
+    """The cache beside the data, if its directory is ours and its owner may write it."""
     with contextlib.suppress(OSError):
-        st = os.stat(directory)
+        st = os.stat(os.path.dirname(os.path.abspath(path)))
         if st.st_uid == os.geteuid() and st.st_mode & stat.S_IWUSR:
-            out.append(cache_path(path, kind))
-    user = user_cache_dir()
-    if user is not None:
-        real = os.path.realpath(path).encode("utf-8", "surrogateescape")
-        digest = hashlib.blake2b(real + b"\0" + kind.encode(), digest_size=16).hexdigest()
-        out.append(os.path.join(user, f"{digest}.{kind}.chute-index"))
-    return out
+            return [cache_path(path, kind)]
+    return []
+
+
+def _in_user_dir(path: str, kind: str, create: bool) -> list[str]:
+    """The cache in the per-user directory (made only when `create`)."""
+    user = user_cache_dir(create)
+    if user is None:
+        return []
+    real = os.path.realpath(path).encode("utf-8", "surrogateescape")
+    digest = hashlib.blake2b(real + b"\0" + kind.encode(), digest_size=16).hexdigest()
+    return [os.path.join(user, f"{digest}.{kind}.chute-index")]
 
 
 def _identity(path: str) -> Identity:
@@ -148,7 +153,7 @@ def _load(cpath: str, kind: bytes, ident: Identity) -> np.ndarray | None:
     return np.frombuffer(body, dtype="<u8").astype(np.int64)
 
 
-def _store(cpaths: list[str], kind: bytes, ident: Identity, index: np.ndarray) -> None:
+def _store(cpaths: list[str], kind: bytes, ident: Identity, index: np.ndarray) -> bool:
     body = np.ascontiguousarray(index, dtype="<u8").tobytes()
     header = _HEADER.pack(_MAGIC, _VERSION, kind, *ident, len(body) // 8, crc32c.crc32c(body))
     for cpath in cpaths:
@@ -161,10 +166,11 @@ def _store(cpaths: list[str], kind: bytes, ident: Identity, index: np.ndarray) -
             with open(fd, "wb") as f:
                 f.write(header + body)
             os.replace(tmp, cpath)
-            return
+            return True
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+    return False
 
 
 def cached_index(
@@ -189,8 +195,7 @@ def cached_index(
     if not use_cache:
         return np.asarray(build(), dtype=np.int64)
     ident = _identity(path)
-    cpaths = _candidates(path, kind)
-    for cpath in cpaths:
+    for cpath in _beside(path, kind) + _in_user_dir(path, kind, create=False):
         found = _load(cpath, key, ident)
         if (
             found is not None
@@ -200,5 +205,7 @@ def cached_index(
             return found
     index = np.asarray(build(), dtype=np.int64)
     if _identity(path) == ident:  # the file did not change while it was indexed
-        _store(cpaths, key, ident, index.ravel())
+        flat = index.ravel()
+        if not _store(_beside(path, kind), key, ident, flat):
+            _store(_in_user_dir(path, kind, create=True), key, ident, flat)
     return index
