@@ -342,6 +342,7 @@ def test_large_list_source_is_shared_not_copied() -> None:
 def test_shared_list_files_of_dead_processes_are_swept() -> None:
     stale = Path("/dev/shm") / "chute_list_999999999_00ff"
     stale.write_bytes(b"left by a killed process")
+    os.utime(stale, (0, 0))  # old enough not to be a file in creation
     ds = chute.MapDataset.source(list(range(20_000))).to_iter_dataset()
     assert as_list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1)))[:3] == [0, 1, 2]
     assert not stale.exists()

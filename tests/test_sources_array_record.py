@@ -99,20 +99,23 @@ def test_corrupt_compressed_record_raises_data_error(tmp_path: Path) -> None:
 
 
 def test_corruption_after_indexing_is_caught_by_the_recorded_crc(tmp_path: Path) -> None:
-    import os
-
     from chute import DataError
 
     records = [b"compressible text, " * 50 + b"%d" % i for i in range(20)]
     path = tmp_path / "c.array_record"
     _write(path, records, 1)
-    assert ArrayRecordDataSource(str(path))[0] == records[0]  # builds and caches the index
-    st = path.stat()
-    data = bytearray(path.read_bytes())
-    data[64 + 40 + 30] ^= 0xFF
-    path.write_bytes(bytes(data))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: cache reused
+    src = ArrayRecordDataSource(str(path))
+    assert src[0] == records[0]  # builds the index, with each record's CRC32C
+    with open(path, "r+b") as f:  # corrupted in place while the source has it mapped
+        f.seek(64 + 40 + 30)
+        byte = f.read(1)
+        f.seek(64 + 40 + 30)
+        f.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(DataError, match=r"c\.array_record: record 0 could not be read .*CRC32C"):
+        src[0]
+    # A new source sees the edit (the cache is bound to the file's ctime and content) and
+    # reads through the C++ reader, which checks the chunk's own hash.
+    with pytest.raises(DataError, match=r"c\.array_record: record 0 could not be read .*hash"):
         ArrayRecordDataSource(str(path))[0]
 
 

@@ -10,6 +10,16 @@ a cache is never reused for a pipeline it was not written by. Elements are store
 written by `chute.records.RecordWriter`, which appears under its name only when the pass
 that wrote it ended: an interrupted pass leaves no cache.
 
+What is trusted: a cache file is read only if its directory (`path/<key>`, made 0700) and
+the file (made 0600) are owned by the current user and not group- or other-writable, the
+file is a regular file (not a symlink), its metadata names this cache format and the
+pipeline's key, and the record file's own checks pass on open (header, trailer, index,
+metadata CRC32C) and on every read (each record's CRC32C). A chute record file that fails
+is not read: the pass is computed and the cache rewritten. A file chute did not write (it
+does not start with a record file's magic, or is not a regular file) is never read,
+replaced or deleted: `cache` raises an error naming it. A directory that is not safe is
+not written to either: the pipeline runs uncached, with a warning.
+
 State: the position in the stream, whether it was being read from the cache, and the
 parent's state; a state taken while reading the cache restores into a process where the
 cache exists by position alone.
@@ -19,10 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
+import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset, _Node
+from chute._src.errors import DataError
 from chute._src.iter.cache import check_pass_position
 from chute._src.iterator import DatasetIterator, bad_value, check_int, check_state
 from chute._src.tree_codec import decode, encode
@@ -30,6 +43,37 @@ from chute._src.tree_codec import decode, encode
 T = TypeVar("T")
 
 _FILE = "elements.crec"
+_RECORD_MAGIC = b"CHUTEREC"
+_FORMAT = "chute-disk-cache"
+_VERSION = 1
+
+
+def _metadata(key: str) -> dict[str, Any]:
+    """What a cache file's metadata must hold: the format and the pipeline's key."""
+    return {"chute_cache": key, "format": _FORMAT, "version": _VERSION}
+
+
+def _is_own(path: Path, kind: int) -> bool:
+    """Whether `path` (not followed if a symlink) is of `kind`, ours, writable only by us."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_IFMT(st.st_mode) == kind and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _written_by_chute(file: Path) -> bool | None:
+    """None if nothing is at `file`; whether it is a regular file with a record file's magic."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a symlink, or a file this user cannot read
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 8, 0) == _RECORD_MAGIC
+    finally:
+        os.close(fd)
 
 
 def cache_key(ds: _Node) -> str:
@@ -135,12 +179,34 @@ class _DiskCacheIterator(DatasetIterator[T]):
         self._may_write = True  # this pass started at the beginning
 
     def _open_cache(self) -> bool:
-        if self._source is None and self._file.exists():
-            from chute._src.sources.crec import RecordFileDataSource
+        """Opens the cache if it is there and passes every check (see the module doc)."""
+        if self._source is not None:
+            return True
+        file = self._file
+        found = _written_by_chute(file)
+        if found is None:
+            return False
+        if not found:
+            raise FileExistsError(
+                f"cache: {file} exists and was not written by chute (it is not a regular file "
+                "starting with a chute record file's magic); chute never reads, replaces or "
+                "deletes such a file: move it away, or give .cache() another directory"
+            )
+        if not (_is_own(file.parent, stat.S_IFDIR) and _is_own(file, stat.S_IFREG)):
+            return False  # not provably ours: recompute (and rewrite, if the directory is safe)
+        from chute._src.sources.crec import RecordFileDataSource
 
-            self._source = RecordFileDataSource(str(self._file))
-            self._len = len(self._source)
-        return self._source is not None
+        source = RecordFileDataSource(str(file))
+        try:
+            ok = source.metadata == _metadata(file.parent.name)
+        except DataError:
+            ok = False
+        if not ok:
+            source.close()
+            return False
+        self._source = source
+        self._len = len(source)
+        return True
 
     def __next__(self) -> T:
         if self._writer is None and self._pos == 0 and self._may_write:
@@ -151,9 +217,16 @@ class _DiskCacheIterator(DatasetIterator[T]):
         if self._source is not None and not self._may_write:
             if self._pos >= self._len:
                 raise StopIteration
-            x = decode(self._source[self._pos])
+            try:
+                record = self._source[self._pos]
+            except DataError as e:
+                e.add_note(
+                    f"chute: the disk cache {self._file} is corrupt; delete its directory "
+                    f"{self._file.parent} and the next pass rebuilds it"
+                )
+                raise
             self._pos += 1
-            return x
+            return decode(record)
         try:
             x = next(self._parent)
         except StopIteration:
@@ -168,13 +241,28 @@ class _DiskCacheIterator(DatasetIterator[T]):
     def _start_writer(self) -> None:
         from chute._src.records.writer import RecordWriter
 
-        self._writer = RecordWriter(self._file, metadata={"chute_cache": self._file.parent.name})
+        directory = self._file.parent
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        if not _is_own(directory, stat.S_IFDIR):
+            warnings.warn(
+                f"cache: {directory} is not a directory owned by this user and writable only "
+                "by it, so this pass is not cached; delete it, or give .cache() a "
+                "directory of your own",
+                stacklevel=2,
+            )
+            return
+        self._writer = RecordWriter(self._file, metadata=_metadata(directory.name))
         self._written = 0
 
     def _finish(self) -> None:
         if self._writer is not None and self._written == self._pos:
             self._writer.close()  # the file appears under its name only now
             self._writer = None
+            os.chmod(self._file, 0o600)  # whatever the umask: only its writer reads it
             self._open_cache()
         self._abort()
 

@@ -1,48 +1,150 @@
-"""An offset index built once per file and cached beside it (`.NAME.KIND.chute-index`).
+"""An offset index built once per data file and cached on disk, trusted only when it proves
+it belongs to the file as it is now.
 
-The cache stores the file's size and modification time; a file that changed gets a new
-index. A directory that cannot be written to just means no cache. No pickle: a fixed
-header and a raw little-endian uint64 array.
+Where caches are kept: beside the data file (`.NAME.KIND.chute-index`) when the file's
+directory is owned by the current user and its mode lets its owner write; otherwise (a
+read-only directory, another user's directory, or a write there that fails) in the
+per-user cache directory: `$CHUTE_CACHE_DIR`, else `$XDG_CACHE_HOME/chute`, else
+`~/.cache/chute`, created 0700 and used only if it is owned by the current user and not
+group- or other-writable. There a cache is named by a hash of the data file's real path and
+the kind. A read-only data directory therefore still gets a cache.
+
+A cache file is used only if all of these hold; otherwise it is ignored, the index is
+rebuilt and a new cache written:
+
+- it is a regular file, opened without following a symlink, owned by the current
+  (effective) user and not group- or other-writable;
+- its header has this format version and kind, and the data file's device, inode, size,
+  mtime and ctime (nanoseconds) and a CRC32C of a content sample (the first and last
+  64 KiB and four 4 KiB blocks at positions set by the size). `os.utime` can restore an
+  mtime, not a ctime, so an in-place edit is seen even when the size and mtime are kept;
+- its body has the length and CRC32C the header gives, and passes the kind's check of
+  what the index means (`_index_checks.py`: every span inside the file, in order);
+- the caller's own `check`, if any, agrees (ArrayRecord compares a few records with the
+  C++ reader, since its index carries the CRCs its reads are checked against).
+
+Caches are written 0600 (only the user who wrote one ever reads it, so no one else needs
+to) under a temporary name, then renamed into place. No pickle: a fixed header and a raw
+little-endian uint64 array.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import secrets
+import stat
 import struct
-import uuid
 from collections.abc import Callable
 
 import crc32c
 import numpy as np
 
-__all__ = ["cached_index", "cache_path"]
+from chute._src.sources._index_checks import KINDS, index_is_valid
+
+__all__ = ["cache_path", "cached_index", "user_cache_dir"]
 
 _MAGIC = b"CHUTEIDX"
-# magic, version, kind (16 bytes), file size, file mtime_ns, element count, crc32c.
-_HEADER = struct.Struct("<8sI16sQQQI")
+_VERSION = 2
+# magic, version, kind (16 bytes), device, inode, size, mtime_ns, ctime_ns, sample CRC32C,
+# element count, body CRC32C.
+_HEADER = struct.Struct("<8sI16sQQQqqIQI")
+_EDGE = 64 << 10
+_BLOCK = 4 << 10
+
+Identity = tuple[int, int, int, int, int, int]
+
+
+def user_cache_dir(create: bool = True) -> str | None:
+    """The per-user cache directory, created 0700 if `create`; None if it is not there or
+    not safe (owned by another user, or group- or other-writable)."""
+    d = os.environ.get("CHUTE_CACHE_DIR")
+    if not d:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "chute")
+    try:
+        if create:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None
+    return d
 
 
 def cache_path(path: str, kind: str) -> str:
+    """The cache file beside `path`."""
     head, name = os.path.split(path)
     return os.path.join(head, f".{name}.{kind}.chute-index")
 
 
-def _load(cpath: str, kind: bytes, size: int, mtime: int) -> np.ndarray | None:
+def _beside(path: str, kind: str) -> list[str]:
+    """The cache beside the data, if its directory is ours and its owner may write it."""
+    with contextlib.suppress(OSError):
+        st = os.stat(os.path.dirname(os.path.abspath(path)))
+        if st.st_uid == os.geteuid() and st.st_mode & stat.S_IWUSR:
+            return [cache_path(path, kind)]
+    return []
+
+
+def _in_user_dir(path: str, kind: str, create: bool) -> list[str]:
+    """The cache in the per-user directory (made only when `create`)."""
+    user = user_cache_dir(create)
+    if user is None:
+        return []
+    real = os.path.realpath(path).encode("utf-8", "surrogateescape")
+    digest = hashlib.blake2b(real + b"\0" + kind.encode(), digest_size=16).hexdigest()
+    return [os.path.join(user, f"{digest}.{kind}.chute-index")]
+
+
+def _identity(path: str) -> Identity:
+    """(device, inode, size, mtime_ns, ctime_ns, CRC32C of a content sample) of `path`."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        with open(cpath, "rb") as f:
-            raw = f.read()
+        st = os.fstat(fd)
+        size = st.st_size
+        ranges = [(0, _EDGE), (max(0, size - _EDGE), _EDGE)]
+        ranges += [(size * k // 5 // _BLOCK * _BLOCK, _BLOCK) for k in range(1, 5)]
+        crc = 0
+        for offset, n in ranges:
+            crc = crc32c.crc32c(os.pread(fd, n, offset), crc)
+    finally:
+        os.close(fd)
+    return (st.st_dev, st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns, crc)
+
+
+def _read_own_file(cpath: str) -> bytes | None:
+    """The file's bytes if it is a regular file of ours that no one else can write."""
+    try:
+        fd = os.open(cpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    if len(raw) < _HEADER.size:
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        with open(os.dup(fd), "rb") as f:
+            return f.read()
+    except OSError:
         return None
-    magic, version, k, fsize, fmtime, count, crc = _HEADER.unpack_from(raw)
+    finally:
+        os.close(fd)
+
+
+def _load(cpath: str, kind: bytes, ident: Identity) -> np.ndarray | None:
+    raw = _read_own_file(cpath)
+    if raw is None or len(raw) < _HEADER.size:
+        return None
+    magic, version, k, dev, ino, size, mtime, ctime, sample, count, crc = _HEADER.unpack_from(raw)
     body = raw[_HEADER.size :]
     ok = (
         magic == _MAGIC
-        and version == 1
+        and version == _VERSION
         and k.rstrip(b"\0") == kind
-        and (fsize, fmtime) == (size, mtime)
+        and (dev, ino, size, mtime, ctime, sample) == ident
         and len(body) == count * 8
         and crc32c.crc32c(body) == crc
     )
@@ -51,31 +153,59 @@ def _load(cpath: str, kind: bytes, size: int, mtime: int) -> np.ndarray | None:
     return np.frombuffer(body, dtype="<u8").astype(np.int64)
 
 
-def _store(cpath: str, kind: bytes, size: int, mtime: int, index: np.ndarray) -> None:
+def _store(cpaths: list[str], kind: bytes, ident: Identity, index: np.ndarray) -> bool:
     body = np.ascontiguousarray(index, dtype="<u8").tobytes()
-    header = _HEADER.pack(_MAGIC, 1, kind, size, mtime, len(body) // 8, crc32c.crc32c(body))
-    tmp = f"{cpath}.{uuid.uuid4().hex[:8]}.partial"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(header + body)
-        os.replace(tmp, cpath)
-    except OSError:  # read-only directory: go on without a cache
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    header = _HEADER.pack(_MAGIC, _VERSION, kind, *ident, len(body) // 8, crc32c.crc32c(body))
+    for cpath in cpaths:
+        tmp = f"{cpath}.{secrets.token_hex(4)}.partial"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError:  # a read-only directory: try the next place
+            continue
+        try:
+            with open(fd, "wb") as f:
+                f.write(header + body)
+            os.replace(tmp, cpath)
+            return True
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return False
 
 
 def cached_index(
-    path: str, kind: str, build: Callable[[], np.ndarray], *, use_cache: bool = True
+    path: str,
+    kind: str,
+    build: Callable[[], np.ndarray],
+    *,
+    use_cache: bool = True,
+    check: Callable[[np.ndarray], bool] | None = None,
 ) -> np.ndarray:
-    """Returns the int64 array `build()` makes for `path`, from the cache when it is fresh."""
-    st = os.stat(path)
+    """The int64 array `build()` makes for `path`, from a cache when one proves fresh.
+
+    A cached index is returned flattened; `check(index)`, if given, is one more test a
+    cached index must pass (a built one is trusted).
+    """
+    if kind not in KINDS:
+        raise ValueError(
+            f"cached_index: kind={kind!r} has no check of what its index means; add one to "
+            f"_index_checks.KINDS (known: {sorted(KINDS)})"
+        )
     key = kind.encode()[:16]
-    cpath = cache_path(path, kind)
-    if use_cache:
-        found = _load(cpath, key, st.st_size, st.st_mtime_ns)
-        if found is not None:
+    if not use_cache:
+        return np.asarray(build(), dtype=np.int64)
+    ident = _identity(path)
+    for cpath in _beside(path, kind) + _in_user_dir(path, kind, create=False):
+        found = _load(cpath, key, ident)
+        if (
+            found is not None
+            and index_is_valid(kind, found, ident[2])
+            and (check is None or check(found))
+        ):
             return found
     index = np.asarray(build(), dtype=np.int64)
-    if use_cache:
-        _store(cpath, key, st.st_size, st.st_mtime_ns, index.ravel())
+    if _identity(path) == ident:  # the file did not change while it was indexed
+        flat = index.ravel()
+        if not _store(_beside(path, kind), key, ident, flat):
+            _store(_in_user_dir(path, kind, create=True), key, ident, flat)
     return index

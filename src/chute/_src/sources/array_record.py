@@ -13,6 +13,7 @@ from typing import Any
 from chute._src.errors import DataError
 from chute._src.sources._concat import Concat
 from chute._src.sources._index_cache import cached_index
+from chute._src.sources._index_checks import riegeli_spans_agree
 from chute._src.sources._paths import PathsArg, expand_paths
 from chute._src.sources._riegeli import decode_record, scan_single_record_chunks
 
@@ -168,7 +169,10 @@ class ArrayRecordDataSource:
         with open(path, "rb") as f:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         spans = cached_index(
-            path, "arrayrecord-crc", lambda: scan_single_record_chunks(mm, self._reader(k), n)
+            path,
+            "arrayrecord-crc",
+            lambda: scan_single_record_chunks(mm, self._reader(k), n),
+            check=lambda s: riegeli_spans_agree(mm, self._reader(k), s, self._zstd()),
         )
         if len(spans) != 4 * n:
             mm.close()

@@ -5,19 +5,27 @@ and each worker holds its own unpickled copy. `mp_prefetch` instead replaces a l
 or tuple source by this: every element pickled once, one after the other, into a file in
 shared memory, with a table of offsets. Workers map the file and unpickle only the elements
 they read, so their memory does not grow as they read it, whatever the number of workers.
-The file is removed when the workers stop; files left by a process that was killed are
-removed the next time one is made.
+The file is created 0600 (it holds the user's data) and removed when the workers stop.
+Its creator holds a shared `fcntl.flock` on it for the file's whole life (on a descriptor
+the `SharedListSource` keeps), so a file left by a killed process is the one file that can
+be locked exclusively: the next time a file is made, files of this kind that can be locked
+exclusively without waiting, and are older than a minute (not being created), are removed.
+Nothing is decided by the process id in the name: `/dev/shm` may be shared by containers
+whose processes this one cannot see.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import mmap
 import os
 import pickle
 import re
 import secrets
+import stat
 import tempfile
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +33,9 @@ import numpy as np
 
 _MAGIC = b"CHUTELST"
 _PREFIX = "chute_list_"
-_NAME = re.compile(rf"^{_PREFIX}(\d+)_[0-9a-f]+$")
+_NAME = re.compile(rf"^{_PREFIX}\d+_[0-9a-f]+$")
+# A file younger than this may be in creation (made, not yet locked): never swept.
+_MIN_AGE_S = 60.0
 
 
 def _directory() -> str:
@@ -33,20 +43,32 @@ def _directory() -> str:
 
 
 def _sweep_stale(directory: str) -> None:
-    """Removes files of this kind whose creating process is gone."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(directory):
-            m = _NAME.match(name)
-            if m is None:
+    """Removes files of this kind that no process holds (see the module docstring)."""
+    try:
+        names = [n for n in os.listdir(directory) if _NAME.match(n)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:  # gone, or unreadable
+            continue
+        try:
+            st = os.fstat(fd)
+            young = time.time() - st.st_mtime < _MIN_AGE_S
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or young:
                 continue
-            pid = int(m.group(1))
             try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(directory, name))
-            except PermissionError:
-                pass
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held by a live process
+                continue
+            # Still the file we locked (not replaced since the listing): remove it.
+            with contextlib.suppress(OSError):
+                if os.stat(path, follow_symlinks=False).st_ino == st.st_ino:
+                    os.unlink(path)
+        finally:
+            os.close(fd)
 
 
 class SharedListSource:
@@ -63,8 +85,12 @@ class SharedListSource:
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=n), out=offsets[1:])
         offsets += 16 + 8 * (n + 1)
+        # 0600 whatever the umask; the shared lock marks the file live for its whole life.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self._lock_fd: int | None = fd
         try:
-            with open(self.path, "wb") as f:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            with open(os.dup(fd), "wb") as f:
                 f.write(_MAGIC + n.to_bytes(8, "little"))
                 f.write(offsets.tobytes())
                 f.writelines(parts)
@@ -103,9 +129,18 @@ class SharedListSource:
 
     def unlink(self) -> None:
         """Removes the file (in the process that made it); readers keep their mapping."""
-        if os.getpid() == self._owner:
+        if os.getpid() == self._owner and self._lock_fd is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __del__(self) -> None:
+        # Not unlinked: the lock goes with the descriptor, so a later sweep may remove it.
+        fd = getattr(self, "_lock_fd", None)
+        if fd is not None and os.getpid() == self._owner:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "_n": self._n, "_owner": self._owner}
@@ -114,6 +149,7 @@ class SharedListSource:
         self.path = state["path"]
         self._n = state["_n"]
         self._owner = state["_owner"]
+        self._lock_fd = None  # only the creating object holds the lock
         self._mm = None
         self._offsets = None
 
