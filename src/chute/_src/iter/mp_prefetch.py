@@ -490,10 +490,10 @@ class _ChunkService:
                     raise  # the worker's own TimeoutError, not ours
             waited = time.monotonic() - t0
             if limit is not None and waited >= limit:
-                stack = self._stack(ticket.worker)
+                who, stack = self._describe(ticket), self._stack(ticket.worker)
                 self.close()
                 raise WorkerTimeoutError(
-                    f"{self._describe(ticket)} produced nothing for {waited:.1f} s, the "
+                    f"{who} produced nothing for {waited:.1f} s, the "
                     f"MultiprocessingOptions(timeout_s={limit}). Fix what its stack below "
                     "shows it waiting on (a lock, a network call, an endless loop), or give "
                     "a larger timeout_s (None waits as long as it takes). The workers are "

@@ -101,6 +101,8 @@ def _dump_stack_on_sigusr1(fd: int) -> None:
 
 
 def _receive(conn: Connection, tasks: SimpleQueue[bytes | None], sender: ResultSender) -> None:
+    # SIGUSR1 goes to the main thread, so faulthandler's "Current thread" is the task's.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     parent = os.getppid()
     while True:
         try:
