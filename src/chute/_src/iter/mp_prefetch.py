@@ -8,6 +8,11 @@ the pipeline (batching after a filter, packing, mixing: the order-dependent stag
 reassembled stream. So the elements, and the iterator states, are exactly those of the
 same pipeline run with no workers; a state taken with any number of workers restores
 into any other number. The state holds no worker buffers and taking it needs no IPC.
+
+Errors too: a chunk whose element raises comes back as the elements before it plus the
+exception, raised when the consumer reaches that element, as without workers. While the
+consumer waits for a worker, `MultiprocessingOptions.stall_warning_s` and `timeout_s`
+bound the wait (a warning with the worker's stack, then an error).
 """
 
 from __future__ import annotations

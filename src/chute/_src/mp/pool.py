@@ -237,7 +237,9 @@ class WorkerPool(Generic[TaskT, ResultT]):
       num_workers: how many worker processes to start.
       worker_fn: called in a worker for each task; must be picklable (checked here,
         before any process starts). Its result can be any picklable tree; numpy arrays in
-        it come back as zero-copy views into shared memory.
+        it come back as zero-copy views into shared memory. If it has a method
+        `not_picklable(task, result, exc)`, a result that cannot be pickled is replaced by
+        what that returns (to name the part that cannot).
       worker_init_fn: called once in each worker as `worker_init_fn(index, num_workers)`
         before its first task.
       buffer_size: how many tasks may be outstanding per worker (put but not yet got).
