@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,49 @@ def keep_transform() -> KeepTransform:
 
 def first(x: tuple[int, str]) -> int:
     return x[0]
+
+
+# -- for test_worker_hardening.py -------------------------------------------------------
+
+FAILING = 37
+
+
+def fail_at_37(x: int) -> int:
+    if x == FAILING:
+        raise ValueError(f"cannot handle {x}")
+    return x
+
+
+def keep_or_fail_at_37(x: int) -> bool:
+    if x == FAILING:
+        raise ValueError(f"cannot judge {x}")
+    return x % 5 != 0
+
+
+class FailAt37(chute.MapTransform):
+    def map(self, element: int) -> int:
+        return fail_at_37(element)
+
+
+def lock_at_37(x: int) -> Any:
+    """A value that cannot be pickled at element 37."""
+    return threading.Lock() if x == FAILING else x
+
+
+def hang_at_5(x: int) -> int:
+    """Sleeps for 3 s at element 5: long enough to be warned about after 1 s."""
+    if x == 5:
+        time.sleep(3.0)
+    return x
+
+
+def hang_forever_at_5(x: int) -> int:
+    if x == 5:
+        time.sleep(600)
+    return x
+
+
+def slow_double(x: int) -> int:
+    """Sleeps 2 ms (releasing the GIL), so that a `next` lasts long enough to overlap."""
+    time.sleep(0.002)
+    return x * 2

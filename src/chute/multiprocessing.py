@@ -4,6 +4,8 @@ from chute._src.mp.errors import NotPicklableError as NotPicklableError
 from chute._src.mp.errors import SharedMemoryWarning as SharedMemoryWarning
 from chute._src.mp.errors import WorkerDiedError as WorkerDiedError
 from chute._src.mp.errors import WorkerError as WorkerError
+from chute._src.mp.errors import WorkerStallWarning as WorkerStallWarning
+from chute._src.mp.errors import WorkerTimeoutError as WorkerTimeoutError
 from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 from chute._src.outbuf import empty as empty
 
@@ -13,5 +15,7 @@ __all__ = [
     "SharedMemoryWarning",
     "WorkerDiedError",
     "WorkerError",
+    "WorkerStallWarning",
+    "WorkerTimeoutError",
     "empty",
 ]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
-from chute._src.iterator import DatasetIterator
+from chute._src.iterator import DatasetIterator, concurrent_next_error, one_token
 from chute._src.options import MultiprocessingOptions, ReadOptions
 from chute._src.samplers import IndexSampler
 from chute._src.seeding import derive_seed
@@ -29,6 +29,10 @@ class DataLoader:
 
     `worker_count=N` computes the records in N worker processes; the batches are the same
     for every N (0 computes in this process), and so are the iterator states.
+    `worker_stall_warning_s` and `worker_timeout_s` are `MultiprocessingOptions`'
+    `stall_warning_s` and `timeout_s`: a warning showing the stack of a worker that has
+    produced nothing for that long (default 300 s), and an error after that long
+    (default: none).
 
     >>> import chute
     >>> loader = chute.DataLoader(
@@ -53,6 +57,8 @@ class DataLoader:
         num_threads: int | None = None,
         enable_profiling: bool = False,
         worker_init_fn: Callable[[int, int], None] | None = None,
+        worker_stall_warning_s: float | None = 300.0,
+        worker_timeout_s: float | None = None,
     ) -> None:
         if worker_count is None:
             worker_count = 0
@@ -72,8 +78,13 @@ class DataLoader:
         self._operations = list(operations)
         self._read_options = read_options or ReadOptions()
         self._worker_count = worker_count
-        self._worker_buffer_size = worker_buffer_size
         self._worker_init_fn = worker_init_fn
+        self._worker_options = MultiprocessingOptions(  # checked here, before iterating
+            num_workers=worker_count,
+            per_worker_buffer_size=max(1, worker_buffer_size),
+            stall_warning_s=worker_stall_warning_s,
+            timeout_s=worker_timeout_s,
+        )
         self._enable_profiling = enable_profiling
         self._dataset = self._build()
 
@@ -124,15 +135,11 @@ class DataLoader:
         if it is None:
             it = ds.to_iter_dataset(self._read_options)
         if self._worker_count > 0:
-            options = MultiprocessingOptions(
-                num_workers=self._worker_count,
-                per_worker_buffer_size=max(1, self._worker_buffer_size),
-            )
-            it = it.mp_prefetch(options, self._worker_init_fn)
+            it = it.mp_prefetch(self._worker_options, self._worker_init_fn)
         return it
 
     def __iter__(self) -> DataLoaderIterator:
-        return DataLoaderIterator(iter(self._dataset))
+        return DataLoaderIterator(self._dataset._iter())
 
     def __repr__(self) -> str:
         return (
@@ -142,15 +149,38 @@ class DataLoader:
 
 
 class DataLoaderIterator(DatasetIterator[Any]):
-    """The iterator of a `DataLoader`: `next`, `get_state`, `set_state`."""
+    """The iterator of a `DataLoader`: `next`, `get_state`, `set_state`.
+
+    For one thread at a time: `next` from a second thread while one is running raises
+    `RuntimeError` (see `ThreadGuardedIterator`).
+    """
 
     stage = "data_loader"
 
+    def __init__(self, parent: DatasetIterator[Any]) -> None:
+        super().__init__(parent)
+        self._take, self._give = one_token()
+        self._next = parent.__next__
+
     def __next__(self) -> Any:
-        return next(self._parent)
+        try:
+            self._take()
+        except IndexError:
+            raise concurrent_next_error(self) from None
+        try:
+            return self._next()
+        finally:
+            self._give(None)
 
     def _next_many(self, n: int) -> list[Any]:
-        return self._parent._next_many(n)
+        try:
+            self._take()
+        except IndexError:
+            raise concurrent_next_error(self) from None
+        try:
+            return self._parent._next_many(n)
+        finally:
+            self._give(None)
 
 
 def _with_shard_options(sampler: Any, shard_options: ShardOptions | None) -> Any:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 import numpy as np
 
 from chute._src import config
+from chute._src.iterator import ThreadGuardedIterator
 from chute._src.seeding import derive_seed, validate_seed
 
 if TYPE_CHECKING:
@@ -299,7 +300,11 @@ class IterDataset(_Node, Generic[T]):
     """
 
     def __iter__(self) -> DatasetIterator[T]:
-        """A fresh iterator, positioned at the start."""
+        """A fresh iterator, positioned at the start, for one thread at a time."""
+        return ThreadGuardedIterator(self._iter())
+
+    def _iter(self) -> DatasetIterator[T]:
+        """`iter(self)` without the thread guard: what stages iterate their parents with."""
         if config.instrumented():
             from chute._src.instrument import instrumented_iter
 
@@ -312,7 +317,7 @@ class IterDataset(_Node, Generic[T]):
 
     def _parent_iter(self, i: int = 0) -> DatasetIterator[Any]:
         """A fresh iterator of parent `i`."""
-        return iter(cast("IterDataset[Any]", self._parents[i]))
+        return cast("IterDataset[Any]", self._parents[i])._iter()
 
     def __repr__(self) -> str:
         return type(self).__name__

@@ -8,12 +8,16 @@ Every integer of a state is checked against what its stage can hold (`check_int`
 against the position of the stage's parent where both say how many elements were handed
 out (`_count_at`), before any replay starts; a state that is rejected, even by a check that
 needs the data (a replay past the end), leaves the iterator where it was.
+
+`iter(ds)` hands out the pipeline's top iterator inside a `ThreadGuardedIterator`: one
+thread at a time may call `next` on it; a second thread calling at the same moment gets
+a `RuntimeError` rather than duplicated or skipped elements.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
@@ -209,3 +213,84 @@ def child_iterators(it: Any) -> list[DatasetIterator[Any]]:
         elif isinstance(v, list | tuple):
             found.extend(x for x in v if isinstance(x, DatasetIterator))
     return found
+
+
+def concurrent_next_error(it: object) -> RuntimeError:
+    return RuntimeError(
+        f"next() was called on {it!r} from two threads at once: a chute iterator is used "
+        "by one thread at a time (two threads sharing it would get duplicated and skipped "
+        "elements). Create one iterator per thread (shard the dataset), or hold a "
+        "threading.Lock around each next() call."
+    )
+
+
+class ThreadGuardedIterator(DatasetIterator[T]):
+    """What `iter(ds)` returns: the pipeline's top iterator, for one thread at a time.
+
+    Transparent otherwise: its state is the top iterator's, and other attributes are the
+    top iterator's. A call takes the one token from a list and puts it back after
+    (`list.pop` and `list.append` are atomic), so the guard never makes a thread wait and
+    costs two C calls per `next` (a `threading.Lock` costs several times more).
+    """
+
+    def __init__(self, inner: DatasetIterator[T]) -> None:
+        super().__init__(inner)
+        self._take, self._give = one_token()
+        self._next = inner.__next__
+
+    def __next__(self) -> T:
+        try:
+            self._take()
+        except IndexError:
+            raise concurrent_next_error(self._parent) from None
+        try:
+            return self._next()
+        finally:
+            self._give(None)
+
+    def _next_many(self, n: int) -> list[T]:
+        try:
+            self._take()
+        except IndexError:
+            raise concurrent_next_error(self._parent) from None
+        try:
+            return self._parent._next_many(n)
+        finally:
+            self._give(None)
+
+    def get_state(self) -> dict[str, Any]:
+        try:
+            self._take()
+        except IndexError:
+            raise concurrent_next_error(self._parent) from None
+        try:
+            return self._parent.get_state()
+        finally:
+            self._give(None)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        try:
+            self._take()
+        except IndexError:
+            raise concurrent_next_error(self._parent) from None
+        try:
+            self._parent.set_state(state)
+        finally:
+            self._give(None)
+
+    def _restore(self, state: Any, path: str) -> None:
+        self._parent._restore(state, path)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_parent":  # not yet set (copying, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self._parent, name)
+
+    def __repr__(self) -> str:
+        return repr(self._parent)
+
+
+def one_token() -> tuple[Callable[[], None], Callable[[None], None]]:
+    """`(take, give)`: `take()` raises IndexError while the token is taken."""
+    token: list[None] = [None]
+    return token.pop, token.append

@@ -42,11 +42,21 @@ class MultiprocessingOptions:
       output is the same for every value.
     per_worker_buffer_size: chunks of elements each worker may compute ahead.
     enable_profiling: accepted for Grain compatibility; see `chute.stats` instead.
+    stall_warning_s: when the consumer has waited this many seconds for a worker that
+      produces nothing, a `chute.multiprocessing.WorkerStallWarning` shows the worker's
+      Python stack (every thread) and the element indices it is computing; again after
+      each further `stall_warning_s`. None: never warn.
+    timeout_s: the longest the consumer waits for a worker that produces nothing; then
+      `chute.multiprocessing.WorkerTimeoutError` names the worker, the element indices
+      and its stack, and the workers are stopped. None (the default): wait as long as it
+      takes.
     """
 
     num_workers: int = 0
     per_worker_buffer_size: int = 2
     enable_profiling: bool = False
+    stall_warning_s: float | None = 300.0
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         for name, low in (("num_workers", 0), ("per_worker_buffer_size", 1)):
@@ -55,4 +65,14 @@ class MultiprocessingOptions:
                 raise ValueError(
                     f"MultiprocessingOptions: {name}={value!r} is invalid: it must be an int "
                     f">= {low}; e.g. MultiprocessingOptions(num_workers=2)."
+                )
+        for name in ("stall_warning_s", "timeout_s"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(
+                    f"MultiprocessingOptions: {name}={value!r} is invalid: it must be a "
+                    f"number of seconds > 0, or None to turn it off; e.g. "
+                    f"MultiprocessingOptions({name}=600)."
                 )

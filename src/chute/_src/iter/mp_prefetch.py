@@ -8,11 +8,17 @@ the pipeline (batching after a filter, packing, mixing: the order-dependent stag
 reassembled stream. So the elements, and the iterator states, are exactly those of the
 same pipeline run with no workers; a state taken with any number of workers restores
 into any other number. The state holds no worker buffers and taking it needs no IPC.
+
+Errors too: a chunk whose element raises comes back as the elements before it plus the
+exception, raised when the consumer reaches that element, as without workers. While the
+consumer waits for a worker, `MultiprocessingOptions.stall_warning_s` and `timeout_s`
+bound the wait (a warning with the worker's stack, then an error).
 """
 
 from __future__ import annotations
 
 import copy
+import pickle
 import time
 import warnings
 import weakref
@@ -29,8 +35,10 @@ from chute._src.iter.map import MapIterDataset
 from chute._src.iter.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
 from chute._src.iterator import DatasetIterator, child_iterators
 from chute._src.map.source import SourceMapDataset
-from chute._src.mp.errors import WorkerDiedError
+from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
+from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
 from chute._src.mp.pool import WorkerPool
+from chute._src.mp.transport import RemoteFailure
 from chute._src.options import MultiprocessingOptions, ReadOptions
 from chute._src.sources.shared_list import SharedListSource
 from chute._src.stats import nbytes
@@ -78,7 +86,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
     def _make_iterator(self) -> DatasetIterator[T]:
         parent: IterDataset[T] = self._parents[0]  # type: ignore[assignment]
         if self._options.num_workers == 0:
-            return _MultiprocessIterator(iter(parent), None)
+            return _MultiprocessIterator(parent._iter(), None)
         leaves: list[MapDataset[Any]] = []
         main_chain = _substitute(parent, leaves)
         if not leaves:
@@ -88,7 +96,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
                 "this process; build the expensive steps on a MapDataset to use workers.",
                 stacklevel=2,
             )
-            return _MultiprocessIterator(iter(parent), None)
+            return _MultiprocessIterator(parent._iter(), None)
         service = _ChunkService(leaves, self._options, self._worker_init_fn)
         return _MultiprocessIterator(_attach(main_chain, service), service)
 
@@ -118,6 +126,11 @@ class _MultiprocessIterator(DatasetIterator[T]):
             return next(self._parent)
         except StopIteration:
             raise
+        except WorkerDiedError as e:
+            self.close()
+            if e.exitcode == EXIT_NO_MAIN_GUARD:  # the message says all: no chute frames
+                raise e.with_traceback(None) from None
+            raise
         except BaseException:
             self.close()
             raise
@@ -125,6 +138,11 @@ class _MultiprocessIterator(DatasetIterator[T]):
     def _next_many(self, n: int) -> list[T]:
         try:
             return self._parent._next_many(n)
+        except WorkerDiedError as e:
+            self.close()
+            if e.exitcode == EXIT_NO_MAIN_GUARD:
+                raise e.with_traceback(None) from None
+            raise
         except BaseException:
             self.close()
             raise
@@ -175,7 +193,7 @@ def _substitute(ds: IterDataset[Any], leaves: list[MapDataset[Any]]) -> IterData
 
 def _attach(ds: IterDataset[Any], service: _ChunkService) -> DatasetIterator[Any]:
     """`iter(ds)` with every worker-fed leaf connected to `service`."""
-    it = iter(ds)
+    it = ds._iter()
     stack: list[Any] = [it]
     while stack:
         node = stack.pop()
@@ -242,6 +260,9 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
         self._leaf_id = leaf_id
         self._service: _ChunkService | None = None
         self._chunk = 1  # grows (doubling) from the first result: a fast first element
+        # (index, exception): a chunk failed at this index; raised when the consumer
+        # has had every element before it.
+        self._failure: tuple[int, BaseException] | None = None
 
     def connect(self, service: _ChunkService) -> None:
         self._service = service
@@ -258,9 +279,18 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
     def map_records(self) -> list[Any]:
         return _records_of(self._leaf)
 
+    def _next_chunk_from_pool(self, start: int) -> list[Any]:
+        if self._failure is not None and self._failure[0] == start:
+            exc = self._failure[1]
+            self._failure = None
+            raise exc
+        return super()._next_chunk_from_pool(start)
+
     def _chunk_result(self, start: int, k: int, fut: Any) -> list[Any]:
         assert self._service is not None
-        elapsed, items = self._service.result(fut)
+        elapsed, items, failure = self._service.result(fut)
+        if failure is not None:  # items holds the elements before the failing one
+            self._failure = (start + len(items), failure)
         # Chunks aim at ~20 ms of work, but never at more than _CHUNK_BYTES of arrays:
         # large results must fit the workers' shared-memory slabs, or they fall back to
         # pipes. Either way only scheduling changes, never which elements come out.
@@ -278,6 +308,7 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
         return items
 
     def _discard_pending(self) -> None:
+        self._failure = None
         if self._service is not None:
             for _, _, ticket in self._pending:
                 self._service.discard(ticket)
@@ -296,7 +327,13 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
 
 
 class _ChunkWorker:
-    """The function each worker runs: compute chunk `(leaf, start, k)` of the leaves."""
+    """The function each worker runs: compute chunk `(leaf, start, k)` of the leaves.
+
+    Returns `(seconds, elements, statistics, failure)`. When an element raises, the
+    chunk is recomputed one element at a time (as `to_iter_dataset` does in-process), and
+    `elements` holds those before the failing one, `failure` its exception: the consumer
+    receives every element before the failing one, whatever the number of workers.
+    """
 
     def __init__(self, payload: bytes) -> None:
         self._payload = payload
@@ -314,12 +351,55 @@ class _ChunkWorker:
                 _ensure_sampler()
         leaf, start, k = task
         t0 = time.perf_counter()
-        items = self._leaves[leaf]._getitems(np.arange(start, start + k, dtype=np.int64))
+        ds = self._leaves[leaf]
+        failure: RemoteFailure | None = None
+        try:
+            items = ds._getitems(np.arange(start, start + k, dtype=np.int64))
+        except Exception as e:
+            items, exc = _elements_before_failure(ds, start, k, e)
+            failure = RemoteFailure.capture(exc) if exc is not None else None
         deltas = [r.take_delta() for r in self._records if r.calls]
-        return time.perf_counter() - t0, items, deltas
+        return time.perf_counter() - t0, items, deltas, failure
+
+    def not_picklable(self, task: tuple[int, int, int], result: Any, exc: BaseException) -> Any:
+        """Called by the worker when `result` cannot be pickled: the elements before the
+        first that cannot, and an error naming that element's index."""
+        elapsed, items, deltas, _ = result
+        _, start, _ = task
+        for position, item in enumerate(items):
+            try:
+                pickle.dumps(item, protocol=5, buffer_callback=_out_of_band)
+            except Exception as e:
+                e.add_note(
+                    f"chute: the element at index {start + position} cannot be pickled, so it "
+                    "cannot be sent from the worker process; make the stages return "
+                    "picklable values (no lambdas, generators, open files or locks)"
+                )
+                return elapsed, items[:position], deltas, RemoteFailure.capture(e)
+        raise exc
 
     def __repr__(self) -> str:
         return "chute worker"
+
+
+def _out_of_band(_: pickle.PickleBuffer) -> bool:
+    return False  # array data is not copied when checking that an element pickles
+
+
+def _elements_before_failure(
+    ds: MapDataset[Any], start: int, k: int, exc: Exception
+) -> tuple[list[Any], Exception | None]:
+    """Elements `[start, start + k)` one at a time, up to the first that raises; with its
+    exception (None if each element alone succeeds)."""
+    if k == 1:
+        return [], exc
+    items: list[Any] = []
+    for i in range(start, start + k):
+        try:
+            items.extend(ds._getitems(np.array([i], dtype=np.int64)))
+        except Exception as e:
+            return items, e
+    return items, None
 
 
 class _Ticket:
@@ -350,6 +430,9 @@ class _ChunkService:
         self._records_by_id = {r.id: r for leaf in leaves for r in _records_of(leaf)}
         payload = pipeline_pickle.dumps(leaves, stages)
         self._workers = options.num_workers
+        self._several_leaves = len(leaves) > 1
+        self._stall_warning_s = options.stall_warning_s
+        self._timeout_s = options.timeout_s
         per_worker = options.per_worker_buffer_size + 1
         self.max_outstanding = max(2, self._workers * options.per_worker_buffer_size)
         self._pool: WorkerPool[tuple[int, int, int], Any] = WorkerPool(
@@ -373,29 +456,92 @@ class _ChunkService:
         self._queues[w].append(ticket)
         return ticket
 
-    def result(self, ticket: _Ticket) -> Any:
+    def result(self, ticket: _Ticket) -> tuple[float, list[Any], BaseException | None]:
+        """`(seconds, elements, exception)`: the chunk's elements, or those before the
+        one that raised and that one's exception (re-created here)."""
         queue = self._queues[ticket.worker]
         while ticket.result is None:
             oldest = queue.popleft()
             try:
-                oldest.result = self._pool.get(ticket.worker)
+                oldest.result = self._get(oldest)
             except WorkerDiedError as e:
-                if not self._received[ticket.worker]:
+                if not self._received[ticket.worker] and e.exitcode != EXIT_NO_MAIN_GUARD:
                     e.add_note(_DIED_AT_START)
                 raise
             self._received[ticket.worker] = True
         out, ticket.result = ticket.result, None
-        elapsed, items, deltas = out
+        elapsed, items, deltas, failure = out
         for delta in deltas:  # statistics measured in the worker (debug mode only)
             self._records_by_id[delta[0]].merge(delta)
-        return elapsed, items
+        if failure is None:
+            return elapsed, items, None
+        exc = failure.rebuild()
+        exc.add_note(f"chute: raised in worker {ticket.worker} of {self._workers}")
+        return elapsed, items, exc
+
+    def _get(self, ticket: _Ticket) -> Any:
+        """The pool's next result from `ticket`'s worker (which is computing `ticket`),
+        warning while it stalls and giving up after the timeout."""
+        warn_every, limit = self._stall_warning_s, self._timeout_s
+        next_warning = warn_every
+        t0 = time.monotonic()
+        while True:
+            marks = [m for m in (next_warning, limit) if m is not None]
+            wait = max(0.0, min(marks) - (time.monotonic() - t0)) if marks else None
+            try:
+                return self._pool.get(ticket.worker, timeout=wait)
+            except TimeoutError:
+                if self._pool.closed:
+                    raise  # the worker's own TimeoutError, not ours
+            waited = time.monotonic() - t0
+            if limit is not None and waited >= limit:
+                who, stack = self._describe(ticket), self._stack(ticket.worker)
+                self.close()
+                raise WorkerTimeoutError(
+                    f"{who} produced nothing for {waited:.1f} s, the "
+                    f"MultiprocessingOptions(timeout_s={limit}). Fix what its stack below "
+                    "shows it waiting on (a lock, a network call, an endless loop), or give "
+                    "a larger timeout_s (None waits as long as it takes). The workers are "
+                    f"stopped. {stack}",
+                    worker_index=ticket.worker,
+                )
+            if next_warning is not None and warn_every is not None and waited >= next_warning:
+                next_warning += warn_every
+                warnings.warn(
+                    f"chute: {self._describe(ticket)} has produced nothing for {waited:.0f} s. "
+                    "If it is stuck, its stack below shows where; if the work is just slow, "
+                    "raise MultiprocessingOptions(stall_warning_s=...) above "
+                    f"{warn_every} (None turns this warning off). {self._stack(ticket.worker)}",
+                    WorkerStallWarning,
+                    stacklevel=2,
+                )
+
+    def _describe(self, ticket: _Ticket) -> str:
+        leaf, start, k = ticket.task
+        where = (
+            f"element index {start}" if k == 1 else f"element indices {start} to {start + k - 1}"
+        )
+        if self._several_leaves:
+            where += f" of to_iter_dataset input {leaf}"
+        pids = self._pool.pids
+        pid = f" (pid {pids[ticket.worker]})" if ticket.worker < len(pids) else ""
+        return f"worker {ticket.worker} of {self._workers}{pid}, computing {where},"
+
+    def _stack(self, worker: int) -> str:
+        stack = self._pool.stack(worker)
+        if stack is None:
+            return (
+                "No stack: the worker has not started running chute's code yet (it is "
+                "still importing the main module or unpickling the pipeline)."
+            )
+        return f"Its Python stack, most recent call first:\n{stack}"
 
     def discard(self, ticket: _Ticket) -> None:
         """Drops a ticket whose result is no longer wanted (after `set_state`)."""
         queue = self._queues[ticket.worker]
         while ticket in queue:
             oldest = queue.popleft()
-            self._pool.get(ticket.worker)
+            self._get(oldest)
             if oldest is ticket:
                 break
 

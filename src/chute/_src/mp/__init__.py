@@ -10,6 +10,8 @@ from chute._src.mp.errors import RemoteTraceback as RemoteTraceback
 from chute._src.mp.errors import SharedMemoryWarning as SharedMemoryWarning
 from chute._src.mp.errors import WorkerDiedError as WorkerDiedError
 from chute._src.mp.errors import WorkerError as WorkerError
+from chute._src.mp.errors import WorkerStallWarning as WorkerStallWarning
+from chute._src.mp.errors import WorkerTimeoutError as WorkerTimeoutError
 from chute._src.mp.pool import DEFAULT_START_METHOD as DEFAULT_START_METHOD
 from chute._src.mp.pool import WorkerPool as WorkerPool
 
@@ -23,4 +25,6 @@ __all__ = [
     "WorkerDiedError",
     "WorkerError",
     "WorkerPool",
+    "WorkerStallWarning",
+    "WorkerTimeoutError",
 ]

@@ -5,6 +5,12 @@ A worker has two threads. The receiving thread reads the pipe from the main proc
 tasks go to a queue, freed region ids go straight to the sender's allocator, and a stop
 frame (or the pipe closing, or the parent process disappearing) ends the worker. The main
 thread runs `worker_init_fn` once, then each task in order, and sends each result back.
+
+On SIGUSR1 a worker writes the Python stack of all its threads (`faulthandler`, so even a
+thread stuck in C code or holding the GIL is shown) to its stack pipe, which the main
+process reads when a worker has produced nothing for a while (`WorkerPool.stack`). It
+writes `STACK_READY` there first, once the handler is installed: before that, SIGUSR1
+would kill it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ __all__ = ["WorkerSpec", "run_worker"]
 
 # Exit code of a worker whose main process went away without closing the pool.
 EXIT_ORPHANED = 3
+# Exit code of a worker whose import of the main script tried to start workers itself.
+EXIT_NO_MAIN_GUARD = 4
+WORKER_NAME_PREFIX = "chute-worker-"
+# Written to the stack pipe once SIGUSR1 dumps the stack instead of killing the worker.
+STACK_READY = b"\x00"
 _PR_SET_PDEATHSIG = 1
 _WATCHDOG_SECONDS = 0.5
 
@@ -39,6 +50,7 @@ class WorkerSpec:
     worker_init_fn: Callable[[int, int], None] | None
     conn: Connection
     slab: InheritedFd | None
+    stack: InheritedFd | None
     slab_bytes: int
     grow_to: int
     shm_dir: str
@@ -81,7 +93,16 @@ def _keep_freed_memory() -> None:
     mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE)
 
 
+def _dump_stack_on_sigusr1(fd: int) -> None:
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, file=fd, all_threads=True, chain=False)
+    os.write(fd, STACK_READY)
+
+
 def _receive(conn: Connection, tasks: SimpleQueue[bytes | None], sender: ResultSender) -> None:
+    # SIGUSR1 goes to the main thread, so faulthandler's "Current thread" is the task's.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     parent = os.getppid()
     while True:
         try:
@@ -111,6 +132,8 @@ def run_worker(spec: WorkerSpec) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if spec.pdeathsig:
         _die_with_parent()
+    if spec.stack is not None:
+        _dump_stack_on_sigusr1(spec.stack.fd)
     _keep_freed_memory()
     slab = None
     if spec.slab is not None:
@@ -156,11 +179,39 @@ def run_worker(spec: WorkerSpec) -> None:
             except (BrokenPipeError, ConnectionError):
                 raise
             except BaseException as e:
-                e.add_note(
-                    "chute: the worker could not pickle the result of this task to send it "
-                    "back; return picklable values (no lambdas, open files or locks)"
-                )
-                sender.send_error(seq, e)
+                _send_unpicklable(sender, seq, worker_fn, frame, result, e)
             del result
     except (BrokenPipeError, ConnectionError):
         pass  # the main process closed the pool while we were sending
+
+
+def _send_unpicklable(
+    sender: ResultSender,
+    seq: int,
+    worker_fn: Callable[[int, int, Any], Any],
+    frame: bytes,
+    result: object,
+    exc: BaseException,
+) -> None:
+    """Reports a result that cannot be pickled.
+
+    A `worker_fn` with a `not_picklable(task, result, exc)` method may say what to send
+    instead (`mp_prefetch` sends the elements before the one that cannot be pickled, and
+    an error naming that element); otherwise the error goes back with a note.
+    """
+    import pickle
+
+    replace = getattr(worker_fn, "not_picklable", None)
+    if replace is not None:
+        try:
+            sender.send_result(seq, replace(pickle.loads(frame[9:]), result, exc))
+            return
+        except (BrokenPipeError, ConnectionError):
+            raise
+        except BaseException as e:
+            exc = e
+    exc.add_note(
+        "chute: the worker could not pickle the result of this task to send it back; "
+        "return picklable values (no lambdas, open files or locks)"
+    )
+    sender.send_error(seq, exc)

@@ -12,6 +12,8 @@
   worker failed).
 - `PoolUsageError`: `put` beyond `buffer_size`, or `get` with nothing outstanding.
 - `SharedMemoryWarning`: shared memory is too small, so results travel through pipes.
+- `WorkerStallWarning`: a worker has produced nothing for a while; shows its stack.
+- `WorkerTimeoutError`: a worker produced nothing within the timeout; names its stack.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ __all__ = [
     "SharedMemoryWarning",
     "WorkerDiedError",
     "WorkerError",
+    "WorkerStallWarning",
+    "WorkerTimeoutError",
 ]
 
 
@@ -71,3 +75,15 @@ class RemoteTraceback(Exception):
 
 class SharedMemoryWarning(UserWarning):
     """Shared memory is too small for the requested buffers; pipes are used instead."""
+
+
+class WorkerStallWarning(UserWarning):
+    """A worker has produced nothing for `stall_warning_s`; the message shows its stack."""
+
+
+class WorkerTimeoutError(ChuteError, TimeoutError):
+    """A worker produced nothing within `timeout_s`; the message shows its stack."""
+
+    def __init__(self, message: str, *, worker_index: int) -> None:
+        super().__init__(message)
+        self.worker_index = worker_index

@@ -20,6 +20,7 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
+import select
 import signal
 import threading
 import time
@@ -32,12 +33,17 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Generic, NoReturn, TypeVar
 
-from chute._src.mp._worker import WorkerSpec, run_worker
+from chute._src.mp._worker import (
+    EXIT_NO_MAIN_GUARD,
+    STACK_READY,
+    WORKER_NAME_PREFIX,
+    WorkerSpec,
+    run_worker,
+)
 from chute._src.mp.errors import (
     NotPicklableError,
     PoolClosedError,
     PoolUsageError,
-    RemoteTraceback,
     SharedMemoryWarning,
     WorkerDiedError,
     WorkerError,
@@ -96,6 +102,30 @@ def _check_picklable(what: str, obj: object) -> None:
         ) from e
 
 
+def _exit_if_importing_main_in_a_worker() -> None:
+    """Ends a chute worker whose import of the main script starts workers itself.
+
+    Workers started with forkserver or spawn run the main script again as `__mp_main__`;
+    a script without `if __name__ == "__main__":` then gets here, where multiprocessing
+    would raise a long RuntimeError in every worker. The worker exits quietly instead,
+    with a code the main process recognises and explains in a few lines.
+    """
+    me = multiprocessing.current_process()
+    if getattr(me, "_inheriting", False) and me.name.startswith(WORKER_NAME_PREFIX):
+        os._exit(EXIT_NO_MAIN_GUARD)
+
+
+def _no_main_guard_message() -> str:
+    import sys
+
+    script = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
+    return (
+        f'Put the code that iterates in {script} under `if __name__ == "__main__":`. '
+        "Worker processes import the main script again, and this one starts worker "
+        "processes when it is imported."
+    )
+
+
 def _describe_exit(exitcode: int | None) -> str:
     if exitcode is None:
         return "stopped responding"
@@ -117,12 +147,41 @@ def _describe_exit(exitcode: int | None) -> str:
 class _Worker:
     """The main process's handle on one worker."""
 
-    def __init__(self, process: BaseProcess, conn: Connection, receiver: ResultReceiver) -> None:
+    def __init__(
+        self, process: BaseProcess, conn: Connection, receiver: ResultReceiver, stack_fd: int
+    ) -> None:
         self.process = process
         self.conn = conn
         self.receiver = receiver
         self.pending: deque[tuple[int, object]] = deque()  # (seq, task), oldest first
         self.next_seq = 0
+        self.stack_fd = stack_fd  # read end of the pipe the worker dumps its stack into
+        self.stack_ready = False  # the worker has said SIGUSR1 no longer kills it
+
+    def read_stack_pipe(self, wait: float, quiet: float) -> bytes:
+        """What the worker wrote to its stack pipe: waits up to `wait` s for the first
+        bytes, then reads until none come for `quiet` s."""
+        chunks: list[bytes] = []
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            timeout = quiet if chunks else max(left, 0.0)
+            if not select.select([self.stack_fd], [], [], timeout)[0]:
+                if chunks or left <= 0:
+                    break
+                continue
+            try:
+                data = os.read(self.stack_fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:  # the worker is gone
+                break
+            chunks.append(data)
+        out = b"".join(chunks)
+        if not self.stack_ready and out.startswith(STACK_READY):
+            self.stack_ready = True
+            out = out[len(STACK_READY) :]
+        return out
 
     def flush_frees(self) -> None:
         freed = self.receiver.freed
@@ -146,6 +205,7 @@ class _PoolState:
         # Workers whose start failed (or never came) have no process to stop.
         for w in [w for w in self.workers if w.process.pid is None]:
             w.conn.close()
+            os.close(w.stack_fd)
         self.workers = [w for w in self.workers if w.process.pid is not None]
         for w in self.workers:
             with contextlib.suppress(OSError):  # already dead
@@ -164,6 +224,7 @@ class _PoolState:
         for w in self.workers:
             w.conn.close()
             w.process.close()
+            os.close(w.stack_fd)
         self.workers = []
 
 
@@ -176,7 +237,9 @@ class WorkerPool(Generic[TaskT, ResultT]):
       num_workers: how many worker processes to start.
       worker_fn: called in a worker for each task; must be picklable (checked here,
         before any process starts). Its result can be any picklable tree; numpy arrays in
-        it come back as zero-copy views into shared memory.
+        it come back as zero-copy views into shared memory. If it has a method
+        `not_picklable(task, result, exc)`, a result that cannot be pickled is replaced by
+        what that returns (to name the part that cannot).
       worker_init_fn: called once in each worker as `worker_init_fn(index, num_workers)`
         before its first task.
       buffer_size: how many tasks may be outstanding per worker (put but not yet got).
@@ -262,6 +325,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
         if self._started:
             return
         self._check_open()
+        _exit_if_importing_main_in_a_worker()
         self._started = True
         try:
             self._start()
@@ -311,10 +375,16 @@ class WorkerPool(Generic[TaskT, ResultT]):
         if self._start_method == "forkserver":
             _ensure_forkserver()
         child_conns = []
+        child_fds: list[int] = []
         try:
             for i in range(self._num_workers):
                 main_conn, child_conn = ctx.Pipe(duplex=True)
                 child_conns.append(child_conn)
+                # Never blocks the worker's signal handler: a full pipe loses a dump instead.
+                stack_read, stack_write = os.pipe()
+                os.set_blocking(stack_read, False)
+                os.set_blocking(stack_write, False)
+                child_fds.append(stack_write)
                 slab = map_slab(fds[i], self._shm_bytes, populate=False) if fds else None
                 spec = WorkerSpec(
                     index=i,
@@ -323,6 +393,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
                     worker_init_fn=self._worker_init_fn,
                     conn=child_conn,
                     slab=InheritedFd(fds[i]) if fds else None,
+                    stack=InheritedFd(stack_write),
                     slab_bytes=self._shm_bytes,
                     grow_to=self._shm_limit,
                     shm_dir=self._shm_dir,
@@ -331,10 +402,10 @@ class WorkerPool(Generic[TaskT, ResultT]):
                     pdeathsig=pdeathsig,
                 )
                 process = ctx.Process(  # type: ignore[attr-defined]
-                    target=run_worker, args=(spec,), name=f"chute-worker-{i}", daemon=True
+                    target=run_worker, args=(spec,), name=f"{WORKER_NAME_PREFIX}{i}", daemon=True
                 )
                 receiver = ResultReceiver(main_conn, slab)
-                self._state.workers.append(_Worker(process, main_conn, receiver))
+                self._state.workers.append(_Worker(process, main_conn, receiver, stack_read))
             # Children are born with SIGINT blocked; they ignore it, then unblock it.
             if in_main_thread:
                 old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -347,7 +418,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
         finally:
             for c in child_conns:
                 c.close()
-            for fd in fds:
+            for fd in [*fds, *child_fds]:
                 os.close(fd)
 
     def put(self, worker_index: int, task: TaskT) -> None:
@@ -432,6 +503,23 @@ class WorkerPool(Generic[TaskT, ResultT]):
             )
         return result  # type: ignore[return-value]
 
+    def stack(self, worker_index: int, wait: float = 2.0) -> str | None:
+        """The Python stack of every thread of worker `worker_index`, as `faulthandler`
+        prints it (most recent call first), or None if the worker cannot give one yet
+        (still starting: importing `__main__`, unpickling `worker_fn`) or any more.
+
+        Sends the worker SIGUSR1 and waits up to `wait` seconds for the dump; the worker
+        goes on with its work. For diagnosing a worker that has produced nothing for long.
+        """
+        w = self._worker(worker_index)
+        w.read_stack_pipe(0.0, 0.0)  # the ready marker, or what an earlier dump left
+        if not w.stack_ready or w.process.pid is None or w.process.exitcode is not None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(w.process.pid, signal.SIGUSR1)
+        text = w.read_stack_pipe(wait, 0.1).decode("utf-8", "replace")
+        return text or None
+
     def close(self) -> None:
         """Stops every worker and releases the pool's resources. Idempotent.
 
@@ -491,21 +579,16 @@ class WorkerPool(Generic[TaskT, ResultT]):
                 f" with {len(w.pending)} task(s) outstanding, the oldest being {w.pending[0][1]!r}"
             )
         message = f"worker {worker_index} of {self._num_workers} (pid {pid}) {how}{lost}."
+        if exitcode == EXIT_NO_MAIN_GUARD:
+            message = f"{_no_main_guard_message()} (worker {worker_index}, pid {pid}, exited.)"
         self._close_for(f"worker {worker_index} died")
         raise WorkerDiedError(message, worker_index=worker_index, exitcode=exitcode)
 
     def _raise_remote(self, worker_index: int, failure: RemoteFailure, task: object) -> NoReturn:
-        exc: BaseException | None = None
-        if failure.exc_bytes is not None:
-            try:
-                exc = pickle.loads(failure.exc_bytes)
-            except Exception:
-                exc = None
-        if not isinstance(exc, BaseException):
-            exc = WorkerError(f"{failure.type_name}: {failure.message}")
+        exc = failure.rebuild()
         where = (
             "in worker_init_fn" if failure.seq < 0 else f"while running worker_fn on task {task!r}"
         )
         exc.add_note(f"chute: raised in worker {worker_index} of {self._num_workers} {where}")
         self._close_for(f"worker {worker_index} raised {failure.type_name}")
-        raise exc from RemoteTraceback(failure.traceback)
+        raise exc from exc.__cause__

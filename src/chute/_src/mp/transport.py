@@ -376,24 +376,50 @@ class ResultSender:
             self._send_error(seq, exc)
 
     def _send_error(self, seq: int, exc: BaseException) -> None:
-        tb = "".join(traceback.format_exception(exc))
-        try:
-            exc_bytes: bytes | None = pickle.dumps(exc, protocol=5)
-        except Exception:
-            exc_bytes = None
-        body = (exc_bytes, tb, type(exc).__qualname__, str(exc))
+        failure = RemoteFailure.capture(exc, seq)
+        body = (failure.exc_bytes, failure.traceback, failure.type_name, failure.message)
         self._conn.send_bytes(pickle.dumps(("error", seq, body), protocol=5))
 
 
 @dataclass(frozen=True)
 class RemoteFailure:
-    """An exception raised in a worker, as received by the main process."""
+    """An exception raised in a worker, as received by the main process.
+
+    Picklable, so a `worker_fn` can also return one as data (`mp_prefetch` does, to
+    deliver the elements computed before a failing one, then the failure).
+    """
 
     seq: int
     exc_bytes: bytes | None
     traceback: str
     type_name: str
     message: str
+
+    @staticmethod
+    def capture(exc: BaseException, seq: int = -1) -> RemoteFailure:
+        """`exc` with its traceback text, pickled if it can be."""
+        tb = "".join(traceback.format_exception(exc))
+        try:
+            exc_bytes: bytes | None = pickle.dumps(exc, protocol=5)
+        except Exception:
+            exc_bytes = None
+        return RemoteFailure(seq, exc_bytes, tb, type(exc).__qualname__, str(exc))
+
+    def rebuild(self) -> BaseException:
+        """The exception again (its own type, or `WorkerError` if it cannot be
+        re-created here), with `__cause__` a `RemoteTraceback` of the worker's traceback."""
+        from chute._src.mp.errors import RemoteTraceback, WorkerError
+
+        exc: BaseException | None = None
+        if self.exc_bytes is not None:
+            try:
+                exc = pickle.loads(self.exc_bytes)
+            except Exception:
+                exc = None
+        if not isinstance(exc, BaseException):
+            exc = WorkerError(f"{self.type_name}: {self.message}")
+        exc.__cause__ = RemoteTraceback(self.traceback)
+        return exc
 
 
 class ResultReceiver:
