@@ -230,6 +230,8 @@ def _big_input(path: Path, n: int) -> list[bytes]:
 
 
 def _new_shard(ds: Path, old: set[str]) -> bool:
+    if not ds.is_dir():
+        return False
     names = {p.name for p in ds.iterdir()} - old
     return any(n.endswith(".crec") and not n.startswith(".") for n in names)
 
@@ -302,6 +304,8 @@ def test_a_killed_overwrite_can_resume(tmp_path: Path) -> None:
             break
     else:
         pytest.fail("chute convert finished before it could be killed, even on 960k records")
+    proc = chute_cli("convert", big, ds, "--shards", "8", "--resume")
+    assert proc.returncode == 1 and "exists; pass --overwrite" in proc.stderr
     proc = chute_cli("convert", big, ds, "--shards", "8", "--overwrite", "--resume")
     assert proc.returncode == 0, proc.stderr
     assert "resumed: kept" in proc.stdout
@@ -365,3 +369,21 @@ def test_a_killed_single_file_convert_keeps_the_old_file_and_is_cleaned_up(
     src = RecordFileDataSource(one)
     assert len(src) == len(records)
     src.close()
+
+
+def test_a_killed_first_convert_says_how_to_go_on(tmp_path: Path) -> None:
+    ds = tmp_path / "ds"
+    big = tmp_path / "big.jsonl"
+    for n in (60_000, 240_000, 960_000):
+        records = _big_input(big, n)
+        if _kill_midway([big, ds, "--shards", "8"], ds, set()):
+            break
+    else:
+        pytest.fail("chute convert finished before it could be killed, even on 960k records")
+    proc = chute_cli("convert", big, ds, "--shards", "8")
+    assert proc.returncode == 1 and "interrupted chute convert" in proc.stderr
+    assert "--resume" in proc.stderr
+    proc = chute_cli("convert", big, ds, "--shards", "8", "--resume")
+    assert proc.returncode == 0 and "resumed: kept" in proc.stdout, proc.stderr
+    assert set(snapshot(ds)) == listed(ds) | {"manifest.json"}
+    assert records_of(ds) == records

@@ -145,6 +145,12 @@ def _check_output(
             )
         return
     if entries and not (overwrite or resume):
+        if any(staging.Journal.pattern("part").fullmatch(n) for n in entries):
+            raise FileExistsError(
+                f"{output} holds what an interrupted chute convert left ({_listing(entries)}); "
+                "pass --resume to keep its complete shards (same inputs and options), or "
+                "--overwrite to start again (chute removes only what it can prove it wrote)"
+            )
         raise FileExistsError(
             f"{output} exists and holds files but no chute manifest ({_listing(entries)}); "
             "pass --overwrite to write the dataset beside them (chute deletes none of "
