@@ -255,6 +255,9 @@ def _kill_when(args: list[str | Path], ready: Callable[[], bool]) -> bool:
                 proc.send_signal(signal.SIGKILL)
                 break
             time.sleep(0.002)
+    except BaseException:
+        proc.kill()
+        raise
     finally:
         proc.wait()
     return proc.returncode == -signal.SIGKILL
@@ -387,3 +390,17 @@ def test_a_killed_first_convert_says_how_to_go_on(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "resumed: kept" in proc.stdout, proc.stderr
     assert set(snapshot(ds)) == listed(ds) | {"manifest.json"}
     assert records_of(ds) == records
+
+
+def test_an_input_named_like_a_temporary_file_is_read_not_swept(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]]
+) -> None:
+    path, records = jsonl
+    one = tmp_path / "one.crec"
+    ok("convert", path, one)
+    odd = tmp_path / ".one.crec.0123abcd.partial"  # chute's temporary-name pattern and magic
+    odd.write_bytes(one.read_bytes())
+    kept = odd.read_bytes()
+    ok("convert", "--from", "crec", odd, one, "--overwrite")
+    assert odd.read_bytes() == kept
+    assert records_of(one) == records

@@ -71,6 +71,11 @@ def _read_paths(paths: list[str]) -> tuple[list[str], list[str]]:
     return files, dirs
 
 
+def _read_set(paths: list[str]) -> frozenset[str]:
+    files, dirs = _read_paths(paths)
+    return frozenset(files + dirs)
+
+
 def _check_overlap(paths: list[str], output: Path) -> None:
     """Refuses when the output is, contains or lies inside what is read."""
     out = os.path.realpath(output)
@@ -169,7 +174,9 @@ def _crec_options(compression: str, level: int) -> dict[str, Any]:
 class _ArrayRecordOut:
     """Writes ArrayRecord files atomically (temporary name, then rename)."""
 
-    def __init__(self, output: Path, shards: int, per_shard: int, compression: str) -> None:
+    def __init__(
+        self, output: Path, shards: int, per_shard: int, compression: str, inputs: frozenset[str]
+    ) -> None:
         from chute._src.sources.array_record import _module
 
         self._module = _module()
@@ -186,7 +193,8 @@ class _ArrayRecordOut:
             output.mkdir(parents=True, exist_ok=True)
         names = r"part-\d{5}-of-\d{5}\.array_record" if shards > 1 else re.escape(output.name)
         pattern = staging.temp_pattern(names)
-        staging.sweep_temps(self._target(0).parent, pattern, (staging.ARRAY_RECORD_MAGIC,))
+        magic = (staging.ARRAY_RECORD_MAGIC,)
+        staging.sweep_temps(self._target(0).parent, pattern, magic, inputs)
 
     def _target(self, k: int) -> Path:
         if self._shards == 1:
@@ -296,10 +304,12 @@ def convert(
         metadata = {**metadata, "job": f"{crc32c(key):08x}"}
     writer: Any
     if to_format is Format.ARRAY_RECORD:
-        writer = _ArrayRecordOut(out, 1 if single_file else shards, per_shard, compression)
+        writer = _ArrayRecordOut(
+            out, 1 if single_file else shards, per_shard, compression, _read_set(paths)
+        )
     elif single_file:
         pattern = staging.temp_pattern(re.escape(out.name))
-        staging.sweep_temps(out.parent, pattern, (HEADER_MAGIC,))
+        staging.sweep_temps(out.parent, pattern, (HEADER_MAGIC,), _read_set(paths))
         writer = RecordWriter(out, metadata=metadata, **_crec_options(compression, level))
     else:
         writer = ShardedRecordWriter(

@@ -104,14 +104,20 @@ def _remove_if_dead(path: Path, magics: tuple[bytes, ...]) -> bool:
         return True
 
 
-def sweep_temps(directory: Path, pattern: re.Pattern[str], magics: tuple[bytes, ...]) -> None:
-    """Removes the temporary files in `directory` that killed chute writers left."""
+def sweep_temps(
+    directory: Path,
+    pattern: re.Pattern[str],
+    magics: tuple[bytes, ...],
+    protect: frozenset[str] = frozenset(),
+) -> None:
+    """Removes the temporary files in `directory` that killed chute writers left, except
+    those whose real path is in `protect` (the files being read)."""
     try:
         names = [e.name for e in os.scandir(directory)]
     except OSError:
         return
     for name in names:
-        if pattern.fullmatch(name):
+        if pattern.fullmatch(name) and os.path.realpath(directory / name) not in protect:
             _remove_if_dead(directory / name, magics)
 
 
