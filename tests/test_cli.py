@@ -184,3 +184,33 @@ def test_resume_keeps_complete_shards_of_the_same_job(
     assert "resumed" not in capsys.readouterr().out
     assert main(["convert", str(path), str(tmp_path / "one.crec"), "--resume"]) == 1
     assert "--resume works for sharded" in capsys.readouterr().err
+
+
+def test_overwrite_reports_only_the_bytes_chute_wrote(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = jsonl
+    out = tmp_path / "ds"
+    assert main(["convert", str(path), str(out), "--shards", "2"]) == 0
+    (out / "big-notes.bin").write_bytes(bytes(1 << 20))
+    capsys.readouterr()
+    assert main(["convert", str(path), str(out), "--shards", "3", "--overwrite"]) == 0
+    doc = json.loads((out / "manifest.json").read_bytes())
+    written = sum(s["size"] for s in doc["shards"]) + (out / "manifest.json").stat().st_size
+    assert f"{written:,} bytes out" in capsys.readouterr().out
+    assert (out / "big-notes.bin").stat().st_size == 1 << 20
+    src = RecordFileDataSource(out)
+    assert [src[i] for i in range(len(src))] == records
+
+
+def test_overlap_is_refused_in_process_too(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = jsonl
+    out = tmp_path / "ds"
+    assert main(["convert", str(path), str(out), "--shards", "2"]) == 0
+    capsys.readouterr()
+    assert main(["convert", str(out), str(out), "--shards", "4", "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("chute convert: error: the output overlaps the inputs")
+    assert len(RecordFileDataSource(out)) == 500

@@ -75,7 +75,12 @@ def _convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--to", dest="to_format", type=_format, help="output format: crec (default) or arrayrecord"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUTPUT if it exists: a dataset directory is replaced atomically and "
+        "only the shards its manifest lists are removed; other files are never deleted",
+    )
     p.add_argument(
         "--resume",
         action="store_true",

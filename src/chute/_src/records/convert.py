@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-import shutil
+import re
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chute._src.errors import DataError
 from chute._src.progress import Progress
-from chute._src.records.format import crc32c
+from chute._src.records import staging
+from chute._src.records.format import HEADER_MAGIC, crc32c
 from chute._src.records.formats import (
     Format,
     as_bytes_source,
@@ -21,7 +23,7 @@ from chute._src.records.formats import (
     iter_blocks,
     open_source,
 )
-from chute._src.records.manifest import MANIFEST_NAME
+from chute._src.records.manifest import MANIFEST_NAME, existing_shards, read_manifest
 from chute._src.records.writer import RecordWriter, ShardedRecordWriter
 from chute._src.sources._paths import expand_paths
 
@@ -40,26 +42,125 @@ class ConvertResult:
     resumed_records: int = 0
 
 
-def _size(path: Path) -> int:
-    if path.is_dir():
-        return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
-    return path.stat().st_size
+def _fix_overlap(output: Path) -> str:
+    new = f"{output}.new"
+    return (
+        f"write to a new path and swap them yourself once it is checked, e.g. `chute "
+        f"convert ... {new}` then `chute verify {new}`, `mv {output} {output}.old`, "
+        f"`mv {new} {output}`"
+    )
 
 
-def _check_output(output: Path, overwrite: bool) -> None:
-    if not output.exists():
-        return
-    if not overwrite:
-        raise FileExistsError(f"{output} exists; pass --overwrite to replace it")
-    if output.is_dir():
-        if not (output / MANIFEST_NAME).exists() and any(
-            not p.name.startswith(".") and not p.name.endswith((".crec", ".array_record"))
-            for p in output.iterdir()
-        ):
+def _read_paths(paths: list[str]) -> tuple[list[str], list[str]]:
+    """The real paths of every file the conversion reads, and of input directories."""
+    files: list[str] = []
+    dirs: list[str] = []
+    for p in paths:
+        real = os.path.realpath(p)
+        if os.path.isdir(real) or os.path.basename(real) == MANIFEST_NAME:
+            directory = real if os.path.isdir(real) else os.path.dirname(real)
+            dirs.append(directory)
+            manifest = Path(directory) / MANIFEST_NAME
+            files.append(str(manifest))
+            try:
+                files.extend(os.path.realpath(s) for s, _ in read_manifest(manifest))
+            except DataError:
+                pass  # opening the source reports it
+        else:
+            files.append(real)
+    return files, dirs
+
+
+def _read_set(paths: list[str]) -> frozenset[str]:
+    files, dirs = _read_paths(paths)
+    return frozenset(files + dirs)
+
+
+def _check_overlap(paths: list[str], output: Path) -> None:
+    """Refuses when the output is, contains or lies inside what is read."""
+    out = os.path.realpath(output)
+    files, dirs = _read_paths(paths)
+    inside = out.rstrip(os.sep) + os.sep
+    clashes: list[str] = []
+    for f in dirs + files:
+        if f == out:
+            clashes.append(f"the input {f} is the output")
+        elif f.startswith(inside):
+            clashes.append(f"the input {f} is inside the output {out}")
+    for d in dirs:
+        if out.startswith(d.rstrip(os.sep) + os.sep) and not d.startswith(inside):
+            clashes.append(f"the output {out} is inside the input dataset {d}")
+    if os.path.isfile(out):
+        st = os.stat(out)
+        for f in files:
+            with contextlib.suppress(OSError):
+                other = os.stat(f)
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino) and f != out:
+                    clashes.append(f"the output {out} is a hard link of the input {f}")
+    if clashes:
+        shown = "; ".join(dict.fromkeys(clashes[:5]))
+        more = f" (and {len(clashes) - 5} more)" if len(clashes) > 5 else ""
+        raise ValueError(
+            f"the output overlaps the inputs: {shown}{more}. chute convert never writes "
+            f"where it reads; {_fix_overlap(output)}"
+        )
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_output(
+    output: Path, single_file: bool, fmt: Format, overwrite: bool, resume: bool
+) -> None:
+    """Refuses outputs chute cannot write without touching what it did not write."""
+    if single_file:
+        if output.is_dir():
             raise FileExistsError(
-                f"{output} is a directory holding other files; chute will not replace it"
+                f"{output} is a directory; with a file suffix and one shard chute writes a "
+                "single file, and never replaces a directory: give another file name, or "
+                "--shards N to write a dataset into a directory"
             )
-        shutil.rmtree(output)
+        if os.path.lexists(output) and not overwrite:
+            raise FileExistsError(f"{output} exists; pass --overwrite to replace it")
+        return
+    if not os.path.lexists(output):
+        return
+    if not output.is_dir():
+        raise FileExistsError(
+            f"{output} exists and is not a directory; a sharded output is a directory: "
+            "give a new directory name"
+        )
+    entries = sorted(p.name for p in output.iterdir())
+    if fmt is Format.ARRAY_RECORD:
+        ours = [n for n in entries if n.endswith((".array_record", ".arrayrecord"))]
+        if ours:
+            raise FileExistsError(
+                f"{output} already holds ArrayRecord files ({_listing(ours)}); chute writes no "
+                "manifest for ArrayRecord shards, so it cannot tell its files from yours and "
+                "replaces none: remove them yourself, or write to a new directory"
+            )
+    elif (output / MANIFEST_NAME).exists() or os.path.lexists(output / MANIFEST_NAME):
+        existing_shards(output)  # refuses a manifest.json that is not chute's
+        if not overwrite:
+            raise FileExistsError(
+                f"{output} exists; pass --overwrite to replace it (chute removes only the "
+                "shards its manifest lists, after the new dataset is in place)"
+            )
+        return
+    if entries and not (overwrite or resume):
+        if any(staging.Journal.pattern("part").fullmatch(n) for n in entries):
+            raise FileExistsError(
+                f"{output} holds what an interrupted chute convert left ({_listing(entries)}); "
+                "pass --resume to keep its complete shards (same inputs and options), or "
+                "--overwrite to start again (chute removes only what it can prove it wrote)"
+            )
+        raise FileExistsError(
+            f"{output} exists and holds files but no chute manifest ({_listing(entries)}); "
+            "pass --overwrite to write the dataset beside them (chute deletes none of "
+            "them), or give a new directory"
+        )
 
 
 def _crec_options(compression: str, level: int) -> dict[str, Any]:
@@ -73,7 +174,9 @@ def _crec_options(compression: str, level: int) -> dict[str, Any]:
 class _ArrayRecordOut:
     """Writes ArrayRecord files atomically (temporary name, then rename)."""
 
-    def __init__(self, output: Path, shards: int, per_shard: int, compression: str) -> None:
+    def __init__(
+        self, output: Path, shards: int, per_shard: int, compression: str, inputs: frozenset[str]
+    ) -> None:
         from chute._src.sources.array_record import _module
 
         self._module = _module()
@@ -84,9 +187,14 @@ class _ArrayRecordOut:
         self._writer: Any = None
         self._count = 0
         self._done: list[tuple[Path, Path]] = []
+        self._locks: list[Any] = []
         self.outputs: list[str] = []
         if shards > 1:
             output.mkdir(parents=True, exist_ok=True)
+        names = r"part-\d{5}-of-\d{5}\.array_record" if shards > 1 else re.escape(output.name)
+        pattern = staging.temp_pattern(names)
+        magic = (staging.ARRAY_RECORD_MAGIC,)
+        staging.sweep_temps(self._target(0).parent, pattern, magic, inputs)
 
     def _target(self, k: int) -> Path:
         if self._shards == 1:
@@ -96,10 +204,7 @@ class _ArrayRecordOut:
     def write(self, record: bytes) -> None:
         if self._writer is None or (self._shards > 1 and self._count % self._per_shard == 0):
             self._finish()
-            target = self._target(len(self._done))
-            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
-            self._writer = self._module.ArrayRecordWriter(str(tmp), self._options)
-            self._current = (tmp, target)
+            self._open(self._target(len(self._done)))
         self._writer.write(record)
         self._count += 1
 
@@ -116,10 +221,19 @@ class _ArrayRecordOut:
         for tmp, target in self._done:
             os.replace(tmp, target)
             self.outputs.append(str(target))
+        self._unlock()
+
+    def _unlock(self) -> None:
+        for f in self._locks:
+            f.close()
+        self._locks = []
 
     def write_empty(self) -> None:
-        target = self._target(0)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
+        self._open(self._target(0))
+
+    def _open(self, target: Path) -> None:
+        tmp = staging.temp_name(target)
+        self._locks.append(staging.create_locked(tmp))  # held until renamed; see staging.py
         self._writer = self._module.ArrayRecordWriter(str(tmp), self._options)
         self._current = (tmp, target)
 
@@ -129,6 +243,7 @@ class _ArrayRecordOut:
             self._done.append(self._current)
         for tmp, _ in self._done:
             tmp.unlink(missing_ok=True)
+        self._unlock()
 
 
 def convert(
@@ -146,9 +261,14 @@ def convert(
 ) -> ConvertResult:
     """Converts `inputs` (all of one format) into `output`; see `chute convert --help`.
 
-    Every output file is written atomically. With `resume=True` a sharded `.crec`
-    conversion keeps the complete shards an interrupted run of the same job (same
-    inputs, unchanged, and options) left behind and writes only the rest.
+    Every output file is written atomically, and nothing is written where anything is
+    read: an output that is, contains or lies inside an input is refused. A sharded
+    `.crec` output replaces an existing dataset (with `overwrite=True`) as
+    `ShardedRecordWriter` does: new shards, then the manifest, then the old shards that
+    manifest listed are removed; other files in the directory are never touched. With
+    `resume=True` a sharded `.crec` conversion keeps the complete shards an interrupted
+    run of the same job (same inputs, unchanged, and options) left behind and writes
+    only the rest.
     """
     if shards < 1:
         raise ValueError(f"--shards {shards} is invalid; give 1 or more")
@@ -173,8 +293,8 @@ def convert(
             "--resume works for sharded .crec output (a directory, with --shards N); a "
             "single file is written atomically, so just run the conversion again"
         )
-    if not resume:
-        _check_output(out, overwrite)
+    _check_overlap(paths, out)
+    _check_output(out, single_file, to_format, overwrite, resume)
     source, metadata = as_bytes_source(open_source(paths, from_format), from_format)
     n = len(source)
     per_shard = max(1, math.ceil(n / shards))
@@ -184,8 +304,12 @@ def convert(
         metadata = {**metadata, "job": f"{crc32c(key):08x}"}
     writer: Any
     if to_format is Format.ARRAY_RECORD:
-        writer = _ArrayRecordOut(out, 1 if single_file else shards, per_shard, compression)
+        writer = _ArrayRecordOut(
+            out, 1 if single_file else shards, per_shard, compression, _read_set(paths)
+        )
     elif single_file:
+        pattern = staging.temp_pattern(re.escape(out.name))
+        staging.sweep_temps(out.parent, pattern, (HEADER_MAGIC,), _read_set(paths))
         writer = RecordWriter(out, metadata=metadata, **_crec_options(compression, level))
     else:
         writer = ShardedRecordWriter(
@@ -209,14 +333,24 @@ def convert(
             bytes_in += nbytes
             bar.update(len(block), nbytes)
         writer.close()
-    except BaseException:
-        writer.abort()
+    except BaseException as e:
+        if isinstance(writer, ShardedRecordWriter):
+            # Ctrl-C keeps the complete shards for --resume; a failure removes them.
+            writer.abort(keep_shards=isinstance(e, KeyboardInterrupt))
+        else:
+            writer.abort()
         raise
     finally:
         bar.close()
     seconds = time.perf_counter() - start
     if to_format is Format.ARRAY_RECORD:
         outputs = writer.outputs
+        written = [Path(p) for p in outputs]
+    elif single_file:
+        outputs = [str(out)]
+        written = [out]
     else:
         outputs = [str(out)]
-    return ConvertResult(n, bytes_in, _size(out), seconds, outputs, skip)
+        written = [out / name for name in [*writer.shards, MANIFEST_NAME]]
+    bytes_out = sum(p.stat().st_size for p in written)
+    return ConvertResult(n, bytes_in, bytes_out, seconds, outputs, skip)

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from chute._src.errors import DataError
 
-__all__ = ["MANIFEST_NAME", "ShardEntry", "read_manifest", "write_manifest"]
+__all__ = [
+    "MANIFEST_NAME",
+    "ShardEntry",
+    "existing_shards",
+    "read_manifest",
+    "write_manifest",
+]
 
 MANIFEST_NAME = "manifest.json"
 _FORMAT = "chute-records"
@@ -33,15 +39,36 @@ def write_manifest(directory: Path, shards: list[ShardEntry]) -> Path:
         "num_records": sum(s.num_records for s in shards),
         "shards": [asdict(s) for s in shards],
     }
+    from chute._src.records import staging
+
     path = directory / MANIFEST_NAME
-    tmp = directory / f".{MANIFEST_NAME}.partial"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    tmp = staging.temp_name(path)
+    with staging.create_locked(tmp) as f:
+        f.write((json.dumps(doc, indent=1) + "\n").encode())
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+        os.replace(tmp, path)
     return path
+
+
+def existing_shards(directory: Path) -> list[ShardEntry] | None:
+    """The shards the manifest in `directory` lists; None if there is no manifest.
+
+    Raises FileExistsError when `directory` holds a `manifest.json` that is not a valid
+    chute manifest: it is someone else's file, and chute will not replace it.
+    """
+    path = directory / MANIFEST_NAME
+    if not os.path.lexists(path):
+        return None
+    try:
+        if not path.is_file() or path.is_symlink():
+            raise DataError(f"{path}: not a regular file")
+        return [entry for _, entry in read_manifest(path)]
+    except DataError as e:
+        raise FileExistsError(
+            f"{path} is not a chute manifest ({e}); chute will not replace it, nor any "
+            "file beside it: write the dataset to another directory"
+        ) from None
 
 
 def read_manifest(path: Path) -> list[tuple[Path, ShardEntry]]:

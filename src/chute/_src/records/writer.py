@@ -5,15 +5,17 @@ from __future__ import annotations
 import array
 import json
 import os
-import uuid
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 from chute._src.records import manifest as _manifest
+from chute._src.records import staging
 from chute._src.records.codecs import Compression, Encoder, train_dictionary
 from chute._src.records.format import (
+    HEADER_MAGIC,
     MAX_ALIGNMENT,
     MAX_RECORD_SIZE,
     Header,
@@ -39,11 +41,6 @@ def _as_compression(value: Compression | str | None) -> Compression:
     except ValueError:
         names = ", ".join(repr(c.value) for c in Compression)
         raise ValueError(f"compression={value!r} is unknown; use one of {names}") from None
-
-
-def _temp_name(path: Path) -> Path:
-    # Hidden and without the .crec suffix: a glob for `*.crec` never picks it up.
-    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.partial")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -116,10 +113,11 @@ class RecordWriter:
         self._crcs = array.array("I")
         self._codecs = array.array("B")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = _temp_name(self.path)
-        self._file: IO[bytes] | None = open(self._tmp, "wb", buffering=1 << 20)  # noqa: SIM115
+        self._tmp = staging.temp_name(self.path)
+        self._file: IO[bytes] | None = staging.create_locked(self._tmp)
         header = Header(alignment)
         self._file.write(header.pack())
+        self._file.flush()  # the magic on disk is what lets a later write clean up after a kill
         self._pos = header.payload_start
         self._file.write(_ZEROS[: self._pos - len(header.pack())])
         self.bytes_in = 0
@@ -225,9 +223,9 @@ class RecordWriter:
         f.write(trailer.pack())
         f.flush()
         os.fsync(f.fileno())
+        os.replace(self._tmp, self.path)  # still locked: no sweep can take it meanwhile
         f.close()
         self._file = None
-        os.replace(self._tmp, self.path)
         _fsync_dir(self.path.parent)
         self.size = os.path.getsize(self.path)
         self.trailer_crc = trailer.crc
@@ -270,10 +268,21 @@ class ShardedRecordWriter:
     without a manifest is an interrupted write, and readers refuse it. A dictionary
     trained for the first shard is reused by the others.
 
+    Writing into a directory that already holds a chute dataset replaces it atomically:
+    the new shards get names the old manifest does not use (`part-00000.crec`, or
+    `part-00000.TOKEN.crec` when those are taken), the new manifest replaces the old one
+    with `os.replace`, and only then are the old shards it listed removed (each only if it
+    still has the size and checksum that manifest records). Readers see the old dataset
+    or the new one, never a mix; if the write fails or is killed, the old one stays.
+    Other files in the directory are never touched, and a `manifest.json` that is not
+    chute's is refused (FileExistsError).
+
     With `resume=True` (and `records_per_shard`), complete shards left by an interrupted
     run are kept: consecutive shards from the first that open cleanly, hold exactly
     `records_per_shard` records and carry the same `metadata`. `len(writer)` is then the
-    number of records they hold; the caller skips that many and writes the rest.
+    number of records they hold; the caller skips that many and writes the rest. Without
+    it, the shards of an interrupted run (proved by its journal, see `staging.py`) are
+    removed.
 
     >>> import tempfile
     >>> out = tempfile.mkdtemp()
@@ -298,11 +307,12 @@ class ShardedRecordWriter:
     ) -> None:
         if records_per_shard is not None and records_per_shard < 1:
             raise ValueError(f"records_per_shard={records_per_shard} must be >= 1")
+        if resume and records_per_shard is None:
+            raise ValueError("resume=True needs records_per_shard, so shards line up")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        (self.directory / _manifest.MANIFEST_NAME).unlink(missing_ok=True)
-        for stale in self.directory.glob(f".{prefix}-*.crec.*.partial"):
-            stale.unlink(missing_ok=True)  # left by a killed writer
+        old = _manifest.existing_shards(self.directory)
+        self._listed = {e.name for e in old or []}
         self._records_per_shard = records_per_shard
         self._bytes_per_shard = bytes_per_shard
         self._prefix = prefix
@@ -311,36 +321,68 @@ class ShardedRecordWriter:
         self._writer: RecordWriter | None = None
         self._count = 0
         self._closed = False
-        if resume:
-            if records_per_shard is None:
-                raise ValueError("resume=True needs records_per_shard, so shards line up")
-            self._adopt_existing()
+        self._journal = self._start(resume)
 
-    def _adopt_existing(self) -> None:
+    def _start(self, resume: bool) -> staging.Journal:
+        """Cleans up after killed writers, adopts an interrupted run's shards if asked,
+        and claims shard names no manifest, file or live writer uses."""
+        d, prefix = self.directory, self._prefix
+        shard_names = rf"{re.escape(prefix)}-\d{{5}}(?:\.[0-9a-f]{{8}})?\.crec"
+        staging.sweep_temps(d, staging.temp_pattern(shard_names), (HEADER_MAGIC,))
+        manifest_temps = staging.temp_pattern(re.escape(_manifest.MANIFEST_NAME))
+        staging.sweep_temps(d, manifest_temps, (staging.MANIFEST_MAGIC,))
+        dead, live = staging.Journal.scan(d, prefix)
+        journal = None
+        if resume:
+            for candidate in [*dead, None]:
+                suffix = candidate.suffix if candidate is not None else ""
+                if suffix in live or not self._adopt(suffix):
+                    continue
+                if candidate is not None:
+                    dead.remove(candidate)
+                    journal = candidate
+                else:
+                    journal = staging.Journal.create(d, prefix, "")
+                break
+        for j in dead:
+            j.remove_files(d, prefix, keep=self._listed)
+        if journal is None:
+            plain = re.compile(rf"{re.escape(prefix)}-\d{{5}}\.crec")
+            taken = "" in live or any(plain.fullmatch(e.name) for e in os.scandir(d))
+            token = "." + os.urandom(4).hex() if taken else ""
+            journal = staging.Journal.create(d, prefix, token)
+        return journal
+
+    def _name(self, k: int, suffix: str) -> str:
+        return f"{self._prefix}-{k:05d}{suffix}.crec"
+
+    def _adopt(self, suffix: str) -> bool:
         from chute._src.errors import DataError
         from chute._src.records.reader import CrecFile
 
         wanted = json.loads(json.dumps(dict(self._options.get("metadata") or {})))
         while True:
-            path = self.directory / f"{self._prefix}-{len(self._shards):05d}.crec"
-            if not path.exists():
-                return
+            name = self._name(len(self._shards), suffix)
+            path = self.directory / name
+            if name in self._listed or not path.is_file() or path.is_symlink():
+                break
             try:
                 f = CrecFile(str(path))
             except DataError:
-                return
+                break
             try:
                 ok = f.num_records == self._records_per_shard and f.metadata == wanted
-                entry = _manifest.ShardEntry(path.name, f.num_records, f.size, f.trailer_crc())
+                entry = _manifest.ShardEntry(name, f.num_records, f.size, f.trailer_crc())
                 dictionary = f.dictionary
             finally:
                 f.close()
             if not ok:
-                return
+                break
             if not self._shards:
                 self._first_dictionary = dictionary
             self._shards.append(entry)
             self._count += entry.num_records
+        return bool(self._shards)
 
     def __len__(self) -> int:
         return self._count
@@ -353,14 +395,19 @@ class ShardedRecordWriter:
             if not (full or big):
                 return w
             self._finish_shard()
-        name = f"{self._prefix}-{len(self._shards):05d}.crec"
+        path = self.directory / self._name(len(self._shards), self._journal.suffix)
+        if os.path.lexists(path) or path.name in self._listed:
+            raise FileExistsError(
+                f"{path} exists and is not a shard of this write; chute will not replace it; "
+                "move it away or write the dataset to another directory"
+            )
         if self._shards and self._options.get("train_dictionary"):
             self._options = {
                 **self._options,
                 "dictionary": self._first_dictionary,
                 "train_dictionary": False,
             }
-        self._writer = RecordWriter(self.directory / name, **self._options)
+        self._writer = RecordWriter(path, **self._options)
         return self._writer
 
     def _finish_shard(self) -> None:
@@ -380,8 +427,13 @@ class ShardedRecordWriter:
         self._count += 1
         return self._count - 1
 
+    @property
+    def shards(self) -> list[str]:
+        """The names of the shards written (or kept) so far, in order."""
+        return [s.name for s in self._shards]
+
     def close(self) -> None:
-        """Finishes the last shard and writes the manifest."""
+        """Finishes the last shard, commits the manifest, then removes the old shards."""
         if self._closed:
             return
         if self._writer is None and not self._shards:
@@ -389,14 +441,32 @@ class ShardedRecordWriter:
         if self._writer is not None:
             self._finish_shard()
         self._closed = True
+        try:
+            old = _manifest.existing_shards(self.directory) or []
+        except FileExistsError:
+            old = []  # replaced meanwhile by something that is not chute's: remove nothing
         _manifest.write_manifest(self.directory, self._shards)
+        _fsync_dir(self.directory)
+        new = {s.name for s in self._shards}
+        for entry in old:
+            if entry.name not in new:
+                staging.remove_listed_shard(self.directory / entry.name, entry)
+        self._journal.finish()
 
-    def abort(self) -> None:
-        """Drops the shard being written; no manifest is written."""
+    def abort(self, *, keep_shards: bool = False) -> None:
+        """Drops what this write produced; the directory's manifest is untouched.
+
+        With `keep_shards=True` the complete shards stay (with their journal) for a
+        later `resume=True` write to adopt; without, they are removed.
+        """
         if self._writer is not None:
             self._writer.abort()
             self._writer = None
         self._closed = True
+        if keep_shards:
+            self._journal.release()
+        else:
+            self._journal.remove_files(self.directory, self._prefix, keep=self._listed)
 
     def __enter__(self) -> ShardedRecordWriter:
         return self
@@ -410,7 +480,7 @@ class ShardedRecordWriter:
         if exc_type is None:
             self.close()
         else:
-            self.abort()
+            self.abort(keep_shards=issubclass(exc_type, KeyboardInterrupt))
 
     def __repr__(self) -> str:
         return f"ShardedRecordWriter({str(self.directory)!r})"
