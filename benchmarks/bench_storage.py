@@ -333,7 +333,7 @@ def main() -> None:
     ]
     os.close(fd)
     if grain is None:  # without grain its rows and ratios mean nothing
-        rows = [r[:2] + ["", ""] if "grain" in r[2] else r for r in rows if "grain" not in r[0]]
+        rows = [[*r[:2], "", ""] if "grain" in r[2] else r for r in rows if "grain" not in r[0]]
     print(table(["random access", "rate", "vs", "target"], rows))
     print()
     print(table(["conversion and size", "throughput", "file size"], size_rows))

@@ -50,7 +50,9 @@ RECORDS = (
     + [b"record %d: " % i + bytes(range(i % 7, 200, 3)) for i in range(36)]
     + [bytes(random.Random(7).randrange(256) for _ in range(700))]
 )
-ROWS = [{"i": i, "s": "row %d " % i * (i % 5), "f": i / 7, "l": list(range(i % 4))} for i in range(40)]
+ROWS = [
+    {"i": i, "s": f"row {i} " * (i % 5), "f": i / 7, "l": list(range(i % 4))} for i in range(40)
+]
 CHECKSUMMED = {"crec", "crec-zstd", "arrayrecord", "tfrecord", "parquet-crc"}
 
 
@@ -362,7 +364,10 @@ def main() -> None:
     results = fuzz(formats, args.mutations, args.seed, args.workers, args.timeout)
     elapsed = time.perf_counter() - t0
     bad = any(
-        r.get("crashes") or r.get("hangs") or r.get("other") or (fmt in CHECKSUMMED and r.get("wrong"))
+        r.get("crashes")
+        or r.get("hangs")
+        or r.get("other")
+        or (fmt in CHECKSUMMED and r.get("wrong"))
         for fmt, r in results.items()
     )
     if args.json:

@@ -53,7 +53,9 @@ def write_tfrecord(path: Path) -> None:
     with open(path, "wb") as f:
         for r in RECORDS:
             head = struct.pack("<Q", len(r))
-            f.write(head + struct.pack("<I", _masked_crc(head)) + r + struct.pack("<I", _masked_crc(r)))
+            f.write(
+                head + struct.pack("<I", _masked_crc(head)) + r + struct.pack("<I", _masked_crc(r))
+            )
 
 
 def write_jsonl(path: Path) -> None:

@@ -29,9 +29,9 @@ CHECKSUMMED = {"crec", "crec-zstd", "arrayrecord", "tfrecord", "parquet-crc"}
 @pytest.fixture(scope="module")
 def tally() -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *sys.path])}
+    args = ["--mutations", str(MUTATIONS), "--workers", "2", "--seed", "1000", "--timeout", "30"]
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--mutations", str(MUTATIONS), "--workers", "2"]
-        + ["--seed", "1000", "--timeout", "30", "--json"],
+        [sys.executable, str(SCRIPT), *args, "--json"],
         capture_output=True,
         text=True,
         env=env,

@@ -13,7 +13,6 @@ import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.records.codecs import Decoder
-from chute._src.sources._file_guard import FileGuard
 from chute._src.records.format import (
     HEADER,
     HEADER_MAGIC,
@@ -25,6 +24,7 @@ from chute._src.records.format import (
     Codec,
     crc32c,
 )
+from chute._src.sources._file_guard import FileGuard
 
 __all__ = ["CrecFile"]
 
