@@ -194,7 +194,7 @@ class CrecFile:
 
     def shrunk_error(self, i: int) -> DataError:
         """The error for a file found shorter than when opened, at record `i`."""
-        return self.guard.error(i + self.base)
+        return self.guard.error(i)
 
     def read(self, i: int) -> bytes:
         """Record `i` (0 <= i < num_records) as bytes, checked and decompressed."""

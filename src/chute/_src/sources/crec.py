@@ -185,9 +185,8 @@ class RecordFileDataSource:
         if fast is None:
             return self._getitems_files(indices)
         n, offsets, lengths, crcs, codecs, mm, verify, fd, size = fast
-        if _lseek(fd, 0, _SEEK_END) < size:  # one size check for the whole block
-            f, i = self._locate(indices[0]) if len(indices) else (self._single, 0)
-            assert f is not None
+        if len(indices) and _lseek(fd, 0, _SEEK_END) < size:  # one check for the block
+            f, i = self._locate(int(indices[0]))
             raise f.shrunk_error(i)
         out: list[bytes] = []
         append = out.append
