@@ -388,7 +388,7 @@ def main() -> None:
             for fmt in formats
         ]
         head = ["format", "mutations", "DataError", "crashes", "hangs", "non-chute exc."]
-        print(table([*head, "wrong", "moved"], rows))
+        print(table([*head, "wrong records", "moved records"], rows))
         for fmt in formats:
             for line in results[fmt]["examples"]:
                 print(f"  {fmt}: {line}")
