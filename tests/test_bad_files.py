@@ -152,15 +152,59 @@ def test_crec_directory_without_manifest_names_the_path(tmp_path: Path) -> None:
         read_all("crec", path)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode-000 files: nothing to refuse")
+_UNREADABLE_SCRIPT = """
+import os, sys
+import chute
+from chute import sources
+import array_record.python.array_record_module, pyarrow.parquet  # loaded as root
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)  # from here on: nobody, to whom a mode-000 file is unreadable
+p = sys.argv[1]
+try:
+    src = {expr}
+    len(src)
+    src[0]
+    print("NO ERROR")
+except chute.DataError as e:
+    print("DataError:", e, "| cause:", type(e.__cause__).__name__)
+"""
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_unreadable_file_names_the_path(fmt: str, tmp_path: Path) -> None:
-    path = tmp_path / f"locked{FORMATS[fmt][0]}"
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / f"locked{FORMATS[fmt][0]}"
     FORMATS[fmt][1](path)
     path.chmod(0)
-    with pytest.raises(chute.DataError, match=r"locked\.\S+: permission denied") as info:
-        read_all(fmt, path)
-    assert isinstance(info.value.__cause__, PermissionError)
+    if os.geteuid() != 0:
+        with pytest.raises(chute.DataError, match=r"locked\.\S+: permission denied") as info:
+            read_all(fmt, path)
+        assert isinstance(info.value.__cause__, PermissionError)
+        return
+    # Root reads mode-000 files: read in a subprocess that becomes `nobody` once its
+    # imports are done. The folder is handed over as an open descriptor, reached through
+    # /proc/self/fd, because nobody may not walk pytest's root-only temporary directories.
+    folder.chmod(0o711)
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *sys.path])}
+        script = _UNREADABLE_SCRIPT.replace("{expr}", FORMATS[fmt][2])
+        proc = subprocess.run(
+            [sys.executable, "-c", script, f"/proc/self/fd/{dfd}/{path.name}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            pass_fds=(dfd,),
+        )
+    finally:
+        os.close(dfd)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("DataError:"), proc.stdout + proc.stderr[-2000:]
+    assert f"locked{FORMATS[fmt][0]}: permission denied" in proc.stdout
+    assert proc.stdout.rstrip().endswith("cause: PermissionError")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
