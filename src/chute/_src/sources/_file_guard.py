@@ -3,10 +3,11 @@
 A memory-mapped file that is truncated while mapped makes every later access past the
 new end fault with SIGBUS, which kills the process. Readers that map a file therefore
 keep a descriptor (`FileGuard`) and, once per `__getitem__`/`__getitems__` call, compare
-the file's current size (`os.lseek(fd, 0, SEEK_END)`, a fraction of a microsecond) with
-the size it had when opened: a file that shrank raises `chute.DataError` instead. A
-truncation that lands between that check and the copy out of the map (a window of well
-under a microsecond) can still fault; `docs/design.md` ("Storage") says so.
+the file's current size (`os.lseek(fd, 0, SEEK_END)`: one system call, under a
+microsecond) with the size it had when opened: a file that shrank raises
+`chute.DataError` instead. A truncation that lands between that check and the copy out
+of the map (well under a microsecond for a record, the whole block for a block) can
+still fault; `docs/design.md` ("Storage") says so.
 """
 
 from __future__ import annotations
