@@ -24,6 +24,7 @@ from chute._src.records.format import (
     Codec,
     crc32c,
 )
+from chute._src.sources._file_guard import FileGuard
 
 __all__ = ["CrecFile"]
 
@@ -36,21 +37,17 @@ class CrecFile:
     Opening checks the header, the trailer, the index checksum and that every index
     entry points inside the payload region, so later reads cannot leave the file.
     `base` is the global index of this file's first record (for error messages).
+    The file stays open (`guard`): `read` and `check` first make sure it has not shrunk
+    since (a read from a truncated map would kill the process with SIGBUS).
     """
 
     def __init__(self, path: str, *, verify: bool = True, base: int = 0) -> None:
         self.path = path
         self.verify = verify
         self.base = base
+        self.guard = FileGuard(path, "a .crec file")
+        size = self.guard.size
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise DataError(
-                f"{path}: no such file: a .crec file named by the source is missing; "
-                "check the path, or that every shard of the dataset was copied"
-            ) from None
-        try:
-            size = os.fstat(fd).st_size
             if size == 0:
                 raise self._error("the file is empty (0 bytes)", "it was never written")
             if size < HEADER.size + TRAILER.size:
@@ -58,9 +55,10 @@ class CrecFile:
                     f"the file has {size} bytes, less than a header and a trailer",
                     "it is truncated",
                 )
-            self.mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
+            self.mm = mmap.mmap(self.guard.fd, 0, access=mmap.ACCESS_READ)
+        except BaseException:
+            self.guard.close()
+            raise
         self.size = size
         try:
             self._validate()
@@ -194,8 +192,18 @@ class CrecFile:
     def decode_error(self, i: int, why: str) -> DataError:
         return self._error(f"the compressed payload is bad: {why}", "the file is corrupt", i)
 
+    def shrunk_error(self, i: int) -> DataError:
+        """The error for a file found shorter than when opened, at record `i`."""
+        return self.guard.error(i)
+
     def read(self, i: int) -> bytes:
         """Record `i` (0 <= i < num_records) as bytes, checked and decompressed."""
+        if os.lseek(self.guard.fd, 0, os.SEEK_END) < self.size:
+            raise self.shrunk_error(i)
+        return self.read_unguarded(i)
+
+    def read_unguarded(self, i: int) -> bytes:
+        """`read` without the size check, for a caller that made it for a block of reads."""
         o = self.offsets[i]
         data = self.mm[o : o + self.lengths[i]]
         if self.verify:
@@ -212,6 +220,8 @@ class CrecFile:
 
     def check(self, i: int) -> None:
         """Raises DataError if record `i` fails its checksum or does not decompress."""
+        if os.lseek(self.guard.fd, 0, os.SEEK_END) < self.size:
+            raise self.shrunk_error(i)
         o = self.offsets[i]
         data = self.view[o : o + self.lengths[i]]
         c = crc32c(data)
@@ -236,3 +246,6 @@ class CrecFile:
             # A caller may still hold a view; the mapping then closes when it is collected.
             with contextlib.suppress(BufferError):
                 mm.close()
+        guard = self.__dict__.get("guard")
+        if guard is not None:
+            guard.close()

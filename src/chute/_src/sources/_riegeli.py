@@ -36,6 +36,7 @@ _SIGNATURE = 0x73
 _PADDING = 0x70
 _METADATA = 0x6D
 _HEADER = struct.Struct("<QQQQQ")
+_MAX_DECODED = 2**62  # fits the int64 index
 
 
 def _span(mm: Any, pos: int, size: int) -> tuple[bytes, int]:
@@ -73,16 +74,20 @@ def scan_single_record_chunks(mm: mmap.mmap | None, reader: Any, num_records: in
     if mm is None or num_records == 0:
         return none
     size = len(mm)
-    out = np.empty(4 * num_records, dtype=np.int64)
+    out = np.full(4 * num_records, -1, dtype=np.int64)
     pos = 0
     k = 0
     while pos < size and k < num_records:
         if pos + CHUNK_HEADER > size:
             return none
         header, data_pos = _span(mm, pos, CHUNK_HEADER)
+        if len(header) != CHUNK_HEADER:
+            return none
         _, data_size, _, type_and_count, decoded = _HEADER.unpack(header)
         chunk_type = type_and_count & 0xFF
         count = type_and_count >> 8
+        if data_size > size or decoded > _MAX_DECODED:  # a corrupt header: leave it to C++
+            return none
         if chunk_type == _SIMPLE:
             if count != 1:
                 return none
@@ -99,6 +104,8 @@ def scan_single_record_chunks(mm: mmap.mmap | None, reader: Any, num_records: in
             records = reader.read(start, min(start + step, num_records))
             out[4 * start + 3 : 4 * (start + len(records)) : 4] = [crc32c(r) for r in records]
     except (RuntimeError, ValueError):  # a corrupt chunk: leave reads to the C++ reader
+        return none
+    if (out[3::4] < 0).any():  # the reader returned fewer records than it counts
         return none
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import mmap
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -12,6 +13,7 @@ from typing import Any
 
 from chute._src.errors import DataError
 from chute._src.sources._concat import Concat
+from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._index_cache import cached_index
 from chute._src.sources._index_checks import riegeli_spans_agree
 from chute._src.sources._paths import PathsArg, expand_paths
@@ -26,6 +28,10 @@ _SINGLE_BUFFER = 1024
 # Large batches go through the reader's own parallel `read(indices)`.
 _BATCH_OPTIONS = "readahead_buffer_size:0"
 _BATCH_BUFFER = 32768
+_lseek = os.lseek
+_SEEK_END = os.SEEK_END
+# A file's direct-read index: 4 ints per record, the map, and the open file behind it.
+_Direct = tuple["array.array[int]", mmap.mmap, FileGuard]
 
 
 def _module() -> Any:
@@ -58,7 +64,9 @@ class ArrayRecordDataSource:
     cached beside it like `JsonlDataSource`'s index, locates every record's chunk and
     records the CRC32C of every record as read (hash-checked) by the C++ reader; a read
     is then a slice, a zstd decompression and a CRC32C check, about twice as fast as the
-    C++ reader's seek+read. `direct=False` reads everything through the C++ reader.
+    C++ reader's seek+read; each first checks that the file has not shrunk since it was
+    mapped (a truncated map would SIGBUS), raising `chute.DataError` if it has.
+    `direct=False` reads everything through the C++ reader.
     Picklable, thread-safe.
     """
 
@@ -84,9 +92,9 @@ class ArrayRecordDataSource:
         self._local = threading.local()
         self._concat: Concat | None = None
         self._fast_len = 0
-        self._fast_direct: tuple[int, array.array[int], mmap.mmap] | None = None
+        self._fast_direct: tuple[int, array.array[int], mmap.mmap, FileGuard] | None = None
         # Per file: not scanned yet (missing key), no direct path (None), or its index.
-        self._spans: dict[int, tuple[array.array[int], mmap.mmap] | None] = {}
+        self._spans: dict[int, _Direct | None] = {}
         self._groups: list[int] = []
         self._chunks: OrderedDict[tuple[int, int], list[bytes]] = OrderedDict()
 
@@ -115,15 +123,27 @@ class ArrayRecordDataSource:
         options, size = (
             (_BATCH_OPTIONS, _BATCH_BUFFER) if batch else (_SINGLE_OPTIONS, _SINGLE_BUFFER)
         )
+        why = "it is truncated, corrupt or not an ArrayRecord file"
         try:
-            return _module().ArrayRecordReader(
+            r = _module().ArrayRecordReader(
                 path, self._options(options), file_reader_buffer_size=size
             )
         except (RuntimeError, ValueError, OSError) as e:
+            why = f"{e}; {why}"
+            r = None
+        if r is None or not r.ok() or not isinstance(r.writer_options_string(), str):
+            # The reader does not say why; name what a plain open can tell (missing, a
+            # directory, unreadable: FileGuard raises), else the file itself is bad.
+            guard = FileGuard(path, "an ArrayRecord file")
+            empty = guard.size == 0
+            guard.close()
+            if empty:
+                why = "the file is empty (0 bytes); it was never written"
             raise DataError(
-                f"{path}: cannot open as an ArrayRecord file ({e}); it is truncated, corrupt "
-                "or not an ArrayRecord file; re-create it or restore a good copy"
-            ) from None
+                f"{path}: cannot open as an ArrayRecord file: {why}; re-create it or "
+                "restore a good copy"
+            )
+        return r
 
     def _reader(self, k: int, batch: bool = False) -> Any:
         local = self._local
@@ -143,12 +163,12 @@ class ArrayRecordDataSource:
                 for k in range(len(self._paths)):
                     r = self._reader(k)
                     counts.append(int(r.num_records()))
-                    self._groups.append(_group_size(r.writer_options_string()))
+                    self._groups.append(_group_size(r.writer_options_string() or ""))
                 self._concat = Concat(counts)
                 self._fast_len = counts[0] if len(counts) == 1 else 0
             return self._concat
 
-    def _direct_entry(self, k: int) -> tuple[array.array[int], mmap.mmap] | None:
+    def _direct_entry(self, k: int) -> _Direct | None:
         """File k's direct-read index, scanned on its first read (not on `len`)."""
         if k in self._spans:
             return self._spans[k]
@@ -159,25 +179,27 @@ class ArrayRecordDataSource:
                 entry = self._scan(k, n) if self._direct and self._groups[k] == 1 else None
                 self._spans[k] = entry
                 if entry is not None and len(self._paths) == 1:
-                    self._fast_direct = (n, entry[0], entry[1])
+                    self._fast_direct = (n, *entry)
             return self._spans[k]
 
-    def _scan(self, k: int, n: int) -> tuple[array.array[int], mmap.mmap] | None:
+    def _scan(self, k: int, n: int) -> _Direct | None:
         path = self._paths[k]
         if n == 0 or self._zstd() is None:
             return None
-        with open(path, "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        guard = FileGuard(path, "an ArrayRecord file")
+        mm = mmap.mmap(guard.fd, 0, access=mmap.ACCESS_READ) if guard.size else None
         spans = cached_index(
             path,
             "arrayrecord-crc",
             lambda: scan_single_record_chunks(mm, self._reader(k), n),
             check=lambda s: riegeli_spans_agree(mm, self._reader(k), s, self._zstd()),
         )
-        if len(spans) != 4 * n:
-            mm.close()
+        if mm is None or len(spans) != 4 * n:
+            if mm is not None:
+                mm.close()
+            guard.close()
             return None
-        return array.array("q", spans.tobytes()), mm
+        return array.array("q", spans.tobytes()), mm, guard
 
     def _zstd(self) -> Any:
         d = getattr(self._local, "zstd", None)
@@ -193,7 +215,9 @@ class ArrayRecordDataSource:
         entry = self._direct_entry(k)
         if entry is None:
             return None
-        spans, mm = entry
+        spans, mm, guard = entry
+        if _lseek(guard.fd, 0, _SEEK_END) < guard.size:  # a truncated map would SIGBUS
+            raise guard.error(i)
         j = 4 * i
         try:
             return decode_record(
@@ -235,8 +259,10 @@ class ArrayRecordDataSource:
     def __getitem__(self, index: int) -> bytes:
         direct = self._fast_direct
         if direct is not None:
-            n, spans, mm = direct
+            n, spans, mm, guard = direct
             if 0 <= index < n:
+                if _lseek(guard.fd, 0, _SEEK_END) < guard.size:  # a truncated map: SIGBUS
+                    raise guard.error(index)
                 j = 4 * index
                 try:
                     out = decode_record(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,9 @@ from chute._src.records.reader import CrecFile
 from chute._src.sources._paths import PathsArg, expand_paths
 
 __all__ = ["RecordFileDataSource"]
+
+_lseek = os.lseek
+_SEEK_END = os.SEEK_END
 
 
 def _resolve(paths: PathsArg) -> list[tuple[str, ShardEntry | None]]:
@@ -39,7 +43,9 @@ class RecordFileDataSource:
     written by `chute.records.ShardedRecordWriter` or `chute convert`), the manifest
     itself, or a list of these; files are concatenated in order. Files are memory
     mapped on first use, so the source is cheap to create and to pickle: a copy in
-    another process reopens the files itself. Every read checks the record's CRC32C
+    another process reopens the files itself. Each read (or block of reads) first
+    checks that no file has shrunk since it was opened, so a file truncated in place
+    raises `chute.DataError` rather than crashing the process with SIGBUS. Every read checks the record's CRC32C
     unless `verify_checksums=False`; corruption raises `chute.DataError` naming the
     file and the record. Thread-safe.
 
@@ -103,14 +109,17 @@ class RecordFileDataSource:
             self._single = files[0] if len(files) == 1 else None
             if self._single is not None:
                 f = self._single
+                all_raw = not np.frombuffer(f.codecs, dtype=np.uint8).any()
                 self._fast = (
                     f.num_records,
                     f.offsets,
                     f.lengths,
                     f.crcs,
-                    f.codecs,
+                    None if all_raw else f.codecs,  # no per-read codec lookup if all raw
                     f.mm,
                     self._verify,
+                    f.guard.fd,
+                    f.size,
                 )
             self._files = files
             return files
@@ -156,12 +165,15 @@ class RecordFileDataSource:
         fast = self._fast
         if fast is not None:
             # One file: the common case, inlined. Anything unusual (a compressed record,
-            # a bad checksum, an index out of range) goes through CrecFile.read.
-            n, offsets, lengths, crcs, codecs, mm, verify = fast
-            if 0 <= index < n:
+            # a bad checksum, an index out of range) goes through CrecFile.read. The file
+            # must still be as long as when opened: reading a truncated map is a SIGBUS.
+            n, offsets, lengths, crcs, codecs, mm, verify, fd, size = fast
+            if 0 <= index < n and _lseek(fd, 0, 2) >= size:  # 2: SEEK_END
                 o = offsets[index]
                 data = mm[o : o + lengths[index]]
-                if not codecs[index] and (not verify or crc32c(data) == crcs[index]):
+                if (codecs is None or not codecs[index]) and (
+                    not verify or crc32c(data) == crcs[index]
+                ):
                     return data
         f, i = self._locate(index)
         return f.read(i)
@@ -171,28 +183,54 @@ class RecordFileDataSource:
             self._open()
         fast = self._fast
         if fast is None:
-            get = self.__getitem__
-            return [get(i) for i in indices]
-        n, offsets, lengths, crcs, codecs, mm, verify = fast
+            return self._getitems_files(indices)
+        n, offsets, lengths, crcs, codecs, mm, verify, fd, size = fast
+        if len(indices) and _lseek(fd, 0, _SEEK_END) < size:  # one check for the block
+            f, i = self._locate(int(indices[0]))
+            raise f.shrunk_error(i)
         out: list[bytes] = []
         append = out.append
         for i in indices:
             if 0 <= i < n:
                 o = offsets[i]
                 data = mm[o : o + lengths[i]]
-                if not codecs[i] and (not verify or crc32c(data) == crcs[i]):
+                if (codecs is None or not codecs[i]) and (not verify or crc32c(data) == crcs[i]):
                     append(data)
                     continue
             append(self[i])
         return out
 
+    def _getitems_files(self, indices: Sequence[int]) -> list[bytes]:
+        """`__getitems__` over several files: one size check per file per block."""
+        checked: set[int] = set()
+        out: list[bytes] = []
+        for g in indices:
+            f, i = self._locate(g)
+            if id(f) not in checked:
+                if _lseek(f.guard.fd, 0, _SEEK_END) < f.size:
+                    raise f.shrunk_error(i)
+                checked.add(id(f))
+            out.append(f.read_unguarded(i))
+        return out
+
+    def _check_sizes(self, located: list[tuple[CrecFile, int]]) -> None:
+        checked: set[int] = set()
+        for f, i in located:
+            if id(f) not in checked:
+                if _lseek(f.guard.fd, 0, _SEEK_END) < f.size:
+                    raise f.shrunk_error(i)
+                checked.add(id(f))
+
     def view(self, index: int) -> memoryview:
         """Record `index` without a copy: a read-only view into the mapped file.
 
         Compressed records are decompressed into a new buffer. The view stays valid
-        as long as the source is alive.
+        as long as the source is alive, and as long as the file is not truncated: the
+        size is checked when the view is made, but touching a view of a file that has
+        since shrunk faults (SIGBUS). Copy it (`bytes(view)`) to keep it safely.
         """
         f, i = self._locate(index)
+        self._check_sizes([(f, i)])
         if f.codecs[i]:
             return memoryview(f.read(i))
         o = f.offsets[i]
@@ -205,9 +243,10 @@ class RecordFileDataSource:
 
     def record_sizes(self, indices: Sequence[int]) -> np.ndarray:
         """The decoded size in bytes of each record of `indices` (int64)."""
+        located = [self._locate(int(g)) for g in indices]
+        self._check_sizes(located)  # the index is in the map too
         out = np.empty(len(indices), dtype=np.int64)
-        for k, g in enumerate(indices):
-            f, i = self._locate(int(g))
+        for k, (f, i) in enumerate(located):
             out[k] = f.raw_lengths[i]
         return out
 
@@ -224,6 +263,7 @@ class RecordFileDataSource:
             raise ValueError("read_into needs a writable buffer; got a read-only one")
         dst = dst.cast("B") if dst.format != "B" or dst.ndim != 1 else dst
         located = [self._locate(int(g)) for g in indices]
+        self._check_sizes(located)
         total = sum(f.raw_lengths[i] for f, i in located)
         if total > dst.nbytes:
             raise ValueError(
@@ -235,7 +275,7 @@ class RecordFileDataSource:
         verify = self._verify
         for k, (f, i) in enumerate(located):
             if f.codecs[i]:
-                data = f.read(i)
+                data = f.read_unguarded(i)
                 end = pos + len(data)
                 dst[pos:end] = data
             else:

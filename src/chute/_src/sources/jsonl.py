@@ -12,6 +12,7 @@ import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.sources._concat import MultiFileSource
+from chute._src.sources._file_guard import FileGuard, open_error
 from chute._src.sources._index_cache import cached_index
 from chute._src.sources._paths import PathsArg
 
@@ -27,6 +28,8 @@ except ImportError:  # pragma: no cover - orjson is in the test extra
     _loads = json.loads
 
 _CHUNK = 16 << 20
+_lseek = os.lseek
+_SEEK_END = os.SEEK_END
 
 
 def _line_index(path: str) -> np.ndarray:
@@ -65,15 +68,20 @@ def _line_index(path: str) -> np.ndarray:
 class _File:
     def __init__(self, path: str, use_cache: bool) -> None:
         self.path = path
-        index = cached_index(path, "jsonl-lines", lambda: _line_index(path), use_cache=use_cache)
+        self.guard = FileGuard(path, "a JSON Lines file")
+        self.fd, self.size = self.guard.fd, self.guard.size
+        try:
+            index = cached_index(
+                path, "jsonl-lines", lambda: _line_index(path), use_cache=use_cache
+            )
+        except OSError as e:
+            raise open_error(path, e, "a JSON Lines file") from e
         flat = np.ascontiguousarray(index.reshape(-1, 2), dtype=np.int64)
         self.spans = array.array("q", flat.tobytes())
         self.num_records = len(self.spans) // 2
-        if os.path.getsize(path):
-            with open(path, "rb") as f:
-                self.mm: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        else:
-            self.mm = None
+        self.mm: mmap.mmap | None = None
+        if self.size:
+            self.mm = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
 
     def line(self, i: int) -> bytes:
         assert self.mm is not None
@@ -90,7 +98,9 @@ class JsonlDataSource(MultiFileSource["_File"]):
     Random access goes through a line-offset index, built once per file and cached
     beside it (`.NAME.jsonl-lines.chute-index`; rebuilt when the file changes; pass
     `cache_index=False` to keep it in memory only). Decoding uses orjson when it is
-    installed. `decode=False` returns each line as bytes. Picklable, thread-safe.
+    installed. `decode=False` returns each line as bytes. Each read (or block of reads)
+    first checks that the file has not shrunk since it was opened: a file truncated in
+    place raises `chute.DataError` instead of a SIGBUS. Picklable, thread-safe.
 
     >>> import tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "d.jsonl")
@@ -113,6 +123,11 @@ class JsonlDataSource(MultiFileSource["_File"]):
 
     def _read(self, index: int) -> Any:
         f, i = self._locate(index)
+        if _lseek(f.fd, 0, _SEEK_END) < f.size:  # a truncated map would SIGBUS
+            raise f.guard.error(i)
+        return self._decode_line(f, i)
+
+    def _decode_line(self, f: _File, i: int) -> Any:
         line = f.line(i)
         if not self._decode:
             return line
@@ -128,8 +143,16 @@ class JsonlDataSource(MultiFileSource["_File"]):
         return self._read(index)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        read = self._read
-        return [read(i) for i in indices]
+        checked: set[int] = set()
+        out = []
+        for g in indices:
+            f, i = self._locate(g)
+            if id(f) not in checked:  # one size check per file per block
+                if _lseek(f.fd, 0, _SEEK_END) < f.size:
+                    raise f.guard.error(i)
+                checked.add(id(f))
+            out.append(self._decode_line(f, i))
+        return out
 
     def __repr__(self) -> str:
         return f"JsonlDataSource({self._shown_paths()}, decode={self._decode})"

@@ -11,34 +11,44 @@ import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.sources._concat import Concat
+from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._paths import expand_paths
 
 __all__ = ["NumpyDataSource"]
 
+_lseek = os.lseek
+_SEEK_END = os.SEEK_END
 
-def _load(path: str) -> np.ndarray:
+
+def _load(path: str) -> tuple[np.ndarray, FileGuard]:
+    guard = FileGuard(path, "a .npy file")  # names a missing, directory or unreadable path
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
+    except Exception as e:  # ValueError, EOFError, tokenize.TokenError, SyntaxError, ...
+        guard.close()
         raise DataError(
-            f"{path}: not a readable .npy file ({e}); it is truncated, corrupt, holds "
-            "Python objects (which chute does not unpickle) or is not a .npy; re-save it "
-            "with numpy.save"
+            f"{path}: not a readable .npy file ({type(e).__name__}: {e}); it is truncated, "
+            "corrupt, holds Python objects (which chute does not unpickle) or is not a "
+            ".npy; re-save it with numpy.save"
         ) from None
     if not isinstance(arr, np.ndarray) or arr.ndim == 0:
+        guard.close()
         raise DataError(
             f"{path}: a NumpyDataSource file must hold an array with at least one "
             "dimension (rows are its records); save a stacked array with numpy.save"
         )
-    return arr
+    return arr, guard
 
 
 class NumpyDataSource:
     """The rows (first axis) of NumPy arrays as records.
 
     `data` is an array, a `.npy` path or glob, or a list of either; files are memory
-    mapped lazily and their rows concatenated. Rows are returned as arrays (views into
-    the mapping for files). Picklable: files reopen in the new process.
+    mapped lazily and their rows concatenated. Rows are returned as arrays: views of
+    in-memory arrays, copies for files (a view into the map would crash the process
+    with SIGBUS if the file were truncated while the row is held). Each read (or block
+    of reads) first checks that no file has shrunk since it was mapped, raising
+    `chute.DataError` if one has. Picklable: files reopen in the new process.
 
     >>> src = NumpyDataSource(np.arange(12).reshape(4, 3))
     >>> len(src), src[1].tolist(), [r.tolist() for r in src.__getitems__([3, 0])]
@@ -64,6 +74,7 @@ class NumpyDataSource:
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._arrays: list[np.ndarray] | None = None
+        self._guards: list[FileGuard | None] = []
         self._concat = Concat([])
 
     def __getstate__(self) -> dict[str, Any]:
@@ -76,8 +87,24 @@ class NumpyDataSource:
     def _open(self) -> list[np.ndarray]:
         with self._lock:
             if self._arrays is None:
-                arrays = [x if isinstance(x, np.ndarray) else _load(x) for x in self._items]
+                arrays: list[np.ndarray] = []
+                guards: list[FileGuard | None] = []
+                try:
+                    for x in self._items:
+                        if isinstance(x, np.ndarray):
+                            arrays.append(x)
+                            guards.append(None)
+                        else:
+                            arr, guard = _load(x)
+                            arrays.append(arr)
+                            guards.append(guard)
+                except BaseException:
+                    for g in guards:
+                        if g is not None:
+                            g.close()
+                    raise
                 self._concat = Concat([len(a) for a in arrays])
+                self._guards = guards
                 self._arrays = arrays
             return self._arrays
 
@@ -85,9 +112,20 @@ class NumpyDataSource:
         self._arrays or self._open()
         return len(self._concat)
 
+    def _check(self, k: int, i: int) -> bool:
+        """True if array k is a file (rows are then copied); raises if it shrank."""
+        guard = self._guards[k]
+        if guard is None:
+            return False
+        if _lseek(guard.fd, 0, _SEEK_END) < guard.size:  # a truncated map would SIGBUS
+            raise guard.error(i)
+        return True
+
     def __getitem__(self, index: int) -> np.ndarray:
         arrays = self._arrays or self._open()
         k, i = self._concat.locate(index, self)
+        if self._check(k, i):
+            return np.array(arrays[k][i])
         return np.asarray(arrays[k][i])
 
     def __getitems__(self, indices: Sequence[int]) -> list[np.ndarray]:
@@ -96,7 +134,9 @@ class NumpyDataSource:
             idx = np.asarray(indices, dtype=np.int64)
             if len(idx) and (idx.min() < -len(arrays[0]) or idx.max() >= len(arrays[0])):
                 raise IndexError(f"an index of {indices!r} is out of range for {self!r}")
-            return list(np.asarray(arrays[0][idx]))
+            if len(idx):
+                self._check(0, int(idx[0]))
+            return list(np.asarray(arrays[0][idx]))  # fancy indexing copies
         return [self[i] for i in indices]
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from chute._src.errors import DataError
 from chute._src.sources._concat import Concat
+from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._paths import PathsArg, expand_paths
 
 __all__ = ["ParquetDataSource"]
@@ -29,6 +30,9 @@ class ParquetDataSource:
     Arrow tables) up to `cache_bytes`, most recently used first, so a file that fits is
     decoded once and random reads then cost a row's conversion to Python. A block of
     reads converts each row group's rows in one `take`. `columns` selects columns.
+    Page CRCs are checked where the writer stored them (pyarrow's
+    `write_page_checksum=True`; off by default); a corrupt page or a value that does not
+    convert raises `chute.DataError` naming the file and the row group or record.
     Picklable, thread-safe.
     """
 
@@ -67,8 +71,9 @@ class ParquetDataSource:
             if self._files is None:
                 files = []
                 for p in self._paths:
+                    FileGuard(p, "a Parquet file").close()  # missing, directory, unreadable
                     try:
-                        f = pq.ParquetFile(p)
+                        f = pq.ParquetFile(p, page_checksum_verification=True)
                     except Exception as e:  # pyarrow.ArrowInvalid and friends
                         raise DataError(
                             f"{p}: not a readable Parquet file ({e}); it is truncated, corrupt "
@@ -115,10 +120,23 @@ class ParquetDataSource:
         g, j = self._groups[k].locate(i)
         return k, g, j
 
+    def _convert_error(self, k: int, g: int, e: Exception, rows: list[int]) -> DataError:
+        start = self._groups[k].starts[g]
+        shown = f"record {start + rows[0]}" if len(rows) == 1 else f"records {start + rows[0]}.."
+        return DataError(
+            f"{self._paths[k]}: {shown} (row group {g}) could not be converted to Python "
+            f"({type(e).__name__}: {e}); the file is corrupt; re-create it or restore a "
+            "good copy"
+        )
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         self._files or self._open()
         k, g, j = self._where(index)
-        row: dict[str, Any] = self._row_group(k, g).slice(j, 1).to_pylist()[0]
+        table = self._row_group(k, g)
+        try:
+            row: dict[str, Any] = table.slice(j, 1).to_pylist()[0]
+        except Exception as e:  # invalid UTF-8, bad offsets: pyarrow trusts the pages
+            raise self._convert_error(k, g, e, [j]) from None
         return row
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
@@ -129,7 +147,17 @@ class ParquetDataSource:
             by_group.setdefault((k, g), []).append(n)
         out: list[Any] = [None] * len(places)
         for (k, g), positions in by_group.items():
-            rows = self._row_group(k, g).take([places[n][2] for n in positions]).to_pylist()
+            rows_in_group = [places[n][2] for n in positions]
+            table = self._row_group(k, g)
+            try:
+                rows = table.take(rows_in_group).to_pylist()
+            except Exception as e0:  # find the first bad row, in order, for the message
+                for j in rows_in_group:
+                    try:
+                        table.slice(j, 1).to_pylist()
+                    except Exception as e:
+                        raise self._convert_error(k, g, e, [j]) from None
+                raise self._convert_error(k, g, e0, rows_in_group) from None
             for n, row in zip(positions, rows):
                 out[n] = row
         return out

@@ -13,12 +13,15 @@ import numpy as np
 from chute._src.errors import DataError
 from chute._src.records.format import crc32c
 from chute._src.sources._concat import MultiFileSource
+from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._index_cache import cached_index
 from chute._src.sources._paths import PathsArg
 
 __all__ = ["TFRecordDataSource", "masked_crc32c"]
 
 _HEAD = struct.Struct("<QI")
+_lseek = os.lseek
+_SEEK_END = os.SEEK_END
 _FIX = "the file is truncated or corrupt; re-create it or restore a good copy"
 
 
@@ -58,10 +61,11 @@ def _scan(path: str, mm: mmap.mmap | None) -> np.ndarray:
 class _File:
     def __init__(self, path: str, use_cache: bool) -> None:
         self.path = path
+        self.guard = FileGuard(path, "a TFRecord file")
+        self.fd, self.size = self.guard.fd, self.guard.size
         self.mm: mmap.mmap | None = None
-        if os.path.getsize(path):
-            with open(path, "rb") as f:
-                self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if self.size:
+            self.mm = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
         index = cached_index(path, "tfrecord", lambda: _scan(path, self.mm), use_cache=use_cache)
         flat = np.ascontiguousarray(index.reshape(-1, 2), dtype=np.int64)
         self.spans = array.array("q", flat.tobytes())
@@ -74,6 +78,8 @@ class TFRecordDataSource(MultiFileSource["_File"]):
     One scan of each file builds an offset index (checking every length CRC), cached
     beside the file like `JsonlDataSource`'s. Each read checks the record's data CRC
     unless `verify_checksums=False`. Parsing `tf.train.Example` is left to the caller.
+    Each read (or block of reads) first checks that the file has not shrunk since it was
+    opened: a file truncated in place raises `chute.DataError` instead of a SIGBUS.
     Picklable, thread-safe.
     """
 
@@ -91,19 +97,35 @@ class TFRecordDataSource(MultiFileSource["_File"]):
 
     def __getitem__(self, index: int) -> bytes:
         f, i = self._locate(index)
+        if _lseek(f.fd, 0, _SEEK_END) < f.size:  # a truncated map would SIGBUS
+            raise f.guard.error(i)
+        return self._read(f, i)
+
+    def _read(self, f: _File, i: int) -> bytes:
         mm = f.mm
         assert mm is not None
         start = f.spans[2 * i]
         end = start + f.spans[2 * i + 1]
         data = mm[start:end]
         if self._verify:
+            if len(data) != end - start or end + 4 > len(mm):
+                raise DataError(f"{f.path}: record {i}: it runs past the end of the file; {_FIX}")
             (stored,) = struct.unpack_from("<I", mm, end)
             if masked_crc32c(data) != stored:
                 raise DataError(f"{f.path}: record {i}: its data fails its CRC32C check; {_FIX}")
         return data
 
     def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
-        return [self[i] for i in indices]
+        checked: set[int] = set()
+        out = []
+        for g in indices:
+            f, i = self._locate(g)
+            if id(f) not in checked:  # one size check per file per block
+                if _lseek(f.fd, 0, _SEEK_END) < f.size:
+                    raise f.guard.error(i)
+                checked.add(id(f))
+            out.append(self._read(f, i))
+        return out
 
     def __repr__(self) -> str:
         return f"TFRecordDataSource({self._shown_paths()}, verify_checksums={self._verify})"
