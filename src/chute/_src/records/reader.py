@@ -38,7 +38,8 @@ class CrecFile:
     entry points inside the payload region, so later reads cannot leave the file.
     `base` is the global index of this file's first record (for error messages).
     The file stays open (`guard`): `read` and `check` first make sure it has not shrunk
-    since (a read from a truncated map would kill the process with SIGBUS).
+    since (a read from a truncated map would kill the process with SIGBUS): a flag test
+    while the guard holds a lease, a size check otherwise (`_file_guard`).
     """
 
     def __init__(self, path: str, *, verify: bool = True, base: int = 0) -> None:
@@ -198,8 +199,7 @@ class CrecFile:
 
     def read(self, i: int) -> bytes:
         """Record `i` (0 <= i < num_records) as bytes, checked and decompressed."""
-        if os.lseek(self.guard.fd, 0, os.SEEK_END) < self.size:
-            raise self.shrunk_error(i)
+        self.guard.check(i)
         return self.read_unguarded(i)
 
     def read_unguarded(self, i: int) -> bytes:
@@ -220,8 +220,7 @@ class CrecFile:
 
     def check(self, i: int) -> None:
         """Raises DataError if record `i` fails its checksum or does not decompress."""
-        if os.lseek(self.guard.fd, 0, os.SEEK_END) < self.size:
-            raise self.shrunk_error(i)
+        self.guard.check(i)
         o = self.offsets[i]
         data = self.view[o : o + self.lengths[i]]
         c = crc32c(data)

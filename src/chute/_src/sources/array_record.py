@@ -134,7 +134,7 @@ class ArrayRecordDataSource:
         if r is None or not r.ok() or not isinstance(r.writer_options_string(), str):
             # The reader does not say why; name what a plain open can tell (missing, a
             # directory, unreadable: FileGuard raises), else the file itself is bad.
-            guard = FileGuard(path, "an ArrayRecord file")
+            guard = FileGuard(path, "an ArrayRecord file", lease=False)
             empty = guard.size == 0
             guard.close()
             if empty:
@@ -216,7 +216,7 @@ class ArrayRecordDataSource:
         if entry is None:
             return None
         spans, mm, guard = entry
-        if _lseek(guard.fd, 0, _SEEK_END) < guard.size:  # a truncated map would SIGBUS
+        if not guard.leased and _lseek(guard.fd, 0, _SEEK_END) < guard.size:  # else SIGBUS
             raise guard.error(i)
         j = 4 * i
         try:
@@ -261,8 +261,8 @@ class ArrayRecordDataSource:
         if direct is not None:
             n, spans, mm, guard = direct
             if 0 <= index < n:
-                if _lseek(guard.fd, 0, _SEEK_END) < guard.size:  # a truncated map: SIGBUS
-                    raise guard.error(index)
+                if not guard.leased and _lseek(guard.fd, 0, _SEEK_END) < guard.size:
+                    raise guard.error(index)  # a truncated map: SIGBUS
                 j = 4 * index
                 try:
                     out = decode_record(

@@ -43,9 +43,10 @@ class RecordFileDataSource:
     written by `chute.records.ShardedRecordWriter` or `chute convert`), the manifest
     itself, or a list of these; files are concatenated in order. Files are memory
     mapped on first use, so the source is cheap to create and to pickle: a copy in
-    another process reopens the files itself. Each read (or block of reads) first
-    checks that no file has shrunk since it was opened, so a file truncated in place
-    raises `chute.DataError` rather than crashing the process with SIGBUS. Every read checks the record's CRC32C
+    another process reopens the files itself. Each read first makes sure that no file
+    has shrunk since it was opened (a flag test while chute holds a lease on the file,
+    else a size check per read or block of reads), so a file truncated in place raises
+    `chute.DataError` rather than crashing the process with SIGBUS. Every read checks the record's CRC32C
     unless `verify_checksums=False`; corruption raises `chute.DataError` naming the
     file and the record. Thread-safe.
 
@@ -118,6 +119,7 @@ class RecordFileDataSource:
                     None if all_raw else f.codecs,  # no per-read codec lookup if all raw
                     f.mm,
                     self._verify,
+                    f.guard,
                     f.guard.fd,
                     f.size,
                 )
@@ -167,8 +169,9 @@ class RecordFileDataSource:
             # One file: the common case, inlined. Anything unusual (a compressed record,
             # a bad checksum, an index out of range) goes through CrecFile.read. The file
             # must still be as long as when opened: reading a truncated map is a SIGBUS.
-            n, offsets, lengths, crcs, codecs, mm, verify, fd, size = fast
-            if 0 <= index < n and _lseek(fd, 0, 2) >= size:  # 2: SEEK_END
+            n, offsets, lengths, crcs, codecs, mm, verify, guard, fd, size = fast
+            # While leased, the kernel tells us before the file can shrink: a flag test.
+            if 0 <= index < n and (guard.leased or _lseek(fd, 0, 2) >= size):  # SEEK_END
                 o = offsets[index]
                 data = mm[o : o + lengths[index]]
                 if (codecs is None or not codecs[index]) and (
@@ -184,13 +187,16 @@ class RecordFileDataSource:
         fast = self._fast
         if fast is None:
             return self._getitems_files(indices)
-        n, offsets, lengths, crcs, codecs, mm, verify, fd, size = fast
-        if len(indices) and _lseek(fd, 0, _SEEK_END) < size:  # one check for the block
-            f, i = self._locate(int(indices[0]))
-            raise f.shrunk_error(i)
+        n, offsets, lengths, crcs, codecs, mm, verify, guard, fd, size = fast
         out: list[bytes] = []
         append = out.append
+        unchecked = True  # the size check, once per block, once the file is not leased
         for i in indices:
+            if unchecked and not guard.leased:  # a flag test per record while leased
+                if _lseek(fd, 0, _SEEK_END) < size:
+                    f, j = self._locate(int(i))
+                    raise f.shrunk_error(j)
+                unchecked = False
             if 0 <= i < n:
                 o = offsets[i]
                 data = mm[o : o + lengths[i]]
@@ -206,9 +212,8 @@ class RecordFileDataSource:
         out: list[bytes] = []
         for g in indices:
             f, i = self._locate(g)
-            if id(f) not in checked:
-                if _lseek(f.guard.fd, 0, _SEEK_END) < f.size:
-                    raise f.shrunk_error(i)
+            if not f.guard.leased and id(f) not in checked:
+                f.guard.check(i)
                 checked.add(id(f))
             out.append(f.read_unguarded(i))
         return out
@@ -216,9 +221,8 @@ class RecordFileDataSource:
     def _check_sizes(self, located: list[tuple[CrecFile, int]]) -> None:
         checked: set[int] = set()
         for f, i in located:
-            if id(f) not in checked:
-                if _lseek(f.guard.fd, 0, _SEEK_END) < f.size:
-                    raise f.shrunk_error(i)
+            if not f.guard.leased and id(f) not in checked:
+                f.guard.check(i)
                 checked.add(id(f))
 
     def view(self, index: int) -> memoryview:
@@ -273,7 +277,11 @@ class RecordFileDataSource:
         ends = np.zeros(len(located) + 1, dtype=np.int64)
         pos = 0
         verify = self._verify
+        checked = {id(f) for f, _ in located if not f.guard.leased}  # by _check_sizes
         for k, (f, i) in enumerate(located):
+            if not f.guard.leased and id(f) not in checked:  # its lease broke meanwhile
+                f.guard.check(i)
+                checked.add(id(f))
             if f.codecs[i]:
                 data = f.read_unguarded(i)
                 end = pos + len(data)

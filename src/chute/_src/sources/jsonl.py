@@ -98,9 +98,10 @@ class JsonlDataSource(MultiFileSource["_File"]):
     Random access goes through a line-offset index, built once per file and cached
     beside it (`.NAME.jsonl-lines.chute-index`; rebuilt when the file changes; pass
     `cache_index=False` to keep it in memory only). Decoding uses orjson when it is
-    installed. `decode=False` returns each line as bytes. Each read (or block of reads)
-    first checks that the file has not shrunk since it was opened: a file truncated in
-    place raises `chute.DataError` instead of a SIGBUS. Picklable, thread-safe.
+    installed. `decode=False` returns each line as bytes. Each read first makes sure that
+    the file has not shrunk since it was opened (a flag test while chute holds a lease on
+    it, else a size check per read or block): a file truncated in place raises
+    `chute.DataError` instead of a SIGBUS. Picklable, thread-safe.
 
     >>> import tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "d.jsonl")
@@ -123,8 +124,9 @@ class JsonlDataSource(MultiFileSource["_File"]):
 
     def _read(self, index: int) -> Any:
         f, i = self._locate(index)
-        if _lseek(f.fd, 0, _SEEK_END) < f.size:  # a truncated map would SIGBUS
-            raise f.guard.error(i)
+        guard = f.guard
+        if not guard.leased and _lseek(f.fd, 0, _SEEK_END) < f.size:  # a SIGBUS if read
+            raise guard.error(i)
         return self._decode_line(f, i)
 
     def _decode_line(self, f: _File, i: int) -> Any:
@@ -147,9 +149,8 @@ class JsonlDataSource(MultiFileSource["_File"]):
         out = []
         for g in indices:
             f, i = self._locate(g)
-            if id(f) not in checked:  # one size check per file per block
-                if _lseek(f.fd, 0, _SEEK_END) < f.size:
-                    raise f.guard.error(i)
+            if not f.guard.leased and id(f) not in checked:  # one size check per file
+                f.guard.check(i)
                 checked.add(id(f))
             out.append(self._decode_line(f, i))
         return out

@@ -47,8 +47,9 @@ class NumpyDataSource:
     mapped lazily and their rows concatenated. Rows are returned as arrays: views of
     in-memory arrays, copies for files (a view into the map would crash the process
     with SIGBUS if the file were truncated while the row is held). Each read (or block
-    of reads) first checks that no file has shrunk since it was mapped, raising
-    `chute.DataError` if one has. Picklable: files reopen in the new process.
+    of reads) first makes sure that no file has shrunk since it was mapped (a flag test
+    while chute holds a lease on it, else a size check), raising `chute.DataError` if
+    one has. Picklable: files reopen in the new process.
 
     >>> src = NumpyDataSource(np.arange(12).reshape(4, 3))
     >>> len(src), src[1].tolist(), [r.tolist() for r in src.__getitems__([3, 0])]
@@ -117,7 +118,7 @@ class NumpyDataSource:
         guard = self._guards[k]
         if guard is None:
             return False
-        if _lseek(guard.fd, 0, _SEEK_END) < guard.size:  # a truncated map would SIGBUS
+        if not guard.leased and _lseek(guard.fd, 0, _SEEK_END) < guard.size:  # else SIGBUS
             raise guard.error(i)
         return True
 

@@ -71,7 +71,7 @@ class ParquetDataSource:
             if self._files is None:
                 files = []
                 for p in self._paths:
-                    FileGuard(p, "a Parquet file").close()  # missing, directory, unreadable
+                    FileGuard(p, "a Parquet file", lease=False).close()  # missing, directory, unreadable
                     try:
                         f = pq.ParquetFile(p, page_checksum_verification=True)
                     except Exception as e:  # pyarrow.ArrowInvalid and friends

@@ -78,8 +78,9 @@ class TFRecordDataSource(MultiFileSource["_File"]):
     One scan of each file builds an offset index (checking every length CRC), cached
     beside the file like `JsonlDataSource`'s. Each read checks the record's data CRC
     unless `verify_checksums=False`. Parsing `tf.train.Example` is left to the caller.
-    Each read (or block of reads) first checks that the file has not shrunk since it was
-    opened: a file truncated in place raises `chute.DataError` instead of a SIGBUS.
+    Each read first makes sure that the file has not shrunk since it was opened (a flag
+    test while chute holds a lease on it, else a size check per read or block): a file
+    truncated in place raises `chute.DataError` instead of a SIGBUS.
     Picklable, thread-safe.
     """
 
@@ -97,8 +98,9 @@ class TFRecordDataSource(MultiFileSource["_File"]):
 
     def __getitem__(self, index: int) -> bytes:
         f, i = self._locate(index)
-        if _lseek(f.fd, 0, _SEEK_END) < f.size:  # a truncated map would SIGBUS
-            raise f.guard.error(i)
+        guard = f.guard
+        if not guard.leased and _lseek(f.fd, 0, _SEEK_END) < f.size:  # a SIGBUS if read
+            raise guard.error(i)
         return self._read(f, i)
 
     def _read(self, f: _File, i: int) -> bytes:
@@ -120,9 +122,8 @@ class TFRecordDataSource(MultiFileSource["_File"]):
         out = []
         for g in indices:
             f, i = self._locate(g)
-            if id(f) not in checked:  # one size check per file per block
-                if _lseek(f.fd, 0, _SEEK_END) < f.size:
-                    raise f.guard.error(i)
+            if not f.guard.leased and id(f) not in checked:  # one size check per file
+                f.guard.check(i)
                 checked.add(id(f))
             out.append(self._read(f, i))
         return out
