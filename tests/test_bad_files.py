@@ -327,3 +327,187 @@ def _run_truncation(fmt: str, path: Path, how: str) -> subprocess.CompletedProce
         env=env,
         timeout=120,
     )
+
+
+# -- file leases: truncated by another process or thread, with and without a lease ------
+
+MAPPED = [f for f in FORMATS if f != "parquet"]  # the readers that map files
+
+
+def _leases_available(tmp_path: Path) -> str | None:
+    """None if this process can take a read lease on a file in tmp_path, else why not."""
+    if sys.platform != "linux":
+        return "file leases are Linux's"
+    if Path("/proc/sys/fs/leases-enable").read_text().strip() == "0":
+        return "leases are turned off (/proc/sys/fs/leases-enable is 0)"
+    import fcntl
+
+    probe = tmp_path / "lease-probe"
+    probe.write_bytes(b"x")
+    fd = os.open(probe, os.O_RDONLY)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+    except OSError as e:
+        return f"this file system or user cannot take leases ({e})"
+    finally:
+        os.close(fd)
+        probe.unlink()
+    return None
+
+
+_LEASE_SCRIPT = """
+import os, subprocess, sys, threading
+import chute
+from chute import sources
+p, by = sys.argv[1], sys.argv[2]
+
+def leases_held():
+    ino, pid = os.stat(p).st_ino, os.getpid()
+    return sum(
+        " LEASE " in line and f" {pid} " in line and f":{ino} " in line
+        for line in open("/proc/locks")
+    )
+
+src = {expr}
+n = len(src)
+first = src[0]
+print("leases:", leases_held())
+if by == "process":  # the writer waits until this process lets go of its lease
+    subprocess.run(
+        [sys.executable, "-c", "import os, sys; os.truncate(sys.argv[1], 4096)", p],
+        check=True,
+        timeout=30,  # well under lease-break-time (45 s): the lease thread answered
+    )
+else:
+    t = threading.Thread(target=os.truncate, args=(p, 4096))
+    t.start()
+    t.join(timeout=30)
+    assert not t.is_alive(), "the truncating thread is still waiting"
+assert os.path.getsize(p) == 4096
+print("leases after:", leases_held())
+for how in ("single", "block"):
+    try:
+        if how == "single":
+            for i in range(n):
+                src[i]
+        else:
+            src.__getitems__(list(range(n)))
+        print(how, "NO ERROR")
+    except chute.DataError as e:
+        print(how, "DataError:", e)
+close = getattr(src, "close", None)
+if close is not None:
+    close()
+for t in threading.enumerate():  # the lease thread ends once no lease is left
+    if t.name == "chute-file-leases":
+        t.join(timeout=30)
+print("threads:", sorted(t.name for t in threading.enumerate()))
+"""
+
+
+def _run_lease_script(
+    fmt: str, path: Path, by: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    script = textwrap.dedent(_LEASE_SCRIPT).replace("{expr}", FORMATS[fmt][2])
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *sys.path])}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", script, str(path), by],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+    )
+
+
+def _assert_shrank_reported(out: str, path: Path) -> None:
+    for how in ("single", "block"):
+        line = next(x for x in out.splitlines() if x.startswith(how + " "))
+        assert line.startswith(f"{how} DataError:"), out
+        assert str(path) in line and "shrank" in line, line
+
+
+@pytest.mark.parametrize("by", ["process", "thread"])
+@pytest.mark.parametrize("fmt", MAPPED)
+def test_leased_file_truncated_by_another_process_or_thread_raises_data_error(
+    fmt: str, by: str, tmp_path: Path
+) -> None:
+    if why := _leases_available(tmp_path):
+        pytest.skip(why)
+    path = tmp_path / f"leased{FORMATS[fmt][0]}"
+    FORMATS[fmt][1](path)
+    proc = _run_lease_script(fmt, path, by)
+    assert proc.returncode == 0, f"returncode {proc.returncode} (-7: SIGBUS)\n{proc.stderr}"
+    out = proc.stdout
+    assert "leases: 1\n" in out, out  # the source really held a lease on the file
+    assert "leases after: 0\n" in out, out  # given up for the writer
+    _assert_shrank_reported(out, path)
+    assert "chute-file-leases" not in out.splitlines()[-1], out  # the thread has ended
+
+
+@pytest.mark.parametrize("by", ["process", "thread"])
+@pytest.mark.parametrize("fmt", ["crec", "numpy"])
+def test_leases_turned_off_fall_back_to_the_size_check(fmt: str, by: str, tmp_path: Path) -> None:
+    path = tmp_path / f"unleased{FORMATS[fmt][0]}"
+    FORMATS[fmt][1](path)
+    proc = _run_lease_script(fmt, path, by, env={"CHUTE_FILE_LEASES": "0"})
+    assert proc.returncode == 0, f"returncode {proc.returncode} (-7: SIGBUS)\n{proc.stderr}"
+    assert "leases: 0\n" in proc.stdout, proc.stdout
+    _assert_shrank_reported(proc.stdout, path)
+    assert "chute-file-leases" not in proc.stdout, proc.stdout
+
+
+_FORK_SCRIPT = """
+import os, subprocess, sys
+import chute
+from chute import sources
+p = sys.argv[1]
+src = sources.RecordFileDataSource(p)
+n = len(src)
+src[0]  # opened and leased in the parent
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:  # the child shares the parent's open file, and so its lease
+    os.read(r, 1)  # until the file is truncated
+    try:
+        for i in range(n):
+            src[i]
+        os._exit(1)
+    except chute.DataError:
+        os._exit(3)
+subprocess.run(
+    [sys.executable, "-c", "import os, sys; os.truncate(sys.argv[1], 4096)", p],
+    check=True,
+    timeout=30,
+)
+os.write(w, b"x")
+_, status = os.waitpid(pid, 0)
+print("child:", os.waitstatus_to_exitcode(status))
+try:
+    for i in range(n):
+        src[i]
+    print("parent: NO ERROR")
+except chute.DataError as e:
+    print("parent: DataError:", e)
+"""
+
+
+def test_forked_child_of_a_leased_source_checks_sizes_and_parent_still_notices(
+    tmp_path: Path,
+) -> None:
+    if why := _leases_available(tmp_path):
+        pytest.skip(why)
+    path = tmp_path / "forked.crec"
+    write_crec(path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_FORK_SCRIPT), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "child: 3\n" in proc.stdout, proc.stdout  # DataError; -7 would be a SIGBUS
+    assert "parent: DataError:" in proc.stdout and "shrank" in proc.stdout, proc.stdout

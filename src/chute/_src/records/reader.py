@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import mmap
-import os
 import struct
 from typing import Any
 

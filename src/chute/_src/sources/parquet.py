@@ -71,7 +71,8 @@ class ParquetDataSource:
             if self._files is None:
                 files = []
                 for p in self._paths:
-                    FileGuard(p, "a Parquet file", lease=False).close()  # missing, directory, unreadable
+                    # Names a missing, directory or unreadable file.
+                    FileGuard(p, "a Parquet file", lease=False).close()
                     try:
                         f = pq.ParquetFile(p, page_checksum_verification=True)
                     except Exception as e:  # pyarrow.ArrowInvalid and friends
