@@ -132,7 +132,7 @@ class _Leases:
         self.lock = threading.RLock()
         self.guards: weakref.WeakSet[FileGuard] = weakref.WeakSet()
         self.sig = 0  # the real-time signal; 0 until chosen
-        self.unusable = False  # no signal free, or leases turned off: never try again
+        self.unusable = False  # no free signal or no sigwaitinfo: never try again
         self.thread: threading.Thread | None = None
         self.tid = 0  # the thread's kernel id, for F_SETOWN_EX
 
@@ -142,7 +142,7 @@ class _Leases:
             return True
         if threading.current_thread() is not threading.main_thread():
             return False  # a Python handler can only be installed from the main thread
-        if not _leases_wanted() or not hasattr(signal, "sigwaitinfo"):
+        if not hasattr(signal, "sigwaitinfo"):
             self.unusable = True
             return False
         for sig in range(signal.SIGRTMIN + 6, signal.SIGRTMAX - 1):
@@ -195,7 +195,7 @@ class _Leases:
 
     def take(self, guard: FileGuard) -> bool:
         """Takes a read lease on `guard.fd` if this process can; True if it did."""
-        if self.unusable:
+        if self.unusable or not _leases_wanted():  # read each time: it can be changed
             return False
         with self.lock:
             if not self._choose_signal():
