@@ -25,6 +25,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -356,12 +357,21 @@ def instrumented_iter(ds: IterDataset[Any]) -> DatasetIterator[Any]:
     record = StageRecord(repr(ds), "iter", _input_ids(inner), boundary=ds.concurrent, role=ds.role)
     proxy = TimedIterator(inner, record)
     if level == 0:
-        from chute._src.stats import PipelineView
-
         if config.get("py_debug_mode"):
             _ensure_sampler()
-        proxy.top = PipelineView(proxy)
+        if _view_factory is not None:
+            proxy.top = _view_factory(proxy)
     return proxy
+
+
+_view_factory: Callable[[TimedIterator], Any] | None = None
+
+
+def attach_view(factory: Callable[[TimedIterator], Any]) -> None:
+    """Where the debug summary plugs in: `factory(top)` is built for the outermost timed
+    iterator and kept as `top.top` (it gets `tick()` and `finished()` calls)."""
+    global _view_factory
+    _view_factory = factory
 
 
 def _input_ids(it: DatasetIterator[Any]) -> list[int]:

@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from chute._src import config
-from chute._src.instrument import StageRecord, TimedIterator, nearest_records, stage_records
+from chute._src.instrument import (
+    StageRecord,
+    TimedIterator,
+    attach_view,
+    nearest_records,
+    stage_records,
+)
 from chute._src.iterator import DatasetIterator
 
 
@@ -358,5 +364,7 @@ def stats(iterator: Any) -> PipelineStats:
         )
     return view.stats()
 
+
+attach_view(PipelineView)  # the summary plugs into the instrumentation
 
 __all__ = ["PipelineStats", "StageStats", "graph_text", "nearest_records", "stats"]
