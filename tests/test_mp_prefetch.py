@@ -367,10 +367,10 @@ class _Count(chute.DatasetIterator[int]):
         self._i += 1
         return self._i - 1
 
-    def _own_state(self) -> dict[str, Any]:
+    def own_state(self) -> dict[str, Any]:
         return {"i": self._i}
 
-    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+    def restore_own_state(self, state: dict[str, Any], path: str) -> None:
         self._i = state["i"]
 
 
@@ -381,7 +381,7 @@ class CountStream(chute.IterDataset[int]):
         super().__init__()
         self._n = n
 
-    def _make_iterator(self) -> chute.DatasetIterator[int]:
+    def make_iterator(self) -> chute.DatasetIterator[int]:
         return _Count(self._n)
 
 

@@ -14,16 +14,18 @@ Each chain method is a thin constructor of a named class in its own module.
 from __future__ import annotations
 
 import abc
+import copy
 import hashlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast, overload
 
 import numpy as np
 
 from chute._src import config
 from chute._src.iterator import ThreadGuardedIterator
+from chute._src.protocol import StageRole
 from chute._src.seeding import derive_seed, validate_seed
 
 if TYPE_CHECKING:
@@ -41,8 +43,12 @@ SEED_TAG_SHUFFLE = 1
 SEED_TAG_RANDOM_MAP = 2
 
 
-class _Node:
-    """What `MapDataset` and `IterDataset` share: parents, the pipeline seed, a fingerprint."""
+class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
+    """What `MapDataset` and `IterDataset` share: the node protocol (parents, a role, how to
+    rebuild with other parents), the pipeline seed, a fingerprint."""
+
+    role: StageRole = StageRole.ORDER_DEPENDENT
+    """What this stage is to the engine (`_src/protocol.py`); a class or instance attribute."""
 
     def __init__(self, parents: Sequence[_Node] = ()) -> None:
         self._parents: tuple[_Node, ...] = tuple(parents)
@@ -54,7 +60,36 @@ class _Node:
 
     @property
     def parents(self) -> tuple[_Node, ...]:
+        """The nodes this one reads from, in order."""
         return self._parents
+
+    def with_parents(self, parents: Sequence[_Node]) -> Self:
+        """This stage reading from `parents` instead: equivalent nodes (the same elements),
+        such as a copy rewritten for worker processes or wrapped for timing. Every rewrite
+        of a pipeline goes through here. The copy keeps this stage's parameters, its seed
+        and its fingerprint; a stage that derives more from its parents in `__init__` than
+        these overrides it."""
+        if len(parents) != len(self._parents):
+            raise ValueError(
+                f"{self!r}.with_parents got {len(parents)} parents, but the stage has "
+                f"{len(self._parents)}: give one replacement for each of node.parents."
+            )
+        self.fingerprint  # noqa: B018 (computed here, so the copy keeps it)
+        new = copy.copy(self)
+        new._parents = tuple(parents)
+        return new
+
+    @property
+    def concurrent(self) -> bool:
+        """True when this stage computes its inputs on other threads or processes."""
+        return False
+
+    def for_workers(self, resources: list[Any]) -> Self:
+        """This node as worker processes should receive it (parents already rewritten).
+
+        A source holding a large in-memory list returns a copy that shares it through
+        shared memory, appending what must be released (`unlink()`) to `resources`."""
+        return self
 
     def _op_seed(self, seed: int | None, tag: int, where: str) -> int:
         """The seed of a random stage: its own, or one derived from the pipeline seed.
@@ -105,6 +140,30 @@ def stages_sources_first(ds: MapDataset[Any]) -> list[MapDataset[Any]]:
     return order
 
 
+N = TypeVar("N", bound=_Node)
+
+
+def rewrite_graph(ds: N, fn: Callable[[N], N]) -> N:
+    """`ds` with `fn` applied to every node, sources first, each node once: `fn` receives
+    the node already rebuilt (`with_parents`) on its rewritten parents, when they changed."""
+    memo: dict[int, N] = {}
+
+    def visit(node: N) -> N:
+        done = memo.get(id(node))
+        if done is not None:
+            return done
+        parents = [visit(cast(N, p)) for p in node.parents]
+        rebuilt = (
+            node.with_parents(parents)
+            if any(a is not b for a, b in zip(parents, node.parents))
+            else node
+        )
+        memo[id(node)] = out = fn(rebuilt)
+        return out
+
+    return visit(ds)
+
+
 class MapDataset(_Node, Generic[T]):
     """A lazy, random-access dataset: `len(ds)`, `ds[i]`, `ds[a:b:c]`.
 
@@ -129,9 +188,18 @@ class MapDataset(_Node, Generic[T]):
     def __len__(self) -> int:
         """The number of elements of one epoch (`INFINITE` when repeated forever)."""
 
-    @abc.abstractmethod
     def _getitems(self, indices: np.ndarray) -> list[T | None]:
-        """Elements at `indices` (int64, >= 0; past `len` means a later epoch)."""
+        """Elements at `indices` (int64, >= 0; past `len` means a later epoch).
+
+        chute's stages compute a whole block here. The default serves a stage written as
+        in Grain, with `__getitem__(index)`: it asks for one index at a time."""
+        if type(self).__getitem__ is MapDataset.__getitem__:
+            raise TypeError(
+                f"{type(self).__name__} defines neither __getitem__ nor _getitems: a "
+                "MapDataset subclass implements __len__ and __getitem__(index)."
+            )
+        getitem = self.__getitem__
+        return [getitem(i) for i in indices.tolist()]
 
     # -- access --------------------------------------------------------------------------------
 
@@ -309,15 +377,33 @@ class IterDataset(_Node, Generic[T]):
             from chute._src.instrument import instrumented_iter
 
             return instrumented_iter(self)
-        return self._make_iterator()
+        return self.make_iterator()
 
-    @abc.abstractmethod
-    def _make_iterator(self) -> DatasetIterator[T]:
-        """What `__iter__` returns: each stage builds its own iterator here."""
+    def make_iterator(self) -> DatasetIterator[T]:
+        """A fresh iterator of this stage, reading fresh iterators of its parents
+        (`self._parent_iter(i)`). Every chute stage implements it; `iter(ds)` adds the
+        thread guard (and the timing of debug mode) around it.
+
+        The default serves a stage written as in Grain, whose `__iter__` returns its
+        iterator: it calls that."""
+        if type(self).__iter__ is IterDataset.__iter__:
+            raise TypeError(
+                f"{type(self).__name__} defines neither make_iterator nor __iter__: an "
+                "IterDataset subclass implements make_iterator() (or __iter__, as in Grain) "
+                "returning a DatasetIterator."
+            )
+        return self.__iter__()
 
     def _parent_iter(self, i: int = 0) -> DatasetIterator[Any]:
         """A fresh iterator of parent `i`."""
         return cast("IterDataset[Any]", self._parents[i])._iter()
+
+    def as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
+        """For an `ELEMENT_WISE` stage: the same operation as a MapDataset stage on `parent`."""
+        raise NotImplementedError(
+            f"{self!r} is not element-wise (its role is {self.role}); only ELEMENT_WISE "
+            "stages can be moved onto a MapDataset."
+        )
 
     def __repr__(self) -> str:
         return type(self).__name__

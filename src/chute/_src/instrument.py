@@ -4,30 +4,36 @@ Only when `chute.config` asks for it (`py_debug_mode`, or a visualization direct
 `IterDataset.__iter__` build instrumented iterators; otherwise nothing here runs, and a
 pipeline pays nothing for it. Instrumented:
 
-- every IterDataset stage's iterator is wrapped in a `_TimedIterator` (state, prefetch and
+- every IterDataset stage's iterator is wrapped in a `TimedIterator` (state, prefetch and
   close pass straight through, so checkpoints are unchanged);
-- the MapDataset under a `to_iter_dataset` is cloned with a `_TimedMapDataset` around every
-  node, timing each block call; in worker processes the same clone runs, and the figures
-  travel back with every chunk and are merged;
+- the MapDataset under a `to_iter_dataset` is rebuilt (`rewrite_graph`) with a
+  `_TimedMapDataset` around every node, timing each block call; in worker processes the
+  same copy runs, and the figures travel back with every chunk and are merged;
 - a sampler thread wakes every few milliseconds and notes, for the stage each thread is in,
   whether it had to wait for the GIL: a wait means some thread was running Python code
   (GIL held); no wait means the work was in code that released the GIL.
+
+It finds its way through the node protocol only: `parents`, `role`, `concurrent`,
+`with_parents` on datasets; `children()` and `computed_dataset()` on iterators. Each
+record carries the stage's `role` and `internal` (a pass-through stage: a seed, a stand-in
+for a stage moved into workers, `mp_prefetch` with no workers), which the summary hides.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
 from chute._src import config
-from chute._src.dataset import IterDataset, MapDataset, stages_sources_first
-from chute._src.iterator import DatasetIterator, child_iterators
+from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
+from chute._src.iterator import DatasetIterator, walk
+from chute._src.protocol import StageRole
 
 _ids = itertools.count()
 _get_ident = threading.get_ident
@@ -67,21 +73,34 @@ class StageRecord:
         "gil_busy",
         "id",
         "inputs",
+        "internal",
         "kind",
         "max_ns",
         "min_ns",
         "name",
+        "role",
         "samples",
         "spec",
         "wall_ns",
     )
 
-    def __init__(self, name: str, kind: str, inputs: list[int], boundary: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        inputs: list[int],
+        boundary: bool = False,
+        role: StageRole = StageRole.ORDER_DEPENDENT,
+    ) -> None:
         self.id = next(_ids)
         self.name = name
         self.kind = kind  # "map" (MapDataset node, timed per block) or "iter"
         self.inputs = inputs
         self.boundary = boundary  # its inputs run on other threads or processes
+        self.role = role.value  # what the stage is to the engine (`StageRole`)
+        # A pass-through stage (seed, stand-in, mp_prefetch without workers): does no work
+        # of its own, so a summary hides it and never names it as the bottleneck.
+        self.internal = role is StageRole.PASS_THROUGH
         self.spec: Any = None
         self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
         self.min_ns = 1 << 62
@@ -200,20 +219,25 @@ def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, int | No
 class _TimedMapDataset(MapDataset[Any]):
     """Times `_getitems` of the node it wraps (inclusive of the node's timed parents)."""
 
+    role = StageRole.PASS_THROUGH
+
     def __init__(self, inner: MapDataset[Any], record: StageRecord) -> None:
-        self._parents = (inner,)
-        self._pipeline_seed = inner._pipeline_seed
-        self._depth = inner._depth
-        self._fingerprint = inner.fingerprint
-        self._may_be_none = inner._may_be_none
-        self._inner = inner
+        super().__init__([inner])
         self.record = record
 
+    @property
+    def inner(self) -> MapDataset[Any]:
+        return self._parents[0]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
     def __len__(self) -> int:
-        return len(self._inner)
+        return len(self.inner)
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
-        out, wall, cpu = _timed(self.record, self._inner._getitems, indices)
+        out, wall, cpu = _timed(self.record, self._parents[0]._getitems, indices)
         self.record.add(len(indices), wall, cpu)
         if self.record.spec is None:
             first = next((x for x in out if x is not None), None)
@@ -222,41 +246,34 @@ class _TimedMapDataset(MapDataset[Any]):
         return out
 
     def __repr__(self) -> str:
-        return repr(self._inner)
+        return repr(self.inner)
 
 
 def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
     """A copy of `ds` with every node timed; same elements, same fingerprint."""
-    memo: dict[int, _TimedMapDataset] = {}
 
-    def clone(node: MapDataset[Any]) -> _TimedMapDataset:
-        done = memo.get(id(node))
-        if done is not None:
-            return done
-        parents = [clone(p) for p in node._parents]
-        node.fingerprint  # noqa: B018 (computed before cloning, so the copy keeps it)
-        new = copy.copy(node)
-        new._parents = tuple(parents)
-        record = StageRecord(repr(node), "map", [p.record.id for p in parents])
-        memo[id(node)] = timed = _TimedMapDataset(new, record)
-        return timed
+    def timed(node: MapDataset[Any]) -> MapDataset[Any]:
+        inputs = [cast(_TimedMapDataset, p).record.id for p in node.parents]
+        return _TimedMapDataset(node, StageRecord(repr(node), "map", inputs, role=node.role))
 
-    return clone(ds)
+    return rewrite_graph(ds, timed)
 
 
-def map_records(ds: MapDataset[Any]) -> list[StageRecord]:
+def map_records(ds: MapDataset[Any] | None) -> list[StageRecord]:
     """The records of a timed map chain, sources first."""
+    if ds is None:
+        return []
     return [n.record for n in stages_sources_first(ds) if isinstance(n, _TimedMapDataset)]
 
 
 # -- IterDataset side ---------------------------------------------------------------------
 
 
-class _TimedIterator(DatasetIterator[Any]):
+class TimedIterator(DatasetIterator[Any]):
     """Times its stage's iterator. Not a stage itself: the state is the inner one's."""
 
     def __init__(self, inner: DatasetIterator[Any], record: StageRecord) -> None:
-        super().__init__(None)
+        super().__init__(inner)
         self._inner = inner
         self.record = record
         self.top: Any = None  # set on the outermost proxy: what prints summaries
@@ -334,60 +351,69 @@ def instrumented_iter(ds: IterDataset[Any]) -> DatasetIterator[Any]:
     level = getattr(_depth, "level", 0)
     _depth.level = level + 1
     try:
-        inner = ds._make_iterator()
+        inner = ds.make_iterator()
     finally:
         _depth.level = level
-    record = StageRecord(repr(ds), "iter", _input_ids(inner), boundary=_is_boundary(ds))
-    proxy = _TimedIterator(inner, record)
+    record = StageRecord(repr(ds), "iter", _input_ids(inner), boundary=ds.concurrent, role=ds.role)
+    proxy = TimedIterator(inner, record)
     if level == 0:
-        from chute._src.stats import PipelineView
-
         if config.get("py_debug_mode"):
             _ensure_sampler()
-        proxy.top = PipelineView(proxy)
+        if _view_factory is not None:
+            proxy.top = _view_factory(proxy)
     return proxy
 
 
-def _is_boundary(ds: IterDataset[Any]) -> bool:
-    from chute._src.iter.mp_prefetch import (
-        MultiprocessPrefetchIterDataset,
-        _WorkerFedIterDataset,
-    )
-    from chute._src.iter.prefetch import PrefetchIterDataset
-    from chute._src.iter.thread_prefetch import ThreadPrefetchIterDataset
-
-    if isinstance(
-        ds, ThreadPrefetchIterDataset | MultiprocessPrefetchIterDataset | _WorkerFedIterDataset
-    ):
-        return True
-    return isinstance(ds, PrefetchIterDataset) and ds.read_options.num_threads > 0
+_view_factory: Callable[[TimedIterator], Any] | None = None
 
 
-def _input_ids(it: Any) -> list[int]:
+def attach_view(factory: Callable[[TimedIterator], Any]) -> None:
+    """Where the debug summary plugs in: `factory(top)` is built for the outermost timed
+    iterator and kept as `top.top` (it gets `tick()` and `finished()` calls)."""
+    global _view_factory
+    _view_factory = factory
+
+
+def _input_ids(it: DatasetIterator[Any]) -> list[int]:
     return [r.id for r in nearest_records(it)]
 
 
-def nearest_records(it: Any) -> list[StageRecord]:
+def nearest_records(it: DatasetIterator[Any]) -> list[StageRecord]:
     """The records of the stages feeding iterator `it`: the nearest proxies or map chains."""
-    from chute._src.iter.prefetch import PrefetchDatasetIterator
-
     found: list[StageRecord] = []
-    stack = list(child_iterators(it))
+    queue = list(it.children())
     seen: set[int] = set()
-    while stack:
-        node = stack.pop(0)
+    while queue:
+        node = queue.pop(0)
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, _TimedIterator):
+        if isinstance(node, TimedIterator):
             found.append(node.record)
-        elif isinstance(node, PrefetchDatasetIterator) and node.map_records():
-            found.append(node.map_records()[-1])
+            continue
+        chain = map_records(node.computed_dataset())
+        if chain:
+            found.append(chain[-1])
         else:
-            stack.extend(child_iterators(node))
-    if isinstance(it, PrefetchDatasetIterator) and it.map_records():
-        found.append(it.map_records()[-1])
+            queue.extend(node.children())
+    chain = map_records(it.computed_dataset())
+    if chain:
+        found.append(chain[-1])
     return found
+
+
+def stage_records(
+    top: DatasetIterator[Any],
+) -> list[tuple[StageRecord, DatasetIterator[Any] | None]]:
+    """Every stage's record below `top` (sources first), with the iterator of IterDataset
+    stages (None for MapDataset stages): what the debug summary reads."""
+    out: dict[int, tuple[StageRecord, DatasetIterator[Any] | None]] = {}
+    for it in walk(top):
+        if isinstance(it, TimedIterator):
+            out[it.record.id] = (it.record, it.inner)
+        for r in map_records(it.computed_dataset()):
+            out.setdefault(r.id, (r, None))
+    return [out[k] for k in sorted(out)]
 
 
 def element_spec(x: Any) -> Any:

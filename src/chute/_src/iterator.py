@@ -17,7 +17,7 @@ a `RuntimeError` rather than duplicated or skipped elements.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
@@ -36,14 +36,42 @@ _FIX = (
 
 
 class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
-    """An iterator with `get_state()`/`set_state()`, `start_prefetch()` and `close()`."""
+    """An iterator with `get_state()`/`set_state()`, `start_prefetch()` and `close()`.
+
+    The protocol (docs/design.md, docs/extending.md): a subclass implements `__next__`, and
+    gives the iterators it reads to `__init__` (none, one, or a list), which `children()`
+    returns. Then state, `start_prefetch` and `close` work for it: its state is
+    `{"stage": stage, **own_state(), "parent": ...}` ("parents": [...] for several), checked
+    on restore. A subclass may instead override `get_state` and `set_state` with a state of
+    any shape, as in Grain; it then restores its parents itself, if it has any.
+    """
 
     stage: ClassVar[str] = "iterator"
     """The stage name recorded in the state; a state must match it to be restored."""
 
-    def __init__(self, parent: DatasetIterator[Any] | None = None) -> None:
-        # Typed as present: only leaf iterators (which never read it) have none.
-        self._parent: DatasetIterator[Any] = cast("DatasetIterator[Any]", parent)
+    bound_to_thread: bool = False
+    """True when this iterator must be advanced on the thread that created it (its chunks
+    come from worker processes through a channel that is not shared across threads)."""
+
+    def __init__(
+        self, parent: DatasetIterator[Any] | Sequence[DatasetIterator[Any]] | None = None
+    ) -> None:
+        if parent is None:
+            children: tuple[DatasetIterator[Any], ...] = ()
+        elif isinstance(parent, DatasetIterator):
+            children = (parent,)
+        else:
+            children = tuple(parent)
+        self._children = children
+        # The single parent of most stages. Typed as present: only stages without one
+        # (which never read it) have none.
+        self._parent: DatasetIterator[Any] = cast(
+            "DatasetIterator[Any]", children[0] if len(children) == 1 else None
+        )
+
+    def children(self) -> tuple[DatasetIterator[Any], ...]:
+        """The iterators this one reads from (its parents', or the one it wraps)."""
+        return self.__dict__.get("_children", ())
 
     def __iter__(self) -> DatasetIterator[T]:
         return self
@@ -65,12 +93,13 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
 
     # -- checkpointing ---------------------------------------------------------------------
 
-    def _own_state(self) -> dict[str, Any]:
-        """This stage's own state (not its parent's); stateless stages keep the default."""
+    def own_state(self) -> dict[str, Any]:
+        """This stage's own state (not its parents'); stateless stages keep the default."""
         return {}
 
-    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
-        """Restores what `_own_state` returned; `state` has been checked for its keys.
+    def restore_own_state(self, state: dict[str, Any], path: str) -> None:
+        """Restores what `own_state` returned; `state` has been checked for its keys, and
+        the parents are restored already. `path` names `state` in errors.
 
         Checks every value (`check_int`) before it changes anything."""
 
@@ -83,9 +112,12 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable dict from which `set_state` continues exactly here."""
-        state: dict[str, Any] = {"stage": self.stage, **self._own_state()}
-        if self._parent is not None:
-            state["parent"] = self._parent.get_state()
+        state: dict[str, Any] = {"stage": self.stage, **self.own_state()}
+        children = self.children()
+        if len(children) == 1:
+            state["parent"] = children[0].get_state()
+        elif children:
+            state["parents"] = [c.get_state() for c in children]
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -111,26 +143,59 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
             raise
 
     def _restore(self, state: Any, path: str) -> None:
-        own_keys = set(self._own_state())
-        expected = {"stage", *own_keys} | ({"parent"} if self._parent is not None else set())
-        check_state(state, self.stage, expected, path)
-        # The parent first: its own values are checked before this stage compares its
-        # counters with the parent's position.
-        if self._parent is not None:
-            self._parent._restore(state["parent"], f"{path}['parent']")
-        self._restore_own_state(state, path)
+        """Restores `state`, found at `path` of the pipeline's state: what a stage calls on
+        its parents (`restore_child`)."""
+        if type(self).set_state is not DatasetIterator.set_state:
+            # The stage keeps a state of its own shape (Grain's way): its own set_state.
+            try:
+                self.set_state(state)
+            except CheckpointError as e:
+                e.add_note(f"chute: restoring {path}")
+                raise
+            return
+        children = self.children()
+        own_keys = set(self.own_state())
+        links = {"parent"} if len(children) == 1 else {"parents"} if children else set()
+        check_state(state, self.stage, {"stage", *own_keys} | links, path)
+        # The parents first: their own values are checked before this stage compares its
+        # counters with the parents' positions.
+        if len(children) == 1:
+            children[0]._restore(state["parent"], f"{path}['parent']")
+        elif children:
+            states = state["parents"]
+            if not isinstance(states, list) or len(states) != len(children):
+                raise CheckpointError(
+                    f"{path}['parents'] is not a list of {len(children)} states: the state is "
+                    f"from a {self.stage!r} stage of other inputs; restore a state of this "
+                    "pipeline."
+                )
+            for i, (c, s) in enumerate(zip(children, states)):
+                c._restore(s, f"{path}['parents'][{i}]")
+        self.restore_own_state(state, path)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start_prefetch(self) -> None:
         """Starts background work (threads, workers) now, before the first `next`."""
-        if self._parent is not None:
-            self._parent.start_prefetch()
+        for c in self.children():
+            c.start_prefetch()
 
     def close(self) -> None:
         """Stops background work and releases resources; idempotent."""
-        if self._parent is not None:
-            self._parent.close()
+        for c in self.children():
+            c.close()
+
+    # -- what the debug layer reads ----------------------------------------------------------
+
+    def computed_dataset(self) -> Any:
+        """The MapDataset whose chunks this iterator computes (a `to_iter_dataset` reader),
+        else None."""
+        return None
+
+    def buffer_info(self) -> tuple[int, int] | None:
+        """(elements, bytes of numpy arrays) computed ahead of the consumer, for stages that
+        compute ahead; None for the others."""
+        return None
 
     def __enter__(self) -> DatasetIterator[T]:
         return self
@@ -142,6 +207,19 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def walk(it: DatasetIterator[Any]) -> Iterator[DatasetIterator[Any]]:
+    """`it` and every iterator below it, each once, through `children()`."""
+    stack = [it]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(reversed(node.children()))
 
 
 def check_state(state: Any, stage: str, keys: set[str], path: str) -> None:
@@ -202,17 +280,6 @@ def int_at(state: Any, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_POSITION:
         return None
     return value
-
-
-def child_iterators(it: Any) -> list[DatasetIterator[Any]]:
-    """The iterators `it` holds directly: its parents, or the iterator it wraps."""
-    found: list[DatasetIterator[Any]] = []
-    for v in vars(it).values():
-        if isinstance(v, DatasetIterator):
-            found.append(v)
-        elif isinstance(v, list | tuple):
-            found.extend(x for x in v if isinstance(x, DatasetIterator))
-    return found
 
 
 def concurrent_next_error(it: object) -> RuntimeError:

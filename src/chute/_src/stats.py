@@ -21,11 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from chute._src import config
-from chute._src.instrument import StageRecord, _TimedIterator, nearest_records
-from chute._src.iterator import DatasetIterator, child_iterators
+from chute._src.instrument import (
+    StageRecord,
+    TimedIterator,
+    attach_view,
+    nearest_records,
+    stage_records,
+)
+from chute._src.iterator import DatasetIterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +192,7 @@ def _bytes(n: int) -> str:
 class PipelineView:
     """Attached to the outermost instrumented iterator: collects, prints, draws."""
 
-    def __init__(self, top: _TimedIterator) -> None:
+    def __init__(self, top: TimedIterator) -> None:
         self._top = top
         self._last_print = time.monotonic()
         self._printed_graph = False
@@ -199,23 +203,7 @@ class PipelineView:
 
     def records(self) -> list[tuple[StageRecord, DatasetIterator[Any] | None]]:
         """Every stage's record (sources first), with the iterator of iter stages."""
-        from chute._src.iter.prefetch import PrefetchDatasetIterator
-
-        out: dict[int, tuple[StageRecord, DatasetIterator[Any] | None]] = {}
-        stack: list[Any] = [self._top]
-        seen: set[int] = set()
-        while stack:
-            it = stack.pop()
-            if id(it) in seen:
-                continue
-            seen.add(id(it))
-            if isinstance(it, _TimedIterator):
-                out[it.record.id] = (it.record, it.inner)
-            if isinstance(it, PrefetchDatasetIterator):
-                for r in it.map_records():
-                    out.setdefault(r.id, (r, None))
-            stack.extend(child_iterators(it))
-        return [out[k] for k in sorted(out)]
+        return stage_records(self._top)
 
     def stats(self) -> PipelineStats:
         pairs = self.records()
@@ -356,21 +344,6 @@ def _buffer_info(it: DatasetIterator[Any] | None) -> tuple[int, int] | None:
     return probe() if probe is not None else None
 
 
-def nbytes(elements: Any) -> int:
-    """Bytes held by the numpy arrays in `elements` (others count as 0)."""
-    total = 0
-    stack = [elements]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, np.ndarray):
-            total += x.nbytes
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-        elif isinstance(x, list | tuple):
-            stack.extend(x)
-    return total
-
-
 def stats(iterator: Any) -> PipelineStats:
     """Per-stage figures of an iterator created while `py_debug_mode` was on.
 
@@ -391,5 +364,7 @@ def stats(iterator: Any) -> PipelineStats:
         )
     return view.stats()
 
+
+attach_view(PipelineView)  # the summary plugs into the instrumentation
 
 __all__ = ["PipelineStats", "StageStats", "graph_text", "nearest_records", "stats"]

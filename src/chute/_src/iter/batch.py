@@ -26,7 +26,7 @@ class BatchIterDataset(IterDataset[Any]):
         self._drop = bool(drop_remainder)
         self._batch_fn = as_batch_fn(batch_fn)
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def make_iterator(self) -> DatasetIterator[Any]:
         return _BatchIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

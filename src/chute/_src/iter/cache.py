@@ -31,7 +31,7 @@ class CacheIterDataset(IterDataset[T]):
     def __init__(self, parent: IterDataset[T]) -> None:
         super().__init__([parent])
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    def make_iterator(self) -> DatasetIterator[T]:
         return _MemoryCacheIterator(self._parent_iter())
 
     def __repr__(self) -> str:

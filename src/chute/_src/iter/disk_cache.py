@@ -157,7 +157,7 @@ class DiskCacheIterDataset(IterDataset[T]):
         """Where this pipeline's cache lives: `path/<key of the upstream pipeline>`."""
         return self._root / self._key
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    def make_iterator(self) -> DatasetIterator[T]:
         return _DiskCacheIterator(self._parent_iter(), self.directory / _FILE)
 
     def __repr__(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from chute._src.dataset import IterDataset
 from chute._src.errors import CheckpointError, DataError
 from chute._src.iterator import DatasetIterator, bad_value, check_int
+from chute._src.protocol import StageRole
 from chute._src.sources._paths import expand_paths
 from chute._src.transforms import describe
 
@@ -42,6 +43,7 @@ class FileLinesIterDataset(IterDataset[Any]):
     """
 
     _where = "FileLinesIterDataset"
+    role = StageRole.SOURCE
 
     def __init__(
         self,
@@ -58,7 +60,7 @@ class FileLinesIterDataset(IterDataset[Any]):
     def paths(self) -> list[str]:
         return list(self._paths)
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def make_iterator(self) -> DatasetIterator[Any]:
         return _LinesIterator(self)
 
     def __repr__(self) -> str:
@@ -148,10 +150,10 @@ class _LinesIterator(DatasetIterator[Any]):
                 "that accepts it."
             ) from e
 
-    def _own_state(self) -> dict[str, Any]:
+    def own_state(self) -> dict[str, Any]:
         return {"file": self._file, "offset": self._offset, "files": len(self._paths)}
 
-    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+    def restore_own_state(self, state: dict[str, Any], path: str) -> None:
         files = check_int(state, "files", path)
         if files != len(self._paths):
             raise CheckpointError(

@@ -5,20 +5,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from chute._src.dataset import IterDataset
+from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import add_stage_note
 from chute._src.iterator import DatasetIterator
+from chute._src.protocol import StageRole
 from chute._src.transforms import as_filter_fn, describe
 
 T = TypeVar("T")
 
 
 class FilterIterDataset(IterDataset[T]):
+    role = StageRole.ELEMENT_WISE
+    stage_name = "filter"  # what its iterator records in states
+
     def __init__(self, parent: IterDataset[T], predicate: Any) -> None:
         super().__init__([parent])
         self._fn: Callable[[Any], bool] = as_filter_fn(predicate)
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    def as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
+        return parent.filter(self._fn)
+
+    def make_iterator(self) -> DatasetIterator[T]:
         return _FilterIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

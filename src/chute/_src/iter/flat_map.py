@@ -38,7 +38,7 @@ class FlatMapIterDataset(IterDataset[Any]):
         super().__init__([parent])
         self._t = check_transform(transform, "FlatMapIterDataset")
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def make_iterator(self) -> DatasetIterator[Any]:
         return _FlatMapIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

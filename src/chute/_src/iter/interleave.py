@@ -24,7 +24,7 @@ from chute._src.iterator import (
     bad_value,
     check_int,
     check_state,
-    child_iterators,
+    walk,
 )
 
 
@@ -71,7 +71,7 @@ class InterleaveIterDataset(IterDataset[Any]):
         self._chunk = iter_buffer_size
         self._threads = self._cycle + num_make_iter_threads
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def make_iterator(self) -> DatasetIterator[Any]:
         its = [self._parent_iter(i) for i in range(len(self._parents))]
         return _InterleaveIterator(its, self)
 
@@ -106,7 +106,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
     stage = "interleave"
 
     def __init__(self, its: list[DatasetIterator[Any]], ds: InterleaveIterDataset) -> None:
-        super().__init__()
+        super().__init__(its)
         self._its = its
         self._n = len(its)
         self._cycle, self._chunk, self._ahead = ds._cycle, ds._chunk, ds._ahead
@@ -315,10 +315,4 @@ class _InterleaveIterator(DatasetIterator[Any]):
 
 
 def _fed_by_workers(it: DatasetIterator[Any]) -> bool:
-    stack: list[Any] = [it]
-    while stack:
-        node = stack.pop()
-        if hasattr(node, "connect"):
-            return True
-        stack.extend(child_iterators(node))
-    return False
+    return any(node.bound_to_thread for node in walk(it))

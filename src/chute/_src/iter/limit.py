@@ -23,7 +23,7 @@ class LimitIterDataset(IterDataset[T]):
         super().__init__([parent])
         self._count = check_count(count, "count", "limit", allow_none=False) or 0
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    def make_iterator(self) -> DatasetIterator[T]:
         return _LimitIterator(self._parent_iter(), self._count)
 
     def __repr__(self) -> str:
@@ -53,10 +53,10 @@ class _LimitIterator(DatasetIterator[T]):
         self._taken += len(xs)
         return xs
 
-    def _own_state(self) -> dict[str, Any]:
+    def own_state(self) -> dict[str, Any]:
         return {"taken": self._taken}
 
-    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+    def restore_own_state(self, state: dict[str, Any], path: str) -> None:
         taken = check_int(
             state, "taken", path, 0, self._count, f"elements taken, at most count={self._count}"
         )

@@ -7,19 +7,26 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset
+from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
 from chute._src.errors import add_stage_note
 from chute._src.iterator import DatasetIterator, bad_value, check_int, int_at
+from chute._src.protocol import StageRole
 from chute._src.seeding import ElementRngs
 from chute._src.transforms import as_map_fn, as_map_with_index_fn, as_random_map_fn, describe
 
 
 class MapIterDataset(IterDataset[Any]):
+    role = StageRole.ELEMENT_WISE
+    stage_name = "map"  # what its iterator records in states
+
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
         super().__init__([parent])
         self._fn: Callable[[Any], Any] = as_map_fn(transform, "map")
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
+        return parent.map(self._fn)
+
+    def make_iterator(self) -> DatasetIterator[Any]:
         return _MapIterator(self._parent_iter(), self._fn, self)
 
     def __repr__(self) -> str:
@@ -72,7 +79,7 @@ class MapWithIndexIterDataset(IterDataset[Any]):
         super().__init__([parent])
         self._fn: Callable[[int, Any], Any] = as_map_with_index_fn(transform)
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def make_iterator(self) -> DatasetIterator[Any]:
         return _IndexedIterator(self._parent_iter(), self, None)
 
     def __repr__(self) -> str:
@@ -88,7 +95,7 @@ class RandomMapIterDataset(IterDataset[Any]):
         self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
         self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def make_iterator(self) -> DatasetIterator[Any]:
         return _IndexedIterator(self._parent_iter(), self, ElementRngs(self._seed))
 
     def __repr__(self) -> str:
@@ -140,13 +147,13 @@ class _IndexedIterator(DatasetIterator[Any]):
     def _next_many(self, n: int) -> list[Any]:
         return self._apply(self._parent._next_many(n))
 
-    def _own_state(self) -> dict[str, Any]:
+    def own_state(self) -> dict[str, Any]:
         return {"index": self._index}
 
     def _count_at(self, state: Any) -> int | None:
         return int_at(state, "index")
 
-    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+    def restore_own_state(self, state: dict[str, Any], path: str) -> None:
         index = check_int(state, "index", path)
         count = self._parent._count_at(state["parent"])
         if count is not None and index != count:

@@ -63,7 +63,7 @@ class MixedIterDataset(IterDataset[Any]):
         super().__init__(parents)
         self._schedule = Schedule(int_proportions(weights, len(parents), where), where)
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def make_iterator(self) -> DatasetIterator[Any]:
         return _MixIterator([self._parent_iter(i) for i in range(len(self._parents))], self)
 
     def __repr__(self) -> str:
@@ -74,7 +74,7 @@ class _MixIterator(DatasetIterator[Any]):
     stage = "mix"
 
     def __init__(self, parents: list[DatasetIterator[Any]], ds: MixedIterDataset) -> None:
-        super().__init__()
+        super().__init__(parents)
         self._parents = parents
         self._names = ds._names
         self._schedule = ds._schedule
@@ -168,11 +168,3 @@ class _MixIterator(DatasetIterator[Any]):
                     f"input {i} (proportions {list(sched.proportions)}), but its state "
                     f"{path}['parents'][{i}] has handed out {count}",
                 )
-
-    def start_prefetch(self) -> None:
-        for p in self._parents:
-            p.start_prefetch()
-
-    def close(self) -> None:
-        for p in self._parents:
-            p.close()

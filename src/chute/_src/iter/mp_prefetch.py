@@ -17,7 +17,6 @@ bound the wait (a warning with the worker's stack, then an error).
 
 from __future__ import annotations
 
-import copy
 import pickle
 import time
 import warnings
@@ -29,19 +28,15 @@ from typing import Any, TypeVar
 import numpy as np
 
 from chute._src import config, pipeline_pickle
-from chute._src.dataset import IterDataset, MapDataset, _Node, stages_sources_first
-from chute._src.iter.filter import FilterIterDataset
-from chute._src.iter.map import MapIterDataset
-from chute._src.iter.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
-from chute._src.iterator import DatasetIterator, child_iterators
-from chute._src.map.source import SourceMapDataset
+from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
+from chute._src.executors import ChunkExecutor, nbytes
+from chute._src.iterator import DatasetIterator
 from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
 from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
 from chute._src.mp.pool import WorkerPool
 from chute._src.mp.transport import RemoteFailure
-from chute._src.options import MultiprocessingOptions, ReadOptions
-from chute._src.sources.shared_list import SharedListSource
-from chute._src.stats import nbytes
+from chute._src.options import MultiprocessingOptions
+from chute._src.protocol import StageRole
 
 T = TypeVar("T")
 
@@ -83,12 +78,22 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
     def options(self) -> MultiprocessingOptions:
         return self._options
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    @property
+    def role(self) -> StageRole:  # type: ignore[override]
+        # With no workers, it hands its input on and does nothing else.
+        return StageRole.PASS_THROUGH if self._options.num_workers == 0 else StageRole.PREFETCH
+
+    @property
+    def concurrent(self) -> bool:
+        return self._options.num_workers > 0
+
+    def make_iterator(self) -> DatasetIterator[T]:
         parent: IterDataset[T] = self._parents[0]  # type: ignore[assignment]
         if self._options.num_workers == 0:
             return _MultiprocessIterator(parent._iter(), None)
         leaves: list[MapDataset[Any]] = []
-        main_chain = _substitute(parent, leaves)
+        box = _ServiceBox()
+        main_chain = _substitute(parent, leaves, box)
         if not leaves:
             warnings.warn(
                 f"mp_prefetch: {parent!r} has no random-access part (a MapDataset turned into "
@@ -97,8 +102,8 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
                 stacklevel=2,
             )
             return _MultiprocessIterator(parent._iter(), None)
-        service = _ChunkService(leaves, self._options, self._worker_init_fn)
-        return _MultiprocessIterator(_attach(main_chain, service), service)
+        box.service = service = _ChunkService(leaves, self._options, self._worker_init_fn)
+        return _MultiprocessIterator(main_chain._iter(), service)
 
     def __repr__(self) -> str:
         return f"MultiprocessPrefetchIterDataset(num_workers={self._options.num_workers})"
@@ -161,58 +166,61 @@ class _MultiprocessIterator(DatasetIterator[T]):
 # -- rewriting the pipeline: leaves fed by workers, element-wise stages moved into them ------
 
 
-def _substitute(ds: IterDataset[Any], leaves: list[MapDataset[Any]]) -> IterDataset[Any]:
-    """A copy of `ds` whose `to_iter_dataset` leaves read from workers (see module doc)."""
+class _ServiceBox:
+    """Where the rewritten readers find the chunk service, made once all leaves are known."""
+
+    service: _ChunkService | None = None
+
+
+def _substitute(
+    ds: IterDataset[Any], leaves: list[MapDataset[Any]], box: _ServiceBox
+) -> IterDataset[Any]:
+    """A copy of `ds` whose readers (`to_iter_dataset`) get their chunks from workers, with
+    the element-wise stages directly above them moved into the workers (see module doc)."""
     hoisted: list[IterDataset[Any]] = []
-    node: _Node = ds
-    while isinstance(node, MapIterDataset | FilterIterDataset):
+    node: IterDataset[Any] = ds
+    while node.role is StageRole.ELEMENT_WISE:
         hoisted.append(node)
-        node = node._parents[0]
-    if isinstance(node, PrefetchIterDataset):
-        mapped: MapDataset[Any] = node.map_parent
+        node = node.parents[0]  # type: ignore[assignment]
+    if node.role is StageRole.READER:
+        mapped: MapDataset[Any] = node.parents[0]  # type: ignore[assignment]
         for stage in reversed(hoisted):
-            if isinstance(stage, MapIterDataset):
-                mapped = mapped.map(stage._fn)
-            else:
-                mapped = mapped.filter(stage._fn)
+            mapped = stage.as_map_stage(mapped)
         if config.instrumented():
             from chute._src.instrument import timed_map_chain
 
             mapped = timed_map_chain(mapped)
         leaves.append(mapped)
-        out: IterDataset[Any] = _WorkerFedIterDataset(node, len(leaves) - 1, mapped)
+        leaf_id = len(leaves) - 1
+
+        def executor(leaf: MapDataset[Any] = mapped, leaf_id: int = leaf_id) -> ChunkExecutor:
+            assert box.service is not None, "a worker-fed reader iterated before the service"
+            return WorkerChunks(leaf, leaf_id, box.service)
+
+        out: IterDataset[Any] = node.with_executor(executor)  # type: ignore[attr-defined]
         for stage in reversed(hoisted):
-            out = _DoneInWorkers(out, "map" if isinstance(stage, MapIterDataset) else "filter")
+            out = _DoneInWorkers(out, stage.stage_name)
         return out
-    clone = copy.copy(ds)
-    clone._parents = tuple(
-        _substitute(p, leaves) if isinstance(p, IterDataset) else p for p in ds._parents
+    return ds.with_parents(
+        [_substitute(p, leaves, box) if isinstance(p, IterDataset) else p for p in ds.parents]
     )
-    return clone
-
-
-def _attach(ds: IterDataset[Any], service: _ChunkService) -> DatasetIterator[Any]:
-    """`iter(ds)` with every worker-fed leaf connected to `service`."""
-    it = ds._iter()
-    stack: list[Any] = [it]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _WorkerFedIterator):
-            node.connect(service)
-        stack.extend(child_iterators(node))
-    return it
 
 
 class _DoneInWorkers(IterDataset[Any]):
     """Stands where a `map`/`filter` was that now runs in the workers: a pass-through with
     the same stage name, so the state has the same shape as without workers."""
 
+    role = StageRole.PASS_THROUGH
+
     def __init__(self, parent: IterDataset[Any], stage: str) -> None:
         super().__init__([parent])
         self._stage = stage
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
+    def make_iterator(self) -> DatasetIterator[Any]:
         return _PassThrough(self._parent_iter(), self._stage)
+
+    def __repr__(self) -> str:
+        return f"{self._stage} (done in the workers)"
 
 
 class _PassThrough(DatasetIterator[Any]):
@@ -227,68 +235,51 @@ class _PassThrough(DatasetIterator[Any]):
         return self._parent._next_many(n)
 
 
-class _WorkerFedIterDataset(IterDataset[Any]):
-    def __init__(
-        self, original: PrefetchIterDataset[Any], leaf_id: int, leaf: MapDataset[Any]
-    ) -> None:
-        super().__init__([original.map_parent])
-        self._original = original
-        self._leaf_id = leaf_id
-        self._leaf = leaf
+class WorkerChunks(ChunkExecutor):
+    """A reader's chunks computed by the worker processes of `service`.
 
-    def _make_iterator(self) -> DatasetIterator[Any]:
-        return _WorkerFedIterator(self._original, self._leaf_id, self._leaf)
-
-    def __repr__(self) -> str:
-        return f"{self._original!r} in worker processes"
-
-
-class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
-    """`to_iter_dataset`'s iterator, with chunks computed by worker processes.
-
-    Same state as the in-process iterator (the next index and the fingerprint of the
-    original MapDataset), so states move freely between worker counts.
+    Chunks `[start, start + k)` are asked for in index order, `k` adapting to ~20 ms of
+    work; the reader keeps the in-process state (the next index and the fingerprint of
+    the original MapDataset), so states move freely between worker counts.
     """
 
-    def __init__(
-        self, original: PrefetchIterDataset[Any], leaf_id: int, leaf: MapDataset[Any]
-    ) -> None:
-        options = ReadOptions(num_threads=1, prefetch_buffer_size=1)
-        super().__init__(original.map_parent, options)
-        self._leaf = leaf  # what the workers compute: the MapDataset plus moved stages
-        self._skip_none = leaf._may_be_none  # filters moved into the workers leave Nones
+    concurrent = True
+    bound_to_thread = True  # the service's channels belong to the consumer's thread
+
+    def __init__(self, leaf: MapDataset[Any], leaf_id: int, service: _ChunkService) -> None:
+        super().__init__(leaf)  # what the workers compute: the MapDataset plus moved stages
         self._leaf_id = leaf_id
-        self._service: _ChunkService | None = None
+        self._service = service
+        self._pending: deque[tuple[int, int, _Ticket]] = deque()
+        self._submitted = 0
         self._chunk = 1  # grows (doubling) from the first result: a fast first element
         # (index, exception): a chunk failed at this index; raised when the consumer
         # has had every element before it.
         self._failure: tuple[int, BaseException] | None = None
-
-    def connect(self, service: _ChunkService) -> None:
-        self._service = service
+        self._closed = False
 
     def _top_up(self) -> None:
-        assert self._service is not None, "worker-fed iterator used before connect()"
         limit = self._service.max_outstanding
-        while len(self._pending) < limit and self._submitted < self._len:
+        while len(self._pending) < limit and self._submitted < self.length:
             start = self._submitted
-            k = min(self._chunk, self._len - start)
+            k = min(self._chunk, self.length - start)
             self._pending.append((start, k, self._service.submit(self._leaf_id, start, k)))
             self._submitted = start + k
 
-    def map_records(self) -> list[Any]:
-        return _records_of(self._leaf)
-
-    def _next_chunk_from_pool(self, start: int) -> list[Any]:
+    def next_chunk(self, start: int) -> list[Any]:
         if self._failure is not None and self._failure[0] == start:
             exc = self._failure[1]
             self._failure = None
             raise exc
-        return super()._next_chunk_from_pool(start)
+        if not self._pending or self._pending[0][0] != start:
+            self.seek(start)
+        self._top_up()
+        ticket = self._pending.popleft()[2]
+        self._top_up()
+        return self._result(start, ticket)
 
-    def _chunk_result(self, start: int, k: int, fut: Any) -> list[Any]:
-        assert self._service is not None
-        elapsed, items, failure = self._service.result(fut)
+    def _result(self, start: int, ticket: _Ticket) -> list[Any]:
+        elapsed, items, failure = self._service.result(ticket)
         if failure is not None:  # items holds the elements before the failing one
             self._failure = (start + len(items), failure)
         # Chunks aim at ~20 ms of work, but never at more than _CHUNK_BYTES of arrays:
@@ -307,16 +298,23 @@ class _WorkerFedIterator(PrefetchDatasetIterator[Any]):
         self._chunk = min(self._chunk, cap)
         return items
 
-    def _discard_pending(self) -> None:
+    def seek(self, start: int) -> None:
         self._failure = None
-        if self._service is not None:
+        if not self._closed:
             for _, _, ticket in self._pending:
                 self._service.discard(ticket)
         self._pending.clear()
+        self._submitted = start
 
-    def start_prefetch(self) -> None:
+    def start(self) -> None:
         if not self._closed:
             self._top_up()
+
+    def in_flight(self) -> int:
+        return sum(k for _, k, _ in self._pending)
+
+    def release(self) -> None:
+        pass  # the workers belong to the mp_prefetch stage, which stops them
 
     def close(self) -> None:
         self._closed = True
@@ -424,8 +422,8 @@ class _ChunkService:
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None,
     ) -> None:
-        self._shared: list[SharedListSource] = []
-        leaves = [_share_large_lists(leaf, self._shared) for leaf in leaves]
+        self._shared: list[Any] = []
+        leaves = [_for_workers(leaf, self._shared) for leaf in leaves]
         stages = [n for leaf in leaves for n in stages_sources_first(leaf)]
         self._records_by_id = {r.id: r for leaf in leaves for r in _records_of(leaf)}
         payload = pipeline_pickle.dumps(leaves, stages)
@@ -551,32 +549,10 @@ class _ChunkService:
             shared.unlink()
 
 
-SHARE_LISTS_FROM = 10_000  # list/tuple sources at least this long are shared, not copied
-
-
-def _share_large_lists(ds: MapDataset[Any], made: list[SharedListSource]) -> MapDataset[Any]:
-    """`ds` with every large list or tuple source replaced by a `SharedListSource`."""
-    memo: dict[int, MapDataset[Any]] = {}
-
-    def rewrite(node: MapDataset[Any]) -> MapDataset[Any]:
-        if id(node) in memo:
-            return memo[id(node)]
-        out = node
-        if isinstance(node, SourceMapDataset):
-            source = node.data_source
-            if isinstance(source, list | tuple) and len(source) >= SHARE_LISTS_FROM:
-                shared = SharedListSource(source)
-                made.append(shared)
-                out = SourceMapDataset(shared)
-        elif node._parents:
-            parents = tuple(rewrite(p) for p in node._parents)
-            if any(a is not b for a, b in zip(parents, node._parents)):
-                out = copy.copy(node)
-                out._parents = parents
-        memo[id(node)] = out
-        return out
-
-    return rewrite(ds)
+def _for_workers(ds: MapDataset[Any], made: list[Any]) -> MapDataset[Any]:
+    """`ds` as the workers receive it: each node's `for_workers` (large in-memory lists
+    shared through shared memory rather than pickled into every worker)."""
+    return rewrite_graph(ds, lambda node: node.for_workers(made))
 
 
 def _records_of(leaf: MapDataset[Any]) -> list[Any]:

@@ -33,7 +33,7 @@ class RepeatIterDataset(IterDataset[T]):
         super().__init__([parent])
         self._epochs = check_count(num_epochs, "num_epochs", "repeat")
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    def make_iterator(self) -> DatasetIterator[T]:
         return _RepeatIterator(self._parent_iter(), self._epochs)
 
     def __repr__(self) -> str:
@@ -70,10 +70,10 @@ class _RepeatIterator(DatasetIterator[T]):
             return x
         raise StopIteration
 
-    def _own_state(self) -> dict[str, Any]:
+    def own_state(self) -> dict[str, Any]:
         return {"epoch": self._epoch, "in_epoch": self._in_epoch}
 
-    def _restore_own_state(self, state: dict[str, Any], path: str) -> None:
+    def restore_own_state(self, state: dict[str, Any], path: str) -> None:
         epochs = self._epochs
         if epochs is None:
             epoch = check_int(state, "epoch", path)

@@ -6,6 +6,7 @@ from typing import TypeVar
 
 from chute._src.dataset import IterDataset
 from chute._src.iterator import DatasetIterator
+from chute._src.protocol import StageRole
 from chute._src.seeding import validate_seed
 
 T = TypeVar("T")
@@ -14,11 +15,13 @@ T = TypeVar("T")
 class SeedIterDataset(IterDataset[T]):
     """Passes elements through; only changes the seed its descendants inherit."""
 
+    role = StageRole.PASS_THROUGH
+
     def __init__(self, parent: IterDataset[T], seed: int) -> None:
         super().__init__([parent])
         self._pipeline_seed = validate_seed(seed, "seed")
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    def make_iterator(self) -> DatasetIterator[T]:
         return self._parent_iter()
 
     def __repr__(self) -> str:

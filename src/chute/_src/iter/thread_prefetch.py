@@ -15,7 +15,9 @@ import weakref
 from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset
+from chute._src.executors import nbytes
 from chute._src.iterator import DatasetIterator
+from chute._src.protocol import StageRole
 
 T = TypeVar("T")
 
@@ -50,7 +52,15 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
             )
         self._size = prefetch_buffer_size
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    @property
+    def role(self) -> StageRole:  # type: ignore[override]
+        return StageRole.PREFETCH if self._size else StageRole.PASS_THROUGH
+
+    @property
+    def concurrent(self) -> bool:
+        return self._size > 0
+
+    def make_iterator(self) -> DatasetIterator[T]:
         parent = self._parent_iter()
         if self._size == 0:
             return _Unbuffered(parent)
@@ -163,8 +173,6 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
 
     def buffer_info(self) -> tuple[int, int]:
         """(elements, bytes of numpy arrays) produced ahead of the consumer."""
-        from chute._src.stats import nbytes
-
         if self._producer is None:
             return 0, 0
         queued = [element for element, _ in list(self._producer.queue.queue)]

@@ -45,7 +45,7 @@ class WindowShuffleIterDataset(IterDataset[T]):
         self._w = check_window(window_size, "WindowShuffleIterDataset")
         self._seed = self._op_seed(seed, SEED_TAG_WINDOW_SHUFFLE, "WindowShuffleIterDataset")
 
-    def _make_iterator(self) -> DatasetIterator[T]:
+    def make_iterator(self) -> DatasetIterator[T]:
         return _WindowShuffleIterator(self._parent_iter(), self._w, self._seed)
 
     def __repr__(self) -> str:

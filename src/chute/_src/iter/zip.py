@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chute._src.dataset import IterDataset
-from chute._src.errors import CheckpointError
-from chute._src.iterator import DatasetIterator, check_state
+from chute._src.iterator import DatasetIterator
 
 
 class ZipIterDataset(IterDataset[tuple[Any, ...]]):
@@ -29,7 +28,7 @@ class ZipIterDataset(IterDataset[tuple[Any, ...]]):
             )
         super().__init__(ps)
 
-    def _make_iterator(self) -> DatasetIterator[tuple[Any, ...]]:
+    def make_iterator(self) -> DatasetIterator[tuple[Any, ...]]:
         return _ZipIterator([self._parent_iter(i) for i in range(len(self._parents))])
 
     def __repr__(self) -> str:
@@ -37,10 +36,12 @@ class ZipIterDataset(IterDataset[tuple[Any, ...]]):
 
 
 class _ZipIterator(DatasetIterator[tuple[Any, ...]]):
+    """Its state is the default of several parents: `{"stage": "zip", "parents": [...]}`."""
+
     stage = "zip"
 
     def __init__(self, parents: list[DatasetIterator[Any]]) -> None:
-        super().__init__()
+        super().__init__(parents)
         self._parents = parents
 
     def __next__(self) -> tuple[Any, ...]:
@@ -52,25 +53,3 @@ class _ZipIterator(DatasetIterator[tuple[Any, ...]]):
     def _next_many(self, n: int) -> list[tuple[Any, ...]]:
         columns = [p._next_many(n) for p in self._parents]
         return list(zip(*columns))
-
-    def get_state(self) -> dict[str, Any]:
-        return {"stage": self.stage, "parents": [p.get_state() for p in self._parents]}
-
-    def _restore(self, state: Any, path: str) -> None:
-        check_state(state, self.stage, {"stage", "parents"}, path)
-        states = state["parents"]
-        if not isinstance(states, list) or len(states) != len(self._parents):
-            raise CheckpointError(
-                f"{path}['parents'] is not a list of {len(self._parents)} states: the state is "
-                "from a zip of other streams; restore a state of this pipeline."
-            )
-        for i, (p, s) in enumerate(zip(self._parents, states)):
-            p._restore(s, f"{path}['parents'][{i}]")
-
-    def start_prefetch(self) -> None:
-        for p in self._parents:
-            p.start_prefetch()
-
-    def close(self) -> None:
-        for p in self._parents:
-            p.close()

@@ -7,6 +7,7 @@ from typing import TypeVar
 import numpy as np
 
 from chute._src.dataset import MapDataset
+from chute._src.protocol import StageRole
 from chute._src.seeding import validate_seed
 
 T = TypeVar("T")
@@ -14,6 +15,8 @@ T = TypeVar("T")
 
 class SeedMapDataset(MapDataset[T]):
     """Passes elements through; only changes the seed its descendants inherit."""
+
+    role = StageRole.PASS_THROUGH
 
     def __init__(self, parent: MapDataset[T], seed: int) -> None:
         super().__init__([parent])

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from chute._src.dataset import MapDataset
 from chute._src.errors import add_stage_note
+from chute._src.protocol import StageRole
 from chute._src.sources.protocol import getitems
+
+SHARE_LISTS_FROM = 10_000
+"""List and tuple sources at least this long are shared with workers, not copied."""
 
 
 class SourceMapDataset(MapDataset[Any]):
     """Reads records from a random-access source, a whole block of indices per call."""
+
+    role = StageRole.SOURCE
 
     def __init__(self, source: Any) -> None:
         super().__init__()
@@ -36,6 +42,18 @@ class SourceMapDataset(MapDataset[Any]):
 
     def __len__(self) -> int:
         return self._len
+
+    def for_workers(self, resources: list[Any]) -> Self:
+        """A large list or tuple is written once to shared memory, which every worker maps
+        (`SharedListSource`), instead of being pickled into each."""
+        source = self._source
+        if isinstance(source, list | tuple) and len(source) >= SHARE_LISTS_FROM:
+            from chute._src.sources.shared_list import SharedListSource
+
+            shared = SharedListSource(source)
+            resources.append(shared)
+            return type(self)(shared)
+        return self
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         n = self._len
@@ -69,6 +87,8 @@ def _first_failing(source: Any, keys: list[int]) -> int | None:
 
 class RangeMapDataset(MapDataset[int]):
     """The integers of `range(start, stop, step)`, computed for a block with numpy."""
+
+    role = StageRole.SOURCE
 
     def __init__(self, start: int, stop: int | None = None, step: int = 1) -> None:
         super().__init__()

@@ -1,0 +1,147 @@
+"""The node protocol the engine walks: roles, parents, `with_parents`, `children()`."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import chute
+from chute.testing import assert_equal_output_after_checkpoint
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def test_stages_declare_their_role() -> None:
+    src = chute.MapDataset.range(10)
+    stream = src.to_iter_dataset()
+    roles = {
+        "source": src,
+        "reader": stream,
+        "element_wise": stream.map(_double),
+        "order_dependent": stream.batch(2),
+        "pass_through": stream.seed(3),
+        "prefetch": stream.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)),
+    }
+    for role, ds in roles.items():
+        assert ds.role.value == role, ds
+    assert stream.filter(bool).role.value == "element_wise"
+    assert stream.map_with_index(lambda i, x: x).role.value == "order_dependent"
+    assert src.seed(1).role.value == "pass_through"
+    # With no workers, mp_prefetch hands its input on and does no work.
+    none = stream.mp_prefetch(chute.MultiprocessingOptions(num_workers=0))
+    assert none.role.value == "pass_through"
+    prefetch = chute.experimental.ThreadPrefetchIterDataset(stream, prefetch_buffer_size=0)
+    assert prefetch.role.value == "pass_through"
+
+
+def test_element_wise_stages_give_their_map_stage() -> None:
+    src = chute.MapDataset.range(10)
+    stream = src.to_iter_dataset().map(_double).filter(lambda x: x % 4)
+    moved = stream.parents[0].as_map_stage(src)  # type: ignore[attr-defined]
+    assert [moved[i] for i in range(3)] == [0, 2, 4]
+    kept = stream.as_map_stage(moved)
+    assert list(kept.to_iter_dataset()) == list(stream)
+    with pytest.raises(NotImplementedError, match="not element-wise"):
+        stream.batch(2).as_map_stage(src)
+
+
+def test_with_parents_rebuilds_a_stage_on_equivalent_parents() -> None:
+    a = chute.MapDataset.range(20)
+    b = chute.MapDataset.source(list(range(20)))
+    ds = a.shuffle(seed=4).map(_double)
+    shuffled = ds.parents[0]
+    rebuilt = shuffled.with_parents([b])
+    assert rebuilt.parents == (b,) and shuffled.parents == (a,)
+    assert [rebuilt[i] for i in range(20)] == [shuffled[i] for i in range(20)]
+    assert rebuilt.fingerprint == shuffled.fingerprint  # the same stage, equivalent inputs
+    with pytest.raises(ValueError, match=r"got 2 parents, but the stage has 1"):
+        shuffled.with_parents([a, b])
+
+
+def test_iterators_expose_their_children() -> None:
+    a = chute.MapDataset.range(4).to_iter_dataset()
+    b = chute.MapDataset.range(10, 14).to_iter_dataset()
+    it = iter(chute.IterDataset.mix([a.map(_double), b]).batch(2))
+    top = it.children()[0]  # iter(ds) wraps the top stage in a thread guard
+    assert top.stage == "batch"
+    (mix,) = top.children()
+    assert mix.stage == "mix"
+    assert [c.stage for c in mix.children()] == ["map", "to_iter_dataset"]
+    assert mix.children()[1].children() == ()
+
+
+def test_close_and_start_prefetch_reach_every_parent() -> None:
+    before = threading.active_count()
+
+    def reader(lo: int) -> chute.IterDataset[int]:
+        return chute.experimental.ThreadPrefetchIterDataset(
+            chute.MapDataset.range(lo, lo + 50).to_iter_dataset(chute.ReadOptions(num_threads=0)),
+            prefetch_buffer_size=4,
+        )
+
+    for combine in (
+        lambda ps: chute.experimental.ZipIterDataset(ps),
+        lambda ps: chute.IterDataset.mix(ps),
+    ):
+        it = iter(combine([reader(0), reader(100)]))
+        it.start_prefetch()
+        assert threading.active_count() >= before + 2  # one producer thread per parent
+        next(it)
+        it.close()
+        assert threading.active_count() == before
+
+
+def test_zip_keeps_its_state_shape() -> None:
+    a = chute.MapDataset.range(5).to_iter_dataset()
+    ds = chute.experimental.ZipIterDataset([a, a.map(_double)])
+    it = iter(ds)
+    next(it)
+    state = it.get_state()
+    assert state["stage"] == "zip" and [s["stage"] for s in state["parents"]] == [
+        "to_iter_dataset",
+        "map",
+    ]
+    assert_equal_output_after_checkpoint(ds)
+    with pytest.raises(chute.CheckpointError, match=r"state\['parents'\] is not a list of 2"):
+        iter(ds).set_state({"stage": "zip", "parents": [state["parents"][0]]})
+
+
+def _records(it: Any) -> dict[str, tuple[str, bool]]:
+    return {r.name: (r.role, r.internal) for r, _ in it.top.records()}
+
+
+@pytest.fixture
+def debug_mode() -> Any:
+    chute.config.update("py_debug_mode", True)
+    chute.config.update("py_debug_summary_interval_s", 1e9)
+    try:
+        yield
+    finally:
+        chute.config.update("py_debug_mode", False)
+
+
+def test_debug_records_mark_pass_through_stages_internal(
+    debug_mode: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = chute.MapDataset.range(40).seed(1).map(_double)
+    ds = src.to_iter_dataset().map(_double).batch(4)
+    it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=0)))
+    list(it)
+    records = _records(it)
+    assert records["MultiprocessPrefetchIterDataset(num_workers=0)"] == ("pass_through", True)
+    assert records["SeedMapDataset(seed=1)"] == ("pass_through", True)
+    assert records["BatchIterDataset(batch_size=4, drop_remainder=False)"] == (
+        "order_dependent",
+        False,
+    )
+    it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+    list(it)
+    it.close()
+    records = _records(it)
+    assert records["MultiprocessPrefetchIterDataset(num_workers=2)"] == ("prefetch", False)
+    assert records["map (done in the workers)"] == ("pass_through", True)
+    capsys.readouterr()
