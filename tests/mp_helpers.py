@@ -41,7 +41,7 @@ def square_block(index: int, count: int, task: int) -> np.ndarray:
     return np.arange(2000, dtype=np.int64) + task * 1000
 
 
-def filled(index: int, count: int, task: tuple[int, int]) -> np.ndarray:
+def filled(index: int, count: int, task: tuple[float, int]) -> np.ndarray:
     """(value, nbytes) -> a float64 array of nbytes // 8 copies of value."""
     value, nbytes = task
     return np.full(nbytes // 8, value, dtype=np.float64)

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,7 +61,7 @@ def test_seed_000_names() -> None:
 
 def test_seed_001_walkthrough(corpus_records: list[bytes]) -> None:
     data_source = corpus_records
-    dataset = grain.MapDataset.source(data_source)
+    dataset: grain.MapDataset[Any] = grain.MapDataset.source(data_source)
 
     def parse_and_transform(record: bytes) -> dict[str, object]:
         return {"record": json.loads(record)["label"]}

@@ -49,7 +49,8 @@ def test_padding_never_cuts_and_errors_name_the_fix() -> None:
     with pytest.raises(ValueError, match=r"element\['t'\] has length 3 > 2 from padding_struct"):
         list(_ragged(3).to_iter_dataset().batch(3, padding_struct={"t": 2}))
     with pytest.raises(ValueError, match="batch_fn= and pad_value="):
-        _ragged(3).batch(3, batch_fn=list, pad_value=0)
+        # Both on purpose: the overloads of batch reject it for type checkers too.
+        _ragged(3).batch(3, batch_fn=list, pad_value=0)  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="lengths must be non-negative ints"):
         _ragged(3).batch(3, padding_struct={"t": -1})
     with pytest.raises(ValueError, match="cannot stack arrays of different shapes"):

@@ -23,7 +23,12 @@ import pytest
 
 import chute
 from chute.records import RecordWriter
-from chute.sources import ArrayRecordDataSource, JsonlDataSource, TFRecordDataSource
+from chute.sources import (
+    ArrayRecordDataSource,
+    JsonlDataSource,
+    RandomAccessDataSource,
+    TFRecordDataSource,
+)
 
 # magic, version, kind, device, inode, size, mtime_ns, ctime_ns, sample CRC, count, body CRC
 HEADER = struct.Struct("<8sI16sQQQqqIQI")
@@ -34,6 +39,11 @@ OTHER_UID = 54321
 def _jsonl(path: Path, text: bytes) -> Path:
     path.write_bytes(text)
     return path
+
+
+def _records(source: RandomAccessDataSource[Any]) -> list[Any]:
+    """Every record of a random-access source, in order."""
+    return [source[i] for i in range(len(source))]
 
 
 def _cache_beside(path: Path, kind: str) -> Path:
@@ -68,11 +78,11 @@ def test_same_size_edit_of_a_tfrecord_file_is_seen(tmp_path: Path) -> None:
 
     path = tmp_path / "a.tfrecord"
     path.write_bytes(frame(b"ab") + frame(b"cd"))
-    assert list(TFRecordDataSource(str(path))) == [b"ab", b"cd"]
+    assert _records(TFRecordDataSource(str(path))) == [b"ab", b"cd"]
     st = path.stat()
     path.write_bytes(frame(b"abcd") + frame(b""))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert list(TFRecordDataSource(str(path))) == [b"abcd", b""]
+    assert _records(TFRecordDataSource(str(path))) == [b"abcd", b""]
 
 
 def _masked(data: bytes) -> int:
@@ -111,7 +121,7 @@ def test_planted_tfrecord_spans_are_checked(tmp_path: Path, spans: list[int]) ->
     path.write_bytes(data)
     len(TFRecordDataSource(str(path)))
     _plant(_cache_beside(path, "tfrecord"), spans)
-    assert list(TFRecordDataSource(str(path))) == [b"ab", b"cd"]
+    assert _records(TFRecordDataSource(str(path))) == [b"ab", b"cd"]
 
 
 def test_a_structurally_valid_arrayrecord_cache_still_has_to_agree_with_the_file(
@@ -149,19 +159,19 @@ def _wrong_but_valid(tmp_path: Path) -> tuple[Path, Path]:
 def test_a_well_formed_cache_is_used_when_it_is_ours(tmp_path: Path) -> None:
     """The control for the tests below: without them, the planted cache would be read."""
     path, _ = _wrong_but_valid(tmp_path)
-    assert list(JsonlDataSource(path)) == [1, 2, 3]
+    assert _records(JsonlDataSource(path)) == [1, 2, 3]
 
 
 def test_a_group_writable_or_symlinked_cache_is_ignored(tmp_path: Path) -> None:
     path, cache = _wrong_but_valid(tmp_path)
     os.chmod(cache, 0o664)
-    assert list(JsonlDataSource(path)) == [10, 20, 30]
+    assert _records(JsonlDataSource(path)) == [10, 20, 30]
     assert cache.stat().st_mode & 0o777 == 0o600  # replaced by chute's own, 0600
     _plant(cache, [0, 1, 3, 4, 6, 7])
     elsewhere = tmp_path / "planted"
     cache.rename(elsewhere)
     cache.symlink_to(elsewhere)
-    assert list(JsonlDataSource(path)) == [10, 20, 30]
+    assert _records(JsonlDataSource(path)) == [10, 20, 30]
     assert not cache.is_symlink() and elsewhere.read_bytes() != cache.read_bytes()
 
 
@@ -169,7 +179,7 @@ def test_a_group_writable_or_symlinked_cache_is_ignored(tmp_path: Path) -> None:
 def test_a_cache_owned_by_another_user_is_ignored(tmp_path: Path) -> None:
     path, cache = _wrong_but_valid(tmp_path)
     os.chown(cache, OTHER_UID, OTHER_UID)
-    assert list(JsonlDataSource(path)) == [10, 20, 30]
+    assert _records(JsonlDataSource(path)) == [10, 20, 30]
     assert cache.stat().st_uid == os.geteuid()
 
 
@@ -190,14 +200,14 @@ def test_a_read_only_data_directory_gets_a_cache_in_the_user_cache_dir(
     path = _jsonl(data / "d.jsonl", b"1\n2\n")
     data.chmod(0o555)
     try:
-        assert list(JsonlDataSource(path)) == [1, 2]
+        assert _records(JsonlDataSource(path)) == [1, 2]
         assert sorted(p.name for p in data.iterdir()) == ["d.jsonl"]
         (cache,) = user_dir.iterdir()
         assert cache.name.endswith(".jsonl-lines.chute-index")
         assert user_dir.stat().st_mode & 0o777 == 0o700
         assert cache.stat().st_mode & 0o777 == 0o600
         inode = cache.stat().st_ino
-        assert list(JsonlDataSource(path)) == [1, 2]
+        assert _records(JsonlDataSource(path)) == [1, 2]
         assert cache.stat().st_ino == inode  # read, not rewritten
     finally:
         data.chmod(0o755)
@@ -213,7 +223,7 @@ def test_a_directory_of_another_user_is_never_used_for_caches(
     path, cache = _wrong_but_valid(data)
     os.chown(cache, OTHER_UID, OTHER_UID)
     os.chown(data, OTHER_UID, OTHER_UID)
-    assert list(JsonlDataSource(path)) == [10, 20, 30]
+    assert _records(JsonlDataSource(path)) == [10, 20, 30]
     assert cache.stat().st_uid == OTHER_UID  # their file, left alone
     assert len(list(user_dir.glob("*.jsonl-lines.chute-index"))) == 1
 
@@ -229,7 +239,7 @@ def test_an_unsafe_user_cache_dir_means_no_cache_not_a_wrong_one(
     path = _jsonl(data / "d.jsonl", b"1\n2\n")
     data.chmod(0o555)
     try:
-        assert list(JsonlDataSource(path)) == [1, 2]
+        assert _records(JsonlDataSource(path)) == [1, 2]
     finally:
         data.chmod(0o755)
     assert list(user_dir.iterdir()) == []

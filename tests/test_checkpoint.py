@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import chute
 from chute.testing import assert_equal_output_after_checkpoint
 
 
-def pipeline(threads: int = 0, seed: int = 1) -> chute.IterDataset[object]:
+def pipeline(threads: int = 0, seed: int = 1) -> chute.IterDataset[np.ndarray]:
     return (
         chute.MapDataset.range(1000)
         .shuffle(seed=seed)

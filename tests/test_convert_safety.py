@@ -21,7 +21,7 @@ from chute.sources import RecordFileDataSource
 SRC = str(Path(chute.__file__).resolve().parents[1])
 
 
-def chute_cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def chute_cli(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chute.cli", *map(str, args)],
         capture_output=True,

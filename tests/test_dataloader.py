@@ -117,7 +117,11 @@ def test_sharding_gives_every_record_to_exactly_one_shard(
 
 def test_sampler_record_metadata_matches_loader_order() -> None:
     sampler = chute.IndexSampler(20, shuffle=True, seed=9, num_epochs=2)
-    keys = [sampler[i].record_key for i in range(len(sampler))]
+    keys: list[int] = []
+    for i in range(len(sampler)):
+        key = sampler[i].record_key
+        assert key is not None
+        keys.append(key)
     loader = chute.DataLoader(data_source=list(range(20)), sampler=sampler, num_threads=0)
     assert list(loader) == keys
     assert sorted(keys[:20]) == sorted(keys[20:]) == list(range(20)) and keys[:20] != keys[20:]

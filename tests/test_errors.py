@@ -60,30 +60,32 @@ def test_source_errors_name_the_record() -> None:
     assert "SourceMapDataset(source=FlakySource) at element index 3" in info.value.__notes__[0]
 
 
+# Several cases pass a value of the wrong type on purpose: the runtime check is what is
+# tested. Type checkers reject them too; their `type: ignore` comments say where.
 @pytest.mark.parametrize(
     ("build", "error", "message"),
     [
         (lambda: chute.MapDataset.range(5).batch(0), ValueError, r"batch_size=0 is invalid.*> 0"),
         (lambda: chute.MapDataset.range(5).batch(-2), ValueError, r"batch_size=-2"),
-        (lambda: chute.MapDataset.range(5).batch(2.5), TypeError, r"batch_size=2.5.*an int"),
+        (lambda: chute.MapDataset.range(5).batch(2.5), TypeError, r"batch_size=2.5.*an int"),  # type: ignore[call-overload]
         (lambda: chute.MapDataset.range(5)[::0], ValueError, r"step must be non-zero"),
         (lambda: chute.MapDataset.range(0, 5, 0), ValueError, r"step=0 is invalid"),
-        (lambda: chute.MapDataset.range(5).map(3), TypeError, r"3 of type int is not callable"),
+        (lambda: chute.MapDataset.range(5).map(3), TypeError, r"3 of type int is not callable"),  # type: ignore[call-overload]
         (
-            lambda: chute.MapDataset.range(5).filter("x"),
+            lambda: chute.MapDataset.range(5).filter("x"),  # type: ignore[arg-type]
             TypeError,
             r"not callable.*FilterTransform",
         ),
         (lambda: chute.MapDataset.range(5).repeat(0), ValueError, r"num_epochs=0.*positive int"),
-        (lambda: chute.MapDataset.range(5).seed(1.5), TypeError, r"seed=1.5.*must be an int"),
+        (lambda: chute.MapDataset.range(5).seed(1.5), TypeError, r"seed=1.5.*must be an int"),  # type: ignore[arg-type]
         (
-            lambda: chute.MapDataset.source(iter([1])),
+            lambda: chute.MapDataset.source(iter([1])),  # type: ignore[arg-type]
             TypeError,
             r"must have __len__ and __getitem__",
         ),
-        (lambda: chute.MapDataset.range(3).to_iter_dataset(4), TypeError, r"not a ReadOptions"),
+        (lambda: chute.MapDataset.range(3).to_iter_dataset(4), TypeError, r"not a ReadOptions"),  # type: ignore[arg-type]
         (lambda: chute.ReadOptions(num_threads=-1), ValueError, r"num_threads=-1.*>= 0"),
-        (lambda: chute.MapDataset.range(5)["a"], TypeError, r"index 'a'.*int or a slice"),
+        (lambda: chute.MapDataset.range(5)["a"], TypeError, r"index 'a'.*int or a slice"),  # type: ignore[call-overload]
     ],
 )
 def test_bad_arguments_name_value_rule_and_fix(build: object, error: type, message: str) -> None:
@@ -96,10 +98,11 @@ def test_wrong_transform_kind_points_to_the_right_method() -> None:
         def random_map(self, element: int, rng: object) -> int:
             return element
 
+    # Wrong on purpose, as above: mypy rejects both calls as well.
     with pytest.raises(TypeError, match=r"is a RandomMapTransform.*use \.random_map"):
-        chute.MapDataset.range(3).map(Noise())
+        chute.MapDataset.range(3).map(Noise())  # type: ignore[call-overload]
     with pytest.raises(TypeError, match=r"got the class Noise, not an instance"):
-        chute.MapDataset.range(3).map(Noise)
+        chute.MapDataset.range(3).map(Noise)  # type: ignore[arg-type]
 
 
 def test_closed_iterator_says_so() -> None:

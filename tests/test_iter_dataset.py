@@ -51,7 +51,12 @@ def test_threads_compute_in_parallel_and_in_order() -> None:
 
 def test_num_threads_zero_runs_in_the_calling_thread() -> None:
     names: set[str] = set()
-    ds = chute.MapDataset.range(50).map(lambda x: names.add(threading.current_thread().name) or x)
+
+    def note_thread(x: int) -> int:
+        names.add(threading.current_thread().name)
+        return x
+
+    ds = chute.MapDataset.range(50).map(note_thread)
     assert list(ds.to_iter_dataset(chute.ReadOptions(num_threads=0))) == list(range(50))
     assert names == {threading.current_thread().name}
 

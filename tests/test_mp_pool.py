@@ -18,7 +18,7 @@ import mp_helpers
 SHM = 4 << 20  # small slabs keep pool start-up quick
 
 
-def run_in_order(pool: WorkerPool, tasks: list, buffer_size: int) -> list:  # type: ignore[type-arg]
+def run_in_order(pool: WorkerPool, tasks: list, buffer_size: int) -> list:
     """Task k goes to worker k % W; results are read back in task order (mp_prefetch's plan)."""
     w = pool.num_workers
     out, put = [], 0

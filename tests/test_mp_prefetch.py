@@ -109,7 +109,7 @@ def test_random_pipelines_do_not_depend_on_workers(
         ds = chute.MapDataset.range(n).shuffle(seed=3).random_map(mpp.jitter, seed=1)
         if use_filter:
             ds = ds.filter(mpp.keep)
-        it = ds.to_iter_dataset()
+        it: chute.IterDataset[Any] = ds.to_iter_dataset()
         if iter_filter:
             it = it.filter(mpp.lambda_free_odd)
         if batch:
@@ -183,8 +183,8 @@ def test_batches_built_in_shared_memory_stay_valid_while_the_stream_goes_on() ->
     # without a copy. Holding every 7th while 150 more pass through the same workers
     # (more than their slabs hold) must neither change them nor stall the stream.
     def build(w: int) -> chute.IterDataset[Any]:
-        ds = chute.MapDataset.range(600).map(mpp.big_array).batch(4)
-        ds = ds.to_iter_dataset().map(mpp.scale_image)  # runs in the workers
+        batches = chute.MapDataset.range(600).map(mpp.big_array).batch(4)
+        ds = batches.to_iter_dataset().map(mpp.scale_image)  # runs in the workers
         return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=w))
 
     held = []

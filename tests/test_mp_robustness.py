@@ -56,7 +56,7 @@ def descendants() -> set[int]:
 
 
 @pytest.fixture
-def no_leaks():  # type: ignore[no-untyped-def]
+def no_leaks():
     """Asserts a test leaves no processes, threads or /dev/shm entries behind.
 
     multiprocessing's own helpers (the forkserver and the resource tracker, shared by
@@ -72,7 +72,7 @@ def no_leaks():  # type: ignore[no-untyped-def]
     assert (threading.active_count(), our_shm_entries()) == before[1:]
 
 
-def test_worker_exception_keeps_its_type_and_remote_traceback(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_worker_exception_keeps_its_type_and_remote_traceback(no_leaks) -> None:
     pool = WorkerPool(2, mp_helpers.fail_on, buffer_size=4, shm_bytes_per_worker=SHM)
     for t in range(4):
         pool.put(t % 2, t)
@@ -92,7 +92,7 @@ def test_worker_exception_keeps_its_type_and_remote_traceback(no_leaks) -> None:
         pool.put(0, 5)
 
 
-def test_exception_that_cannot_be_unpickled_becomes_worker_error(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_exception_that_cannot_be_unpickled_becomes_worker_error(no_leaks) -> None:
     with WorkerPool(1, mp_helpers.fail_unpicklable, shm_bytes_per_worker=SHM) as pool:
         pool.put(0, 5)
         with pytest.raises(WorkerError, match=r"UnpicklableError: 5/0") as info:
@@ -101,7 +101,7 @@ def test_exception_that_cannot_be_unpickled_becomes_worker_error(no_leaks) -> No
     assert "in fail_unpicklable" in info.value.__cause__.tb
 
 
-def test_result_that_cannot_be_pickled_is_reported(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_result_that_cannot_be_pickled_is_reported(no_leaks) -> None:
     with WorkerPool(1, mp_helpers.return_lambda, shm_bytes_per_worker=SHM) as pool:
         pool.put(0, 1)
         with pytest.raises(Exception, match="pickle") as info:
@@ -109,7 +109,7 @@ def test_result_that_cannot_be_pickled_is_reported(no_leaks) -> None:  # type: i
     assert any("could not pickle the result" in n for n in info.value.__notes__)
 
 
-def test_worker_init_fn_failure_surfaces_in_get(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_worker_init_fn_failure_surfaces_in_get(no_leaks) -> None:
     pool = WorkerPool(
         2, mp_helpers.identity, worker_init_fn=mp_helpers.failing_init, shm_bytes_per_worker=SHM
     )
@@ -120,7 +120,7 @@ def test_worker_init_fn_failure_surfaces_in_get(no_leaks) -> None:  # type: igno
     assert pool.closed
 
 
-def test_worker_killed_with_sigkill_is_reported_not_awaited(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_worker_killed_with_sigkill_is_reported_not_awaited(no_leaks) -> None:
     pool = WorkerPool(2, mp_helpers.sleep, shm_bytes_per_worker=SHM)
     pool.put(1, 30.0)
     victim = pool.pids[1]
@@ -134,7 +134,7 @@ def test_worker_killed_with_sigkill_is_reported_not_awaited(no_leaks) -> None:  
     assert pool.closed
 
 
-def test_worker_that_kills_itself_mid_task_is_reported(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_worker_that_kills_itself_mid_task_is_reported(no_leaks) -> None:
     with WorkerPool(1, mp_helpers.die, buffer_size=2, shm_bytes_per_worker=SHM) as pool:
         pool.put(0, 0)
         pool.put(0, 1)
@@ -143,7 +143,7 @@ def test_worker_that_kills_itself_mid_task_is_reported(no_leaks) -> None:  # typ
             pool.get(0, timeout=60)
 
 
-def test_workers_ignore_sigint(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_workers_ignore_sigint(no_leaks) -> None:
     with WorkerPool(2, mp_helpers.identity, shm_bytes_per_worker=SHM) as pool:
         for w in range(2):  # the workers are up and running tasks
             pool.put(w, w)
@@ -155,7 +155,7 @@ def test_workers_ignore_sigint(no_leaks) -> None:  # type: ignore[no-untyped-def
             assert pool.get(w, timeout=60) == w
 
 
-def test_close_releases_everything_and_arrays_outlive_the_pool(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_close_releases_everything_and_arrays_outlive_the_pool(no_leaks) -> None:
     pool = WorkerPool(2, mp_helpers.filled, shm_bytes_per_worker=SHM)
     pool.put(0, (7.0, 1 << 20))
     kept = pool.get(0, timeout=60)
@@ -165,7 +165,7 @@ def test_close_releases_everything_and_arrays_outlive_the_pool(no_leaks) -> None
     assert (kept == 7.0).all()  # the slab lives as long as arrays on it
 
 
-def test_garbage_collected_pool_stops_its_workers(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_garbage_collected_pool_stops_its_workers(no_leaks) -> None:
     pool = WorkerPool(2, mp_helpers.identity, shm_bytes_per_worker=SHM)
     pool.put(0, 1)
     pids = pool.pids
@@ -174,7 +174,7 @@ def test_garbage_collected_pool_stops_its_workers(no_leaks) -> None:  # type: ig
     assert wait_until_gone(pids) == []
 
 
-def test_exception_in_the_consumer_closes_the_pool(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_exception_in_the_consumer_closes_the_pool(no_leaks) -> None:
     with (
         pytest.raises(KeyError),
         WorkerPool(2, mp_helpers.identity, shm_bytes_per_worker=SHM) as pool,
@@ -185,7 +185,7 @@ def test_exception_in_the_consumer_closes_the_pool(no_leaks) -> None:  # type: i
     assert pool.closed
 
 
-def test_explicit_shm_request_too_large_falls_back_to_pipes_with_a_warning(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_explicit_shm_request_too_large_falls_back_to_pipes_with_a_warning(no_leaks) -> None:
     pool = WorkerPool(2, mp_helpers.filled, shm_bytes_per_worker=1 << 40)
     with pytest.warns(SharedMemoryWarning, match=r"do not fit .*--shm-size"):
         pool.start()
@@ -195,7 +195,7 @@ def test_explicit_shm_request_too_large_falls_back_to_pipes_with_a_warning(no_le
         assert (pool.get(1, timeout=60) == 2.0).all()
 
 
-def test_failure_to_reserve_shm_falls_back_to_pipes_with_a_warning(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_failure_to_reserve_shm_falls_back_to_pipes_with_a_warning(no_leaks) -> None:
     # posix_fallocate fails like on a full tmpfs: the file-size limit makes it EFBIG.
     pool = WorkerPool(1, mp_helpers.filled, shm_bytes_per_worker=SHM)
     old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -307,7 +307,7 @@ def test_pool_results_match_in_process_results_under_every_start_method() -> Non
                 np.testing.assert_array_equal(pool.get(k % 2, timeout=60)["big"], want[k])
 
 
-def test_worker_that_cannot_grow_its_slab_warns_and_keeps_going(no_leaks) -> None:  # type: ignore[no-untyped-def]
+def test_worker_that_cannot_grow_its_slab_warns_and_keeps_going(no_leaks) -> None:
     with WorkerPool(1, mp_helpers.filled, worker_init_fn=mp_helpers.limit_file_size) as pool:
         pool.put(0, (1.0, 8 << 20))
         with pytest.warns(SharedMemoryWarning, match=r"could not grow .*--shm-size"):

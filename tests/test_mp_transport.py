@@ -7,6 +7,7 @@ import sys
 import threading
 from multiprocessing import Pipe
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ SLAB = 1 << 20
 
 
 @pytest.fixture
-def link():  # type: ignore[no-untyped-def]
+def link():
     """A sender and a receiver sharing one slab, as a worker and the main process do."""
     fd = create_slab_fd("/dev/shm", SLAB)
     worker_side, main_side = Pipe(duplex=True)
@@ -35,7 +36,7 @@ def link():  # type: ignore[no-untyped-def]
     main_side.close()
 
 
-def roundtrip(sender: ResultSender, receiver: ResultReceiver, value: object) -> object:
+def roundtrip(sender: ResultSender, receiver: ResultReceiver, value: object) -> Any:
     # A thread sends, so that results larger than the pipe's buffer cannot block us.
     t = threading.Thread(target=sender.send_result, args=(0, value))
     t.start()
@@ -58,7 +59,7 @@ def release(sender: ResultSender, receiver: ResultReceiver) -> None:
         sender.freed.append(receiver.freed.popleft())
 
 
-def test_tree_roundtrip_keeps_types_values_and_layout(link) -> None:  # type: ignore[no-untyped-def]
+def test_tree_roundtrip_keeps_types_values_and_layout(link) -> None:
     sender, receiver = link
     want = mp_helpers.tree(0, 1, 5)
     got = roundtrip(sender, receiver, want)
@@ -84,7 +85,7 @@ def test_tree_roundtrip_keeps_types_values_and_layout(link) -> None:  # type: ig
         assert got[key].ctypes.data % ALIGN == 0
 
 
-def test_region_is_not_reused_while_any_array_from_it_is_alive(link) -> None:  # type: ignore[no-untyped-def]
+def test_region_is_not_reused_while_any_array_from_it_is_alive(link) -> None:
     sender, receiver = link
     first = roundtrip(sender, receiver, [np.full(1000, 1.0), np.full(1000, 2.0)])
     kept = first[1]
@@ -100,7 +101,7 @@ def test_region_is_not_reused_while_any_array_from_it_is_alive(link) -> None:  #
     assert sender.live_regions() - len(sender.freed) == 1
 
 
-def test_region_is_freed_when_its_arrays_are_collected(link) -> None:  # type: ignore[no-untyped-def]
+def test_region_is_freed_when_its_arrays_are_collected(link) -> None:
     sender, receiver = link
     got = roundtrip(sender, receiver, np.ones(SLAB // 16))
     view = got[::2]
@@ -112,7 +113,7 @@ def test_region_is_freed_when_its_arrays_are_collected(link) -> None:  # type: i
     assert list(sender.freed) == [0]
 
 
-def test_full_slab_sends_copies_through_the_pipe(link) -> None:  # type: ignore[no-untyped-def]
+def test_full_slab_sends_copies_through_the_pipe(link) -> None:
     sender, receiver = link
     held = [roundtrip(sender, receiver, np.full(SLAB // 8 // 4, float(i))) for i in range(8)]
     assert sum(in_slab(a, receiver) for a in held) >= 3  # the slab held what it could
@@ -122,7 +123,7 @@ def test_full_slab_sends_copies_through_the_pipe(link) -> None:  # type: ignore[
         assert a.flags.writeable
 
 
-def test_result_larger_than_the_slab_goes_through_the_pipe(link) -> None:  # type: ignore[no-untyped-def]
+def test_result_larger_than_the_slab_goes_through_the_pipe(link) -> None:
     sender, receiver = link
     big = np.arange(3 * SLAB // 8, dtype=np.float64)
     got = roundtrip(sender, receiver, {"big": big})
@@ -137,7 +138,7 @@ def test_no_slab_uses_the_pipe() -> None:
     np.testing.assert_array_equal(got["big"], mp_helpers.tree(0, 1, 2)["big"])
 
 
-def test_error_travels_with_its_traceback(link) -> None:  # type: ignore[no-untyped-def]
+def test_error_travels_with_its_traceback(link) -> None:
     sender, receiver = link
     try:
         mp_helpers.fail_on(0, 1, 3)
@@ -231,7 +232,7 @@ def slab_offset(array: np.ndarray, receiver: ResultReceiver) -> int:
     return int(array.ctypes.data - slab.ctypes.data)
 
 
-def test_array_built_in_the_slab_is_sent_where_it_lies(link) -> None:  # type: ignore[no-untyped-def]
+def test_array_built_in_the_slab_is_sent_where_it_lies(link) -> None:
     sender, receiver = link
     built = sender.allocate_array((64, 128), np.dtype(np.float32))
     assert built is not None and built.flags.c_contiguous
@@ -253,7 +254,7 @@ def test_array_built_in_the_slab_is_sent_where_it_lies(link) -> None:  # type: i
     assert sender.live_regions() == 0
 
 
-def test_built_array_that_is_never_sent_is_freed_when_collected(link) -> None:  # type: ignore[no-untyped-def]
+def test_built_array_that_is_never_sent_is_freed_when_collected(link) -> None:
     sender, _ = link
     for _ in range(50):  # far more than the slab holds, were regions not freed
         built = sender.allocate_array((SLAB // 4,), np.dtype(np.uint8))
@@ -263,7 +264,7 @@ def test_built_array_that_is_never_sent_is_freed_when_collected(link) -> None:  
     assert sender.live_regions() == 0
 
 
-def test_built_array_sent_twice_is_copied_the_second_time(link) -> None:  # type: ignore[no-untyped-def]
+def test_built_array_sent_twice_is_copied_the_second_time(link) -> None:
     sender, receiver = link
     built = sender.allocate_array((4096,), np.dtype(np.float64))
     assert built is not None
@@ -278,7 +279,7 @@ def test_built_array_sent_twice_is_copied_the_second_time(link) -> None:  # type
     assert sender.live_regions() == 0
 
 
-def test_allocate_array_returns_none_when_the_slab_is_full(link) -> None:  # type: ignore[no-untyped-def]
+def test_allocate_array_returns_none_when_the_slab_is_full(link) -> None:
     sender, receiver = link
     held = [sender.allocate_array((SLAB // 4,), np.dtype(np.uint8)) for _ in range(4)]
     assert all(a is not None for a in held)
@@ -318,7 +319,7 @@ def test_built_array_on_a_retired_slab_is_copied_into_the_new_one() -> None:
     main_side.close()
 
 
-def test_outbuf_uses_the_installed_allocator_only_on_its_thread_and_for_large_arrays(link) -> None:  # type: ignore[no-untyped-def]
+def test_outbuf_uses_the_installed_allocator_only_on_its_thread_and_for_large_arrays(link) -> None:
     from chute._src import outbuf
 
     sender, _ = link

@@ -117,7 +117,7 @@ def test_errors_name_the_value_and_the_fix() -> None:
 
 def test_update_without_an_iterable() -> None:
     out = io.StringIO()
-    with chute.Progress(total=10, desc="manual", unit="files", file=out, force=True) as bar:
+    with chute.Progress[int](total=10, desc="manual", unit="files", file=out, force=True) as bar:
         for _ in range(10):
             bar.update(1)
     assert "10/10 files" in out.getvalue()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from chute.sources import JsonlDataSource
 ROWS = [{"title": f"t{i}", "label": i % 4, "text": "é" * i} for i in range(50)]
 
 
-def _write(path: Path, rows: list[object], newline: str = "\n", trailing: bool = True) -> Path:
+def _write(path: Path, rows: Sequence[object], newline: str = "\n", trailing: bool = True) -> Path:
     text = newline.join(json.dumps(r) for r in rows) + (newline if trailing else "")
     path.write_bytes(text.encode())
     return path

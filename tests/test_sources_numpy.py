@@ -32,7 +32,7 @@ def test_npy_files_are_memory_mapped_and_concatenated(tmp_path: Path) -> None:
     src = NumpyDataSource(str(tmp_path / "*.npy"))
     assert len(src) == 6
     both = np.concatenate([a, b])
-    np.testing.assert_array_equal(np.stack(src.__getitems__(range(6))), both)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(np.stack(src.__getitems__(range(6))), both)
     clone = pickle.loads(pickle.dumps(src))
     np.testing.assert_array_equal(clone[5], b[1])
     mixed = NumpyDataSource([a, str(tmp_path / "b.npy")])

@@ -99,7 +99,7 @@ def test_same_output_for_0_and_3_workers() -> None:
 
 def _map_side(n: int) -> chute.IterDataset[Any]:
     parts = [chute.MapDataset.range(40).shuffle(seed=1), chute.MapDataset.range(100, 130)]
-    ds = chute.MapDataset.concatenate(parts)
+    ds: chute.MapDataset[Any] = chute.MapDataset.concatenate(parts)
     ds = ZipMapDataset(
         [ds, chute.MapDataset.select_from_datasets(parts, [(1, i) for i in range(70)])]
     )

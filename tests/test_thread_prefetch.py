@@ -6,6 +6,7 @@ import gc
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import chute
@@ -26,7 +27,7 @@ def wait_until(cond: object, timeout: float = 10.0) -> bool:
     return False
 
 
-def pipeline(size: int = 3) -> ThreadPrefetchIterDataset[object]:
+def pipeline(size: int = 3) -> ThreadPrefetchIterDataset[np.ndarray]:
     ds = (
         chute.MapDataset.range(60)
         .shuffle(seed=2)

@@ -19,7 +19,18 @@ import hashlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Self,
+    SupportsIndex,
+    TypeVar,
+    cast,
+    overload,
+)
 
 import numpy as np
 
@@ -31,9 +42,23 @@ from chute._src.seeding import derive_seed, validate_seed
 if TYPE_CHECKING:
     from chute._src.iterator import DatasetIterator
     from chute._src.options import MultiprocessingOptions, ReadOptions
+    from chute._src.sources.protocol import RandomAccessDataSource
+    from chute._src.transforms import (
+        SupportsFilter,
+        SupportsMap,
+        SupportsMapWithIndex,
+        SupportsRandomMap,
+    )
 
-T = TypeVar("T")
+# A dataset is an immutable description, so a MapDataset[int] is a MapDataset[float]:
+# the element type is covariant. Chain methods take it only inside callables.
+T = TypeVar("T", covariant=True)
 S = TypeVar("S")
+U = TypeVar("U")
+P = ParamSpec("P")
+
+Stackable = int | float | complex | np.generic | np.ndarray
+"""Elements that `batch` (without `batch_fn`) stacks into one `np.ndarray`."""
 
 INFINITE = sys.maxsize
 """The length of an infinitely repeated `MapDataset`, as in Grain."""
@@ -204,12 +229,13 @@ class MapDataset(_Node, Generic[T]):
     # -- access --------------------------------------------------------------------------------
 
     @overload
-    def __getitem__(self, index: int) -> T | None: ...
+    def __getitem__(self, index: SupportsIndex) -> T: ...
 
     @overload
     def __getitem__(self, index: slice) -> MapDataset[T]: ...
 
-    def __getitem__(self, index: int | slice) -> T | MapDataset[T] | None:
+    def __getitem__(self, index: SupportsIndex | slice) -> T | MapDataset[T]:
+        """The element at `index` (None where a `filter` rejected it), or a slice of `self`."""
         if isinstance(index, slice):
             return self.slice(index)
         try:
@@ -223,7 +249,8 @@ class MapDataset(_Node, Generic[T]):
             if i + len(self) < 0:
                 raise IndexError(f"index {i} is out of range for a dataset of {len(self)}")
             i += len(self)
-        return self._getitems(np.array([i], dtype=np.int64))[0]
+        # Typed as T: only a position a `filter` rejected reads as None (see `filter`).
+        return cast("T", self._getitems(np.array([i], dtype=np.int64))[0])
 
     def __iter__(self) -> DatasetIterator[T]:
         return iter(self.to_iter_dataset())
@@ -234,7 +261,7 @@ class MapDataset(_Node, Generic[T]):
     # -- constructors ------------------------------------------------------------------------
 
     @staticmethod
-    def source(source: Any) -> MapDataset[Any]:
+    def source(source: RandomAccessDataSource[U]) -> MapDataset[U]:
         """A dataset reading a random-access source (`__len__` + `__getitem__`)."""
         from chute._src.map.source import SourceMapDataset
 
@@ -249,8 +276,8 @@ class MapDataset(_Node, Generic[T]):
 
     @staticmethod
     def mix(
-        datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None = None
-    ) -> MapDataset[Any]:
+        datasets: Sequence[MapDataset[U]], weights: Sequence[float] | None = None
+    ) -> MapDataset[U]:
         """Interleaves `datasets` in the proportions of `weights` (uniform by default).
 
         Deterministic; the mixture ends when its first dataset runs out.
@@ -261,15 +288,15 @@ class MapDataset(_Node, Generic[T]):
 
     @staticmethod
     def select_from_datasets(
-        datasets: Sequence[MapDataset[Any]], selection_map: Any
-    ) -> MapDataset[Any]:
+        datasets: Sequence[MapDataset[U]], selection_map: Any
+    ) -> MapDataset[U]:
         """Element `k` is `datasets[d][i]` for `(d, i) = selection_map[k]`."""
         from chute._src.map.mix import SelectFromDatasetsMapDataset
 
         return SelectFromDatasetsMapDataset(datasets, selection_map)
 
     @staticmethod
-    def concatenate(datasets: Sequence[MapDataset[Any]]) -> MapDataset[Any]:
+    def concatenate(datasets: Sequence[MapDataset[U]]) -> MapDataset[U]:
         """The elements of `datasets` one after another."""
         from chute._src.map.concatenate import ConcatenateMapDataset
 
@@ -277,31 +304,91 @@ class MapDataset(_Node, Generic[T]):
 
     # -- transformations -------------------------------------------------------------------
 
-    def map(self, transform: Callable[[T], S] | Any) -> MapDataset[S]:
+    @overload
+    def map(self, transform: SupportsMap[T, S]) -> MapDataset[S]: ...
+
+    @overload
+    def map(self, transform: Callable[[T], S]) -> MapDataset[S]: ...
+
+    def map(self, transform: SupportsMap[T, S] | Callable[[T], S]) -> MapDataset[S]:
         """Applies `transform` (a function or a `MapTransform`) to every element."""
         from chute._src.map.map import MapMapDataset
 
         return MapMapDataset(self, transform)
 
-    def map_with_index(self, transform: Callable[[int, T], S] | Any) -> MapDataset[S]:
+    @overload
+    def map_with_index(self, transform: SupportsMapWithIndex[T, S]) -> MapDataset[S]: ...
+
+    @overload
+    def map_with_index(self, transform: Callable[[int, T], S]) -> MapDataset[S]: ...
+
+    def map_with_index(
+        self, transform: SupportsMapWithIndex[T, S] | Callable[[int, T], S]
+    ) -> MapDataset[S]:
         """Applies `transform(index, element)` (a function or a `MapWithIndex`)."""
         from chute._src.map.map import MapWithIndexMapDataset
 
         return MapWithIndexMapDataset(self, transform)
 
+    @overload
     def random_map(
-        self, transform: Callable[[T, np.random.Generator], S] | Any, *, seed: int | None = None
+        self, transform: SupportsRandomMap[T, S], *, seed: int | None = None
+    ) -> MapDataset[S]: ...
+
+    @overload
+    def random_map(
+        self, transform: Callable[[T, np.random.Generator], S], *, seed: int | None = None
+    ) -> MapDataset[S]: ...
+
+    def random_map(
+        self,
+        transform: SupportsRandomMap[T, S] | Callable[[T, np.random.Generator], S],
+        *,
+        seed: int | None = None,
     ) -> MapDataset[S]:
         """Applies `transform(element, rng)`; `rng` is keyed by (seed, element index)."""
         from chute._src.map.map import RandomMapMapDataset
 
         return RandomMapMapDataset(self, transform, seed=seed)
 
-    def filter(self, predicate: Callable[[T], bool] | Any) -> MapDataset[T]:
+    def filter(self, predicate: SupportsFilter[T] | Callable[[T], object]) -> MapDataset[T]:
         """Keeps elements where `predicate` is true; others read as None, skipped when iterating."""
         from chute._src.map.filter import FilterMapDataset
 
         return FilterMapDataset(self, predicate)
+
+    @overload
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[list[T]], S],
+        pad_value: None = None,
+        padding_struct: None = None,
+    ) -> MapDataset[S]: ...
+
+    @overload
+    def batch(
+        self: MapDataset[Stackable],
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: None = None,
+        pad_value: Any = None,
+        padding_struct: Any = None,
+    ) -> MapDataset[np.ndarray]: ...
+
+    @overload
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: None = None,
+        pad_value: Any = None,
+        padding_struct: Any = None,
+    ) -> MapDataset[Any]: ...
 
     def batch(
         self,
@@ -311,11 +398,13 @@ class MapDataset(_Node, Generic[T]):
         batch_fn: Callable[[list[T]], S] | None = None,
         pad_value: Any = None,
         padding_struct: Any = None,
-    ) -> MapDataset[S]:
+    ) -> MapDataset[Any]:
         """Groups consecutive elements, stacking them leaf by leaf (or with `batch_fn`).
 
         Ragged array leaves are padded with `pad_value` (to the longest in the batch) or to
         the fixed first-axis lengths of `padding_struct` (shaped like the element).
+        Type checkers see batches of numbers or arrays as `np.ndarray`, batches made by
+        `batch_fn` as what it returns, and other batches (trees of arrays) as `Any`.
         """
         from chute._src.map.batch import BatchMapDataset
         from chute._src.pad_batch import batch_fn_with_padding
@@ -347,7 +436,9 @@ class MapDataset(_Node, Generic[T]):
 
         return SeedMapDataset(self, seed)
 
-    def pipe(self, fn: Callable[..., S], *args: Any, **kwargs: Any) -> S:
+    def pipe(
+        self, fn: Callable[Concatenate[MapDataset[T], P], S], *args: P.args, **kwargs: P.kwargs
+    ) -> S:
         """`fn(self, *args, **kwargs)`: lets a function take part in a method chain."""
         return fn(self, *args, **kwargs)
 
@@ -410,9 +501,9 @@ class IterDataset(_Node, Generic[T]):
 
     @staticmethod
     def mix(
-        datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],
+        datasets: Sequence[IterDataset[U]] | Mapping[str, IterDataset[U]],
         weights: Sequence[float] | Mapping[str, float] | None = None,
-    ) -> IterDataset[Any]:
+    ) -> IterDataset[U]:
         """Interleaves `datasets` (a list, or a dict by name) in the proportions of `weights`.
 
         Deterministic; ends when a component runs out. A mixture given as a dict restores
@@ -422,31 +513,91 @@ class IterDataset(_Node, Generic[T]):
 
         return MixedIterDataset(datasets, weights)
 
-    def map(self, transform: Callable[[T], S] | Any) -> IterDataset[S]:
+    @overload
+    def map(self, transform: SupportsMap[T, S]) -> IterDataset[S]: ...
+
+    @overload
+    def map(self, transform: Callable[[T], S]) -> IterDataset[S]: ...
+
+    def map(self, transform: SupportsMap[T, S] | Callable[[T], S]) -> IterDataset[S]:
         """Applies `transform` (a function or a `MapTransform`) to every element."""
         from chute._src.iter.map import MapIterDataset
 
         return MapIterDataset(self, transform)
 
-    def map_with_index(self, transform: Callable[[int, T], S] | Any) -> IterDataset[S]:
+    @overload
+    def map_with_index(self, transform: SupportsMapWithIndex[T, S]) -> IterDataset[S]: ...
+
+    @overload
+    def map_with_index(self, transform: Callable[[int, T], S]) -> IterDataset[S]: ...
+
+    def map_with_index(
+        self, transform: SupportsMapWithIndex[T, S] | Callable[[int, T], S]
+    ) -> IterDataset[S]:
         """Applies `transform(index, element)`, index counting this stage's inputs."""
         from chute._src.iter.map import MapWithIndexIterDataset
 
         return MapWithIndexIterDataset(self, transform)
 
+    @overload
     def random_map(
-        self, transform: Callable[[T, np.random.Generator], S] | Any, *, seed: int | None = None
+        self, transform: SupportsRandomMap[T, S], *, seed: int | None = None
+    ) -> IterDataset[S]: ...
+
+    @overload
+    def random_map(
+        self, transform: Callable[[T, np.random.Generator], S], *, seed: int | None = None
+    ) -> IterDataset[S]: ...
+
+    def random_map(
+        self,
+        transform: SupportsRandomMap[T, S] | Callable[[T, np.random.Generator], S],
+        *,
+        seed: int | None = None,
     ) -> IterDataset[S]:
         """Applies `transform(element, rng)`; `rng` is keyed by (seed, element position)."""
         from chute._src.iter.map import RandomMapIterDataset
 
         return RandomMapIterDataset(self, transform, seed=seed)
 
-    def filter(self, predicate: Callable[[T], bool] | Any) -> IterDataset[T]:
+    def filter(self, predicate: SupportsFilter[T] | Callable[[T], object]) -> IterDataset[T]:
         """Keeps the elements for which `predicate` (a function or `FilterTransform`) is true."""
         from chute._src.iter.filter import FilterIterDataset
 
         return FilterIterDataset(self, predicate)
+
+    @overload
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[list[T]], S],
+        pad_value: None = None,
+        padding_struct: None = None,
+    ) -> IterDataset[S]: ...
+
+    @overload
+    def batch(
+        self: IterDataset[Stackable],
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: None = None,
+        pad_value: Any = None,
+        padding_struct: Any = None,
+    ) -> IterDataset[np.ndarray]: ...
+
+    @overload
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: None = None,
+        pad_value: Any = None,
+        padding_struct: Any = None,
+    ) -> IterDataset[Any]: ...
 
     def batch(
         self,
@@ -456,11 +607,13 @@ class IterDataset(_Node, Generic[T]):
         batch_fn: Callable[[list[T]], S] | None = None,
         pad_value: Any = None,
         padding_struct: Any = None,
-    ) -> IterDataset[S]:
+    ) -> IterDataset[Any]:
         """Groups consecutive elements, stacking them leaf by leaf (or with `batch_fn`).
 
         Ragged array leaves are padded with `pad_value` (to the longest in the batch) or to
         the fixed first-axis lengths of `padding_struct` (shaped like the element).
+        Type checkers see batches of numbers or arrays as `np.ndarray`, batches made by
+        `batch_fn` as what it returns, and other batches (trees of arrays) as `Any`.
         """
         from chute._src.iter.batch import BatchIterDataset
         from chute._src.pad_batch import batch_fn_with_padding
@@ -515,6 +668,8 @@ class IterDataset(_Node, Generic[T]):
 
         return SeedIterDataset(self, seed)
 
-    def pipe(self, fn: Callable[..., S], *args: Any, **kwargs: Any) -> S:
+    def pipe(
+        self, fn: Callable[Concatenate[IterDataset[T], P], S], *args: P.args, **kwargs: P.kwargs
+    ) -> S:
         """`fn(self, *args, **kwargs)`: lets a function take part in a method chain."""
         return fn(self, *args, **kwargs)

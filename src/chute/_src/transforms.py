@@ -1,4 +1,4 @@
-"""Transformations as classes (seed 000's `MapTransform`, `RandomMapTransform`, ...).
+"""Transformations as classes (`MapTransform`, `RandomMapTransform`, ..., as in Grain).
 
 A plain callable works wherever a transform class does; the `as_*_fn` helpers turn either
 into the bare function a stage calls, and reject anything else with the fix.
@@ -10,22 +10,29 @@ import abc
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from chute._src import tree
 
+T_contra = TypeVar("T_contra", contravariant=True)
+S_co = TypeVar("S_co", covariant=True)
 
-class MapTransform(abc.ABC):
-    """A deterministic one-to-one transformation: implement `map(element)`."""
+
+class MapTransform(abc.ABC, Generic[T_contra, S_co]):
+    """A deterministic one-to-one transformation: implement `map(element)`.
+
+    Type checkers read the element types from `map`'s annotations; a subclass may also
+    name them, `class Tokenize(MapTransform[str, list[int]])`, to have its `map` checked.
+    """
 
     @abc.abstractmethod
-    def map(self, element: Any) -> Any:
+    def map(self, element: T_contra) -> S_co:
         """Returns the transformed element."""
 
 
-class RandomMapTransform(abc.ABC):
+class RandomMapTransform(abc.ABC, Generic[T_contra, S_co]):
     """A random one-to-one transformation: implement `random_map(element, rng)`.
 
     All randomness must come from `rng`, an `np.random.Generator` keyed by the pipeline
@@ -34,24 +41,45 @@ class RandomMapTransform(abc.ABC):
     """
 
     @abc.abstractmethod
-    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+    def random_map(self, element: T_contra, rng: np.random.Generator) -> S_co:
         """Returns the transformed element."""
 
 
-class FilterTransform(abc.ABC):
+class FilterTransform(abc.ABC, Generic[T_contra]):
     """Keeps the elements for which `filter(element)` is true."""
 
     @abc.abstractmethod
-    def filter(self, element: Any) -> bool:
+    def filter(self, element: T_contra) -> bool:
         """True to keep `element`."""
 
 
-class MapWithIndex(abc.ABC):
+class MapWithIndex(abc.ABC, Generic[T_contra, S_co]):
     """A transformation that also sees the element's index: `map_with_index(i, element)`."""
 
     @abc.abstractmethod
-    def map_with_index(self, index: int, element: Any) -> Any:
+    def map_with_index(self, index: int, element: T_contra) -> S_co:
         """Returns the transformed element."""
+
+
+# What the chain methods accept besides plain functions, as type checkers see it: any
+# object with the method (a subclass of the class above, whose annotations give the
+# element types). Parameters are positional-only, so a subclass may name them freely.
+
+
+class SupportsMap(Protocol[T_contra, S_co]):
+    def map(self, element: T_contra, /) -> S_co: ...
+
+
+class SupportsRandomMap(Protocol[T_contra, S_co]):
+    def random_map(self, element: T_contra, rng: np.random.Generator, /) -> S_co: ...
+
+
+class SupportsFilter(Protocol[T_contra]):
+    def filter(self, element: T_contra, /) -> object: ...
+
+
+class SupportsMapWithIndex(Protocol[T_contra, S_co]):
+    def map_with_index(self, index: int, element: T_contra, /) -> S_co: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +94,7 @@ class Batch:
         check_batch_size(self.batch_size, "Batch")
 
 
-class TypeConversion(MapTransform):
+class TypeConversion(MapTransform[Any, Any]):
     """Casts every numeric leaf of an element to `to_type` (e.g. `np.float32`).
 
     >>> TypeConversion(to_type=np.float32).map({"x": np.arange(2), "name": "a"})
@@ -167,7 +195,7 @@ def as_map_with_index_fn(t: Any, where: str = "map_with_index") -> Callable[[int
 
 
 def describe(fn: Any) -> str:
-    """`name @ file:line` for a function, the repr of a transform object (as in seed 003)."""
+    """`name @ file:line` for a function, the repr of a transform object."""
     target = getattr(fn, "__self__", None)
     if target is not None and isinstance(
         target, MapTransform | RandomMapTransform | FilterTransform | MapWithIndex
