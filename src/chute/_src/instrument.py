@@ -35,12 +35,13 @@ _perf_counter_ns = time.perf_counter_ns
 _sched = threading.local()
 
 
-def _thread_time_ns() -> int:
-    """Nanoseconds this thread has been on a CPU or waiting in the run queue for one.
+def _cpu_times_ns() -> tuple[int, int]:
+    """(on a CPU, queued for one): nanoseconds this thread has spent in each.
 
-    Counting run-queue time too makes "busy" mean "wanted a CPU", so a CPU-bound stage
-    still reads as busy on a machine whose cores are all taken. Linux reports both per
-    thread in /proc/thread-self/schedstat; elsewhere, the thread's CPU time is used.
+    Time queued for a CPU is neither work nor waiting for data: on a loaded machine it
+    stretches every stage's wall time. The advice leaves it out, so that the same pipeline
+    is judged the same on an idle and on a busy machine. The time on a CPU is the thread's
+    CPU clock; Linux reports the time queued in /proc/thread-self/schedstat (elsewhere: 0).
     """
     fd = getattr(_sched, "fd", None)
     if fd is None:
@@ -50,9 +51,8 @@ def _thread_time_ns() -> int:
             fd = -1
         _sched.fd = fd
     if fd < 0:
-        return time.thread_time_ns()
-    on_cpu, waiting, _ = os.pread(fd, 96, 0).split(maxsplit=2)
-    return int(on_cpu) + int(waiting)
+        return time.thread_time_ns(), 0
+    return time.thread_time_ns(), int(os.pread(fd, 96, 0).split()[1])
 
 
 class StageRecord:
@@ -67,34 +67,50 @@ class StageRecord:
         "gil_busy",
         "id",
         "inputs",
+        "internal",
         "kind",
         "max_ns",
         "min_ns",
         "name",
+        "pass_through",
+        "queued_ns",
         "samples",
         "spec",
         "wall_ns",
     )
 
-    def __init__(self, name: str, kind: str, inputs: list[int], boundary: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        inputs: list[int],
+        boundary: bool = False,
+        internal: bool = False,
+        pass_through: bool = False,
+    ) -> None:
         self.id = next(_ids)
         self.name = name
         self.kind = kind  # "map" (MapDataset node, timed per block) or "iter"
         self.inputs = inputs
         self.boundary = boundary  # its inputs run on other threads or processes
+        self.internal = internal  # the engine's own stage, not the user's: not shown
+        self.pass_through = pass_through  # does no work of its own: never the bottleneck
         self.spec: Any = None
         self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+        self.queued_ns = 0
         self.min_ns = 1 << 62
         self.max_ns = 0
         self.samples = self.gil_busy = 0
 
-    def add(self, n: int, wall_ns: int, cpu_ns: int | None) -> None:
-        """One call that produced `n` elements; `cpu_ns` None when CPU time was not read."""
+    def add(self, n: int, wall_ns: int, cpu: tuple[int, int] | None) -> None:
+        """One call that produced `n` elements; `cpu` (on a CPU, queued for one) in ns, or
+        None when it was not read."""
         self.calls += 1
         self.elements += n
         self.wall_ns += wall_ns
-        if cpu_ns is not None:
-            self.cpu_ns += cpu_ns
+        if cpu is not None:
+            self.cpu_ns += cpu[0]
+            self.queued_ns += cpu[1]
             self.cpu_wall_ns += wall_ns
         if n:
             per = wall_ns // n
@@ -105,9 +121,10 @@ class StageRecord:
         """The figures since the last call, and a reset (used in worker processes)."""
         delta = (
             self.id, self.calls, self.elements, self.wall_ns, self.cpu_ns, self.cpu_wall_ns,
-            self.min_ns, self.max_ns, self.samples, self.gil_busy, self.spec,
+            self.min_ns, self.max_ns, self.samples, self.gil_busy, self.spec, self.queued_ns,
         )  # fmt: skip
         self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+        self.queued_ns = 0
         self.samples = self.gil_busy = 0
         self.min_ns, self.max_ns = 1 << 62, 0
         return delta
@@ -116,9 +133,14 @@ class StageRecord:
         """CPU time over all calls, from the calls whose CPU time was read."""
         return self.cpu_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
 
+    def queued_estimate_ns(self) -> float:
+        """Time queued for a CPU over all calls, from the calls where it was read."""
+        return self.queued_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
+
     def merge(self, delta: tuple[Any, ...]) -> None:
-        _, calls, elements, wall, cpu, cpu_wall, lo, hi, samples, busy, spec = delta
+        _, calls, elements, wall, cpu, cpu_wall, lo, hi, samples, busy, spec, queued = delta
         self.calls += calls
+        self.queued_ns += queued
         self.elements += elements
         self.wall_ns += wall
         self.cpu_ns += cpu
@@ -151,13 +173,17 @@ def _stack() -> list[tuple[StageRecord, int]]:
 def _sample_forever() -> None:
     """Each sample notes, for the stage every thread is in, whether this thread could get
     the GIL at once on waking (the stage's work released it) or had to wait (some thread
-    was running Python code). Samples fall where the GIL changes hands, so they are a rough
-    measure; the advice leans first on each stage's exact CPU and wall time."""
+    was running Python code). Time the sampler spent queued for a CPU is taken off its
+    lateness, so a loaded machine does not read as a held GIL. Samples fall where the GIL
+    changes hands, so they are a rough measure; the advice leans first on each stage's
+    CPU time."""
     sleep_ns, busy_ns = int(_SAMPLE_S * 1e9), int(_BUSY_S * 1e9)
     while True:
+        queued0 = _cpu_times_ns()[1]
         wake = time.perf_counter_ns() + sleep_ns
         time.sleep(_SAMPLE_S)
-        busy = time.perf_counter_ns() - wake > busy_ns
+        late = time.perf_counter_ns() - wake - (_cpu_times_ns()[1] - queued0)
+        busy = late > busy_ns
         for stack in list(_stacks.values()):
             if stack:
                 record = stack[-1][0]
@@ -175,15 +201,16 @@ def _ensure_sampler() -> None:
             _sampler.start()
 
 
-def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, int | None]:
-    """`fn(*args)`, its wall time and, on every 16th call, its thread CPU time.
+def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[int, int] | None]:
+    """`fn(*args)`, its wall time and, on every 16th call, its thread's time on a CPU and
+    queued for one.
 
-    Reading a thread's CPU time is a system call (~0.5 us), too dear for every element, so
-    it is read on a sixteenth of the calls and scaled (`StageRecord.cpu_estimate_ns`).
+    Reading them is a system call (~1 us), too dear for every element, so they are read
+    on a sixteenth of the calls and scaled (`StageRecord.cpu_estimate_ns`).
     """
     stack = _stack()
     read_cpu = not record.calls & 15
-    c0 = time.thread_time_ns() if read_cpu else 0
+    c0, q0 = _cpu_times_ns() if read_cpu else (0, 0)
     t0 = time.perf_counter_ns()
     stack.append((record, t0))
     try:
@@ -191,7 +218,10 @@ def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, int | No
     finally:
         wall = time.perf_counter_ns() - t0
         stack.pop()
-    return out, wall, (time.thread_time_ns() - c0) if read_cpu else None
+    if not read_cpu:
+        return out, wall, None
+    c1, q1 = _cpu_times_ns()
+    return out, wall, (c1 - c0, q1 - q0)
 
 
 # -- MapDataset side ----------------------------------------------------------------------
@@ -270,7 +300,7 @@ class _TimedIterator(DatasetIterator[Any]):
         record = self.record
         stack = _stacks.get(_get_ident()) or _stack()
         read_cpu = not record.calls & 15
-        c0 = _thread_time_ns() if read_cpu else 0
+        c0, q0 = _cpu_times_ns() if read_cpu else (0, 0)
         t0 = _perf_counter_ns()
         stack.append((record, t0))
         try:
@@ -293,7 +323,9 @@ class _TimedIterator(DatasetIterator[Any]):
         if wall > record.max_ns:
             record.max_ns = wall
         if read_cpu:
-            record.cpu_ns += _thread_time_ns() - c0
+            c1, q1 = _cpu_times_ns()
+            record.cpu_ns += c1 - c0
+            record.queued_ns += q1 - q0
             record.cpu_wall_ns += wall
         if record.spec is None:
             record.spec = element_spec(x)
@@ -337,7 +369,15 @@ def instrumented_iter(ds: IterDataset[Any]) -> DatasetIterator[Any]:
         inner = ds._make_iterator()
     finally:
         _depth.level = level
-    record = StageRecord(repr(ds), "iter", _input_ids(inner), boundary=_is_boundary(ds))
+    internal, pass_through = _role(ds)
+    record = StageRecord(
+        repr(ds),
+        "iter",
+        _input_ids(inner),
+        boundary=_is_boundary(ds),
+        internal=internal,
+        pass_through=pass_through,
+    )
     proxy = _TimedIterator(inner, record)
     if level == 0:
         from chute._src.stats import PipelineView
@@ -356,11 +396,23 @@ def _is_boundary(ds: IterDataset[Any]) -> bool:
     from chute._src.iter.prefetch import PrefetchIterDataset
     from chute._src.iter.thread_prefetch import ThreadPrefetchIterDataset
 
-    if isinstance(
-        ds, ThreadPrefetchIterDataset | MultiprocessPrefetchIterDataset | _WorkerFedIterDataset
-    ):
+    if isinstance(ds, MultiprocessPrefetchIterDataset):
+        return ds.options.num_workers > 0
+    if isinstance(ds, ThreadPrefetchIterDataset | _WorkerFedIterDataset):
         return True
     return isinstance(ds, PrefetchIterDataset) and ds.read_options.num_threads > 0
+
+
+def _role(ds: IterDataset[Any]) -> tuple[bool, bool]:
+    """(internal, pass-through): whether the stage is the engine's own (hidden from the
+    summary) and whether it does no work of its own (never named the bottleneck)."""
+    from chute._src.iter.mp_prefetch import MultiprocessPrefetchIterDataset, _DoneInWorkers
+
+    if isinstance(ds, _DoneInWorkers):  # a map/filter now computed in the workers
+        return True, True
+    if isinstance(ds, MultiprocessPrefetchIterDataset):
+        return False, ds.options.num_workers == 0
+    return False, False
 
 
 def _input_ids(it: Any) -> list[int]:
