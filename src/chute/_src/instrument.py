@@ -17,6 +17,7 @@ pipeline pays nothing for it. Instrumented:
 from __future__ import annotations
 
 import copy
+import ctypes
 import itertools
 import os
 import threading
@@ -35,6 +36,21 @@ _perf_counter_ns = time.perf_counter_ns
 _sched = threading.local()
 
 
+def _load_libc() -> Any:
+    try:
+        # PyDLL keeps the GIL during the call: os.pread would release it, and on a loaded
+        # machine getting it back can take milliseconds, charged to the stage measured.
+        libc = ctypes.PyDLL(None)
+        libc.pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
+        libc.pread.restype = ctypes.c_ssize_t
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_libc = _load_libc()
+
+
 def _cpu_times_ns() -> tuple[int, int]:
     """(on a CPU, queued for one): nanoseconds this thread has spent in each.
 
@@ -46,13 +62,16 @@ def _cpu_times_ns() -> tuple[int, int]:
     fd = getattr(_sched, "fd", None)
     if fd is None:
         try:
-            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY) if _libc else -1
         except OSError:
             fd = -1
         _sched.fd = fd
+        _sched.buf = ctypes.create_string_buffer(96)
     if fd < 0:
         return time.thread_time_ns(), 0
-    return time.thread_time_ns(), int(os.pread(fd, 96, 0).split()[1])
+    n = _libc.pread(fd, _sched.buf, 95, 0)
+    queued = int(_sched.buf.raw[:n].split()[1]) if n > 0 else 0
+    return time.thread_time_ns(), queued
 
 
 class StageRecord:
@@ -109,13 +128,19 @@ class StageRecord:
         self.elements += n
         self.wall_ns += wall_ns
         if cpu is not None:
-            self.cpu_ns += cpu[0]
-            self.queued_ns += cpu[1]
-            self.cpu_wall_ns += wall_ns
+            self.add_cpu(wall_ns, *cpu)
         if n:
             per = wall_ns // n
             self.min_ns = min(self.min_ns, per)
             self.max_ns = max(self.max_ns, per)
+
+    def add_cpu(self, wall_ns: int, on_cpu_ns: int, queued_ns: int) -> None:
+        """The CPU figures of one call. Linux can charge a thread woken while it runs (as
+        GIL hand-overs do) with queue time it never spent, so the time queued is capped at
+        the call's time off a CPU."""
+        self.cpu_ns += on_cpu_ns
+        self.queued_ns += max(0, min(queued_ns, wall_ns - on_cpu_ns))
+        self.cpu_wall_ns += wall_ns
 
     def take_delta(self) -> tuple[Any, ...]:
         """The figures since the last call, and a reset (used in worker processes)."""
@@ -173,17 +198,13 @@ def _stack() -> list[tuple[StageRecord, int]]:
 def _sample_forever() -> None:
     """Each sample notes, for the stage every thread is in, whether this thread could get
     the GIL at once on waking (the stage's work released it) or had to wait (some thread
-    was running Python code). Time the sampler spent queued for a CPU is taken off its
-    lateness, so a loaded machine does not read as a held GIL. Samples fall where the GIL
-    changes hands, so they are a rough measure; the advice leans first on each stage's
-    CPU time."""
+    was running Python code). Samples fall where the GIL changes hands, so they are a rough
+    measure; the advice leans first on each stage's CPU time."""
     sleep_ns, busy_ns = int(_SAMPLE_S * 1e9), int(_BUSY_S * 1e9)
     while True:
-        queued0 = _cpu_times_ns()[1]
         wake = time.perf_counter_ns() + sleep_ns
         time.sleep(_SAMPLE_S)
-        late = time.perf_counter_ns() - wake - (_cpu_times_ns()[1] - queued0)
-        busy = late > busy_ns
+        busy = time.perf_counter_ns() - wake > busy_ns
         for stack in list(_stacks.values()):
             if stack:
                 record = stack[-1][0]
@@ -201,16 +222,11 @@ def _ensure_sampler() -> None:
             _sampler.start()
 
 
-def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[int, int] | None]:
-    """`fn(*args)`, its wall time and, on every 16th call, its thread's time on a CPU and
-    queued for one.
-
-    Reading them is a system call (~1 us), too dear for every element, so they are read
-    on a sixteenth of the calls and scaled (`StageRecord.cpu_estimate_ns`).
-    """
+def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[int, int]]:
+    """`fn(*args)` (a block of elements), its wall time and its thread's time on a CPU and
+    queued for one (read on every call: ~1 us, small beside a block)."""
     stack = _stack()
-    read_cpu = not record.calls & 15
-    c0, q0 = _cpu_times_ns() if read_cpu else (0, 0)
+    c0, q0 = _cpu_times_ns()
     t0 = time.perf_counter_ns()
     stack.append((record, t0))
     try:
@@ -218,8 +234,6 @@ def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[in
     finally:
         wall = time.perf_counter_ns() - t0
         stack.pop()
-    if not read_cpu:
-        return out, wall, None
     c1, q1 = _cpu_times_ns()
     return out, wall, (c1 - c0, q1 - q0)
 
@@ -324,9 +338,7 @@ class _TimedIterator(DatasetIterator[Any]):
             record.max_ns = wall
         if read_cpu:
             c1, q1 = _cpu_times_ns()
-            record.cpu_ns += c1 - c0
-            record.queued_ns += q1 - q0
-            record.cpu_wall_ns += wall
+            record.add_cpu(wall, c1 - c0, q1 - q0)
         if record.spec is None:
             record.spec = element_spec(x)
         if self.top is not None and (record.calls == 1 or not record.calls & 63):

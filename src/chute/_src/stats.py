@@ -11,7 +11,8 @@ stage take. A stage that runs on the consumer's thread accounts for its own time
 less its inputs'). Behind a prefetch stage (threads, worker processes) the consumer waited
 `W` while the stages there spent `S` of their own time: each accounts for its own time
 scaled by `min(1, W / S)` (they overlapped with the consumer), and the prefetch stage for
-any excess `W - S` (its own overhead). A pass-through stage (`mp_prefetch` with 0 workers)
+any excess `W - S` (its own overhead). Time a thread spent queued for a CPU (a loaded
+machine) is left out of every figure, and the shares are of what remains. A pass-through stage (`mp_prefetch` with 0 workers)
 is never named the bottleneck.
 
 How the advice is chosen, the same way run after run and on an idle or a loaded machine:
@@ -19,8 +20,8 @@ the bottleneck's CPU share is its time on a CPU over its own wall time less the 
 thread was queued for a CPU (Linux's per-thread schedstat), so a busy machine does not make
 CPU-bound work look like waiting. At most 50% (a clear margin either way: a CPU-bound
 Python stage measures ~100%, a stage that sleeps or reads a few %) means it mostly waits:
-more threads. Above, or while its threads wait for a GIL held most of the time, it is
-CPU-bound: worker processes. During a run, periodic summaries keep their verdict unless the
+more threads. Above, it is CPU-bound: worker processes (or threads too, when the GIL
+samples show it was mostly free: native code). During a run, periodic summaries keep their verdict unless the
 figure moves 15 points past the threshold.
 """
 
@@ -44,7 +45,6 @@ from chute._src.iterator import DatasetIterator, child_iterators
 WIDTH = 100  # the summary's lines are at most this wide
 _CPU_BOUND = 50.0  # % CPU above which a stage is CPU-bound
 _GIL_FREE = 35.0  # % GIL held below which CPU-bound work released it (native code)
-_GIL_HELD = 75.0  # % GIL held above which a waiting stage waits for the GIL
 _HYSTERESIS = 15.0  # points a figure must move past a threshold to change a verdict
 
 # What the advice recommends, as `PipelineStats.recommendation` gives it.
@@ -155,9 +155,8 @@ class PipelineStats:
                 "(ReadOptions(num_threads=N)); worker processes help in any case: "
                 ".mp_prefetch(chute.MultiprocessingOptions(num_workers=N))."
             )
-        waits_for_gil = " (its threads wait for the GIL)" if cpu <= _CPU_BOUND else ""
         return (
-            f"{head}, {measured}: CPU-bound Python code{waits_for_gil} holds the GIL, so "
+            f"{head}, {measured}: CPU-bound Python code holds the GIL, so "
             "threads cannot speed it up; use (more) worker processes, e.g. .mp_prefetch("
             "chute.MultiprocessingOptions(num_workers=N)), or move the work into a library "
             "that releases the GIL."
@@ -188,7 +187,7 @@ def _verdict(cpu: float, gil: float | None, previous: str | None) -> str:
     cpu_bound = _CPU_BOUND + (_HYSTERESIS if previous == THREADS else 0.0)
     cpu_bound -= _HYSTERESIS if previous in (PROCESSES, THREADS_OR_PROCESSES) else 0.0
     if cpu <= cpu_bound:
-        return PROCESSES if gil is not None and gil >= _GIL_HELD else THREADS
+        return THREADS
     gil_free = _GIL_FREE + (_HYSTERESIS if previous == THREADS_OR_PROCESSES else 0.0)
     gil_free -= _HYSTERESIS if previous == PROCESSES else 0.0
     return THREADS_OR_PROCESSES if gil is not None and gil < gil_free else PROCESSES
@@ -374,26 +373,32 @@ class PipelineView:
                 stack.extend(records[i].inputs)
             return out
 
+        def ready_ns(r: StageRecord) -> float:
+            # Own time less time queued for a CPU: on a loaded machine the queueing lands
+            # wherever the scheduler preempts, which says nothing about the stage.
+            return max(0.0, self_ns(r) - self_queued_ns(r))
+
         def attribute(r: StageRecord) -> None:
             if r.boundary:
                 # The stages behind produce what the consumer waits for: each accounts for
                 # its own time, scaled down when they ran in parallel with the consumer; a
                 # wait longer than their time is the prefetch stage's own overhead.
                 behind = [s for s in subtree(r.inputs) if not s.boundary]
-                total = sum(self_ns(s) for s in behind)
-                scale = min(1.0, r.wall_ns / total) if total else 0.0
+                total = sum(ready_ns(s) for s in behind)
+                waited = ready_ns(r)
+                scale = min(1.0, waited / total) if total else 0.0
                 for s in behind:
-                    wait[s.id] += self_ns(s) * scale
-                wait[r.id] += max(0.0, r.wall_ns - total)
+                    wait[s.id] += ready_ns(s) * scale
+                wait[r.id] += max(0.0, waited - total)
                 return
-            wait[r.id] += self_ns(r)
+            wait[r.id] += ready_ns(r)
             for i in r.inputs:
                 if i in records:
                     attribute(records[i])
 
         top = self._top.record
         attribute(top)
-        consumer = top.wall_ns or 1
+        consumer = sum(wait.values()) or 1.0
         stages = []
         for r in records.values():
             buffered = _buffer_info(iters[r.id])
