@@ -203,9 +203,9 @@ _NOTE = (
 
 
 def _label(name: str) -> str:
-    """A stage's name as the table shows it: `transform=`, and a keyword before an options
-    object (`read_options=ReadOptions(...)`), dropped: the value says it."""
-    return re.sub(r"\b(transform=|[a-z_]+=(?=[A-Z]\w*\())", "", name)
+    """A stage's name as the table shows it: a keyword before an options object
+    (`read_options=ReadOptions(...)`) dropped, the value says it."""
+    return re.sub(r"\b[a-z_]+=(?=[A-Z]\w*\()", "", name)
 
 
 def _wrap(text: str, width: int, max_lines: int = 3) -> list[str]:
