@@ -209,10 +209,10 @@ def _label(name: str) -> str:
 
 
 def _wrap(text: str, width: int, max_lines: int = 3) -> list[str]:
-    """`text` in lines of at most `width`, broken after ", ", a space or "("; a word
+    """`text` in lines of at most `width`, broken after ", ", a space, "(" or "="; a word
     longer than a line keeps its head and tail around "…", and the last line ends with
     "…" when more lines would be needed."""
-    pieces = [p for p in re.findall(r"[^ ,(]*(?:, |,| |\(|$)", text) if p]
+    pieces = [p for p in re.findall(r"[^ ,(=]*(?:, |,| |\(|=|$)", text) if p]
     lines: list[str] = [""]
     for piece in pieces:
         if len(piece) > width:
