@@ -41,6 +41,17 @@ def test_exports_resolve_and_are_listed(name: str) -> None:
     )
 
 
+def test_multiprocessing_options_has_one_home_and_grains_alias() -> None:
+    homes = [
+        name
+        for name in PUBLIC_MODULES
+        if "MultiprocessingOptions" in importlib.import_module(name).__all__
+    ]
+    assert homes == ["chute", "chute.multiprocessing"]
+    assert grain.multiprocessing.MultiprocessingOptions is grain.MultiprocessingOptions
+    assert not hasattr(grain.experimental, "MultiprocessingOptions")
+
+
 def test_seed_000_names() -> None:
     for name in [
         "DataLoader",
