@@ -303,3 +303,36 @@ def test_advice_is_the_same_run_after_run_under_load(
         s = chute.stats(io)
         assert s.recommendation == "threads", s.summary()
         assert "more threads help" in s.advice()
+
+
+def test_enable_profiling_prints_the_summary_of_that_pipeline(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert chute.config.get("py_debug_mode") is False
+    for workers in (0, 2):
+        options = chute.MultiprocessingOptions(num_workers=workers, enable_profiling=True)
+        ds = chute.MapDataset.range(64).map(mpp.double).to_iter_dataset().batch(8)
+        assert len(list(ds.mp_prefetch(options))) == 8
+        err = capsys.readouterr().err
+        assert err.count("chute execution summary") == 1 and "MapMapDataset" in err, err
+    # Other pipelines are not profiled, and debug mode stays off.
+    list(chute.MapDataset.range(8).to_iter_dataset())
+    assert "chute execution summary" not in capsys.readouterr().err
+    assert chute.config.get("py_debug_mode") is False
+
+
+def test_dataloader_enable_profiling(capsys: pytest.CaptureFixture[str]) -> None:
+    def loader(profile: bool) -> chute.DataLoader:
+        return chute.DataLoader(
+            data_source=list(range(40)),
+            sampler=chute.IndexSampler(40, shuffle=True, seed=0, num_epochs=1),
+            operations=[chute.Batch(batch_size=8)],
+            enable_profiling=profile,
+        )
+
+    plain = [b.tolist() for b in loader(False)]
+    assert "chute execution summary" not in capsys.readouterr().err
+    assert [b.tolist() for b in loader(True)] == plain
+    assert capsys.readouterr().err.count("chute execution summary") == 1
+    with pytest.raises(TypeError, match=r"enable_profiling='yes' is invalid: pass True"):
+        chute.MultiprocessingOptions(enable_profiling="yes")  # type: ignore[arg-type]

@@ -84,6 +84,12 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         return self._options
 
     def _make_iterator(self) -> DatasetIterator[T]:
+        if self._options.enable_profiling and not config.get("py_debug_mode"):
+            with config.debug_mode_here():  # the stages below record and print statistics
+                return self._make_unprofiled_iterator()
+        return self._make_unprofiled_iterator()
+
+    def _make_unprofiled_iterator(self) -> DatasetIterator[T]:
         parent: IterDataset[T] = self._parents[0]  # type: ignore[assignment]
         if self._options.num_workers == 0:
             return _MultiprocessIterator(parent._iter(), None)
