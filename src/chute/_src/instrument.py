@@ -455,7 +455,7 @@ def nearest_records(it: Any) -> list[StageRecord]:
 
 
 def element_spec(x: Any) -> Any:
-    """The structure of `x` with each leaf as 'dtype[shape]', as in seed 003's graph."""
+    """The structure of `x` with each leaf as 'dtype[shape]', as in the pipeline graph."""
     if isinstance(x, dict):
         return {k: element_spec(v) for k, v in x.items()}
     if isinstance(x, tuple) and hasattr(x, "_fields"):

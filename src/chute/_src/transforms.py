@@ -1,4 +1,4 @@
-"""Transformations as classes (seed 000's `MapTransform`, `RandomMapTransform`, ...).
+"""Transformations as classes (`MapTransform`, `RandomMapTransform`, ..., as in Grain).
 
 A plain callable works wherever a transform class does; the `as_*_fn` helpers turn either
 into the bare function a stage calls, and reject anything else with the fix.
@@ -167,7 +167,7 @@ def as_map_with_index_fn(t: Any, where: str = "map_with_index") -> Callable[[int
 
 
 def describe(fn: Any) -> str:
-    """`name @ file:line` for a function, the repr of a transform object (as in seed 003)."""
+    """`name @ file:line` for a function, the repr of a transform object."""
     target = getattr(fn, "__self__", None)
     if target is not None and isinstance(
         target, MapTransform | RandomMapTransform | FilterTransform | MapWithIndex
