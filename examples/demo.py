@@ -1,7 +1,8 @@
 """chute's main demo: a real text pipeline with throughput and an exact checkpoint/resume.
 
-Builds the news-like corpus with ../shared/data/make_corpus.py and writes it to chute's
-random-access record format (`.crec`), then runs seed 003's pipeline on it: parse JSON,
+Builds the news-like corpus with shared/data/make_corpus.py (found beside the checkout, or
+where $CHUTE_SHARED_DATA or --shared-data says) and writes it to chute's random-access
+record format (`.crec`), then runs the text pipeline on it: parse JSON,
 tokenize with the bert-base-uncased tokenizer, global shuffle, repeat, trim/pad to 128
 tokens, batch, in worker processes. It prints time to first batch and throughput, saves the
 iterator state mid-stream to a JSON file, restores it into a freshly built pipeline with a
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -30,12 +32,21 @@ SEQ_LEN = 128
 
 
 def find_shared_data() -> Path:
+    """The shared data directory: $CHUTE_SHARED_DATA, else `shared/data` beside the checkout."""
+    env = os.environ.get("CHUTE_SHARED_DATA")
+    if env:
+        if not Path(env, "make_corpus.py").is_file():
+            sys.exit(f"CHUTE_SHARED_DATA={env} has no make_corpus.py: point it at shared/data")
+        return Path(env)
     here = Path(__file__).resolve()
     for parent in here.parents:
         candidate = parent / "shared" / "data"
         if candidate.is_dir():
             return candidate
-    sys.exit("shared/data not found beside the checkout: pass --shared-data PATH")
+    sys.exit(
+        "shared/data not found beside the checkout: set CHUTE_SHARED_DATA to its path, "
+        "or pass --shared-data PATH"
+    )
 
 
 class Tokenize(chute.MapTransform):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +40,17 @@ def test_exports_resolve_and_are_listed(name: str) -> None:
     assert public - submodules - set(module.__all__) <= {"annotations"}, public - set(
         module.__all__
     )
+
+
+def test_multiprocessing_options_has_one_home_and_grains_alias() -> None:
+    homes = [
+        name
+        for name in PUBLIC_MODULES
+        if "MultiprocessingOptions" in importlib.import_module(name).__all__
+    ]
+    assert homes == ["chute", "chute.multiprocessing"]
+    assert grain.multiprocessing.MultiprocessingOptions is grain.MultiprocessingOptions
+    assert not hasattr(grain.experimental, "MultiprocessingOptions")
 
 
 def test_seed_000_names() -> None:
@@ -130,8 +143,30 @@ def test_tokenizer_reproduces_the_seed_ids(tokenizer_path: Path) -> None:
     assert ids[:5] == [101, 2572, 2094, 1001, 4464]
 
 
+def shared_data_dir() -> Path:
+    """As conftest finds it: $CHUTE_SHARED_DATA, else `shared/data` beside the checkout."""
+    env = os.environ.get("CHUTE_SHARED_DATA")
+    if env:
+        return Path(env)
+    for parent in Path(__file__).resolve().parents[1].parents:
+        if (parent / "shared" / "data").is_dir():
+            return parent / "shared" / "data"
+    raise RuntimeError("shared/data not found beside the checkout: set CHUTE_SHARED_DATA")
+
+
+def _demo_outside_the_checkout(tmp_path: Path) -> Path:
+    """A copy of the demo where no `shared/` directory is beside it."""
+    demo = tmp_path / "demo.py"
+    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "demo.py", demo)
+    return demo
+
+
 def test_demo_runs_and_resumes(tmp_path: Path) -> None:
-    demo = Path(__file__).resolve().parents[1] / "examples" / "demo.py"
+    try:
+        shared = shared_data_dir()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    demo = _demo_outside_the_checkout(tmp_path)
     out = subprocess.run(
         [
             sys.executable,
@@ -147,5 +182,36 @@ def test_demo_runs_and_resumes(tmp_path: Path) -> None:
         text=True,
         timeout=300,
         check=True,
+        env={**os.environ, "CHUTE_SHARED_DATA": str(shared), "PYTHONPATH": _pythonpath()},
     ).stdout
     assert "examples/s" in out and "next 20 batches identical" in out
+
+
+def test_demo_without_shared_data_says_how_to_point_at_it(tmp_path: Path) -> None:
+    demo = _demo_outside_the_checkout(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "CHUTE_SHARED_DATA"}
+    done = subprocess.run(
+        [sys.executable, str(demo), "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "PYTHONPATH": _pythonpath()},
+    )
+    assert done.returncode != 0 and "set CHUTE_SHARED_DATA" in done.stderr
+    wrong = {**env, "PYTHONPATH": _pythonpath(), "CHUTE_SHARED_DATA": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(demo), "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=wrong,
+    )
+    assert (
+        done.returncode != 0 and f"CHUTE_SHARED_DATA={tmp_path} has no make_corpus" in done.stderr
+    )
+
+
+def _pythonpath() -> str:
+    """chute's import path, for a script run from outside the checkout."""
+    src = str(Path(grain.__file__).resolve().parents[1])
+    return os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH", "")]))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -186,3 +188,151 @@ def test_text_graph_of_a_mix_names_its_inputs(capsys: pytest.CaptureFixture[str]
     mixed = next(line for line in err.splitlines() if "Mixed" in line)
     assert "(inputs " in mixed and mixed.count(",") >= 1
     assert err.count("RangeMapDataset") == 2 and "'int64[2,3]'" in err
+
+
+def a_function_whose_name_is_far_too_long_to_fit_in_any_reasonable_table_column(x: int) -> int:
+    return x + 1
+
+
+class TransformWithALongRepr(chute.MapTransform):
+    def map(self, element: int) -> int:
+        return element * 2
+
+    def __repr__(self) -> str:
+        return "TransformWithALongRepr(" + ", ".join(f"option_{i}={i}" for i in range(20)) + ")"
+
+
+def test_summary_fits_100_columns_with_long_names(debug_mode: None) -> None:
+    ds = (
+        chute.MapDataset.range(200)
+        .map(a_function_whose_name_is_far_too_long_to_fit_in_any_reasonable_table_column)
+        .map(TransformWithALongRepr())
+        .to_iter_dataset(chute.ReadOptions(num_threads=2, prefetch_buffer_size=8))
+        .batch(7)
+    )
+    it = iter(ds)
+    list(it)
+    table = chute.stats(it).summary()
+    assert max(len(line) for line in table.splitlines()) <= 100, table
+    assert "a_funct" in table and "TransformWithALongRepr(" in table
+    # Every stage is still there, one row each (names may wrap onto further lines).
+    for name in ["RangeMapDataset", "MapMapDataset", "PrefetchIterDataset", "BatchIterDataset"]:
+        assert name in table
+
+
+def test_summary_shows_only_the_users_stages(debug_mode: None) -> None:
+    ds = (
+        chute.MapDataset.range(300)
+        .to_iter_dataset()
+        .map(mpp.double)  # computed in the workers: the engine leaves a stage behind
+        .batch(10)
+        .mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+    )
+    it = iter(ds)
+    assert len(list(it)) == 30
+    s = chute.stats(it)
+    names = [st.name for st in s.stages]
+    assert not any(n.startswith("_") for n in names), names
+    ids = {st.id for st in s.stages}
+    assert all(set(st.inputs) <= ids for st in s.stages)
+    assert abs(sum(st.wait_percent for st in s.stages) - 100) < 1
+    assert "_DoneInWorkers" not in s.summary() and "_DoneInWorkers" not in chute.stats(it).to_svg()
+
+
+def test_mp_prefetch_without_workers_is_never_the_bottleneck(debug_mode: None) -> None:
+    for _ in range(3):
+        it = iter(
+            chute.MapDataset.range(3000)
+            .to_iter_dataset(chute.ReadOptions(num_threads=0))
+            .mp_prefetch(chute.MultiprocessingOptions(num_workers=0))
+        )
+        list(it)
+        s = chute.stats(it)
+        mp_stage = next(st for st in s.stages if st.name.startswith("MultiprocessPrefetch"))
+        assert mp_stage.pass_through
+        assert s.bottleneck is not None and not s.bottleneck.name.startswith("Multiprocess")
+
+
+def test_summary_is_printed_once(debug_mode: None, capsys: pytest.CaptureFixture[str]) -> None:
+    it = iter(chute.MapDataset.range(10).map(lambda x: x).to_iter_dataset().batch(2))
+    list(it)
+    it.close()
+    chute.stats(it)  # figures only: prints nothing
+    err = capsys.readouterr().err
+    assert err.count("chute execution summary") == 1, err
+
+
+def sleeps(x: int) -> int:
+    time.sleep(0.001)
+    return x
+
+
+@pytest.fixture
+def background_load() -> Iterator[None]:
+    """Two processes spinning on the CPU for the length of a test."""
+    spin = [sys.executable, "-c", "while True: pass"]
+    procs = [subprocess.Popen(spin) for _ in range(2)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def test_advice_is_the_same_run_after_run_under_load(
+    debug_mode: None, background_load: None
+) -> None:
+    for _ in range(5):
+        cpu = iter(
+            chute.MapDataset.range(1500)
+            .map(python_work)
+            .to_iter_dataset(chute.ReadOptions(num_threads=0))
+        )
+        list(cpu)
+        s = chute.stats(cpu)
+        assert s.recommendation == "processes", s.summary()
+        assert "worker processes" in s.advice()
+        io = iter(
+            chute.MapDataset.range(200)
+            .map(sleeps)
+            .to_iter_dataset(chute.ReadOptions(num_threads=0))
+        )
+        list(io)
+        s = chute.stats(io)
+        assert s.recommendation == "threads", s.summary()
+        assert "more threads help" in s.advice()
+
+
+def test_enable_profiling_prints_the_summary_of_that_pipeline(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert chute.config.get("py_debug_mode") is False
+    for workers in (0, 2):
+        options = chute.MultiprocessingOptions(num_workers=workers, enable_profiling=True)
+        ds = chute.MapDataset.range(64).map(mpp.double).to_iter_dataset().batch(8)
+        assert len(list(ds.mp_prefetch(options))) == 8
+        err = capsys.readouterr().err
+        assert err.count("chute execution summary") == 1 and "MapMapDataset" in err, err
+    # Other pipelines are not profiled, and debug mode stays off.
+    list(chute.MapDataset.range(8).to_iter_dataset())
+    assert "chute execution summary" not in capsys.readouterr().err
+    assert chute.config.get("py_debug_mode") is False
+
+
+def test_dataloader_enable_profiling(capsys: pytest.CaptureFixture[str]) -> None:
+    def loader(profile: bool) -> chute.DataLoader:
+        return chute.DataLoader(
+            data_source=list(range(40)),
+            sampler=chute.IndexSampler(40, shuffle=True, seed=0, num_epochs=1),
+            operations=[chute.Batch(batch_size=8)],
+            enable_profiling=profile,
+        )
+
+    plain = [b.tolist() for b in loader(False)]
+    assert "chute execution summary" not in capsys.readouterr().err
+    assert [b.tolist() for b in loader(True)] == plain
+    assert capsys.readouterr().err.count("chute execution summary") == 1
+    with pytest.raises(TypeError, match=r"enable_profiling='yes' is invalid: pass True"):
+        chute.MultiprocessingOptions(enable_profiling="yes")  # type: ignore[arg-type]

@@ -26,7 +26,6 @@ from chute._src.map.flat_map import FlatMapMapDataset as FlatMapMapDataset
 from chute._src.map.flat_map import FlatMapTransform as FlatMapTransform
 from chute._src.map.window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
 from chute._src.map.zip import ZipMapDataset as ZipMapDataset
-from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 
 __all__ = [
     "BOSHandling",
@@ -42,7 +41,6 @@ __all__ = [
     "InterleaveIterDataset",
     "JsonlIterDataset",
     "LimitIterDataset",
-    "MultiprocessingOptions",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ThreadPrefetchIterDataset",

@@ -1,4 +1,8 @@
-"""Worker processes: options, the errors they raise, and arrays they hand over uncopied."""
+"""Worker processes: the errors they raise, and arrays they hand over uncopied.
+
+`MultiprocessingOptions` lives in `chute`; it is named here too because Grain has it in
+both places (`grain.multiprocessing.MultiprocessingOptions`).
+"""
 
 from chute._src.mp.errors import NotPicklableError as NotPicklableError
 from chute._src.mp.errors import SharedMemoryWarning as SharedMemoryWarning

@@ -1,4 +1,4 @@
-"""`chute bench PIPELINE.py`: seed 003's timing loop, without writing it.
+"""`chute bench PIPELINE.py`: the usual timing loop of a pipeline, without writing it.
 
 PIPELINE.py defines a function (`pipeline()` unless `--fn` names another) that returns a
 chute dataset or any iterable. `chute bench` builds it with statistics recorded (as in
@@ -193,7 +193,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--batches",
         type=int,
         default=200,
-        help="elements to time after the first (default 200, as in seed 003)",
+        help="elements to time after the first (default 200)",
     )
     p.add_argument(
         "--seconds",

@@ -1,8 +1,11 @@
-"""`chute.config`: process-wide options, named as in Grain (seed 003).
+"""`chute.config`: process-wide options, named as in Grain.
 
 - `py_debug_mode` (bool, default False): iterators created afterwards record per-stage
-  statistics (`chute.stats(it)`) and print the execution summary every
-  `py_debug_summary_interval_s` seconds and when they end.
+  statistics (`chute.stats(it)`) and print the execution summary to stderr: every
+  `py_debug_summary_interval_s` seconds, and once when they end or are closed (not again
+  if the last periodic print already showed the final figures). `chute.stats(it)` returns
+  the figures and prints nothing. `MultiprocessingOptions(enable_profiling=True)` turns
+  this on for one pipeline: the stages up to its `mp_prefetch`.
 - `py_dataset_visualization_output_dir` (str or None, default None): iterators created
   afterwards print the pipeline graph with each stage's element spec when their first
   element is produced; "" prints to stderr, a directory writes `pipeline_graph.txt` and
@@ -19,6 +22,9 @@ False
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 _DEFAULTS: dict[str, Any] = {
@@ -27,6 +33,18 @@ _DEFAULTS: dict[str, Any] = {
     "py_debug_summary_interval_s": 60.0,
 }
 _values: dict[str, Any] = dict(_DEFAULTS)
+_here = threading.local()  # debug mode for this thread only: see `debug_mode_here`
+
+
+@contextlib.contextmanager
+def debug_mode_here() -> Iterator[None]:
+    """`py_debug_mode` on in this thread while iterators are built (enable_profiling)."""
+    before = getattr(_here, "debug", False)
+    _here.debug = True
+    try:
+        yield
+    finally:
+        _here.debug = before
 
 
 def update(name: str, value: Any) -> None:
@@ -57,11 +75,15 @@ def get(name: str) -> Any:
     """The current value of option `name`."""
     if name not in _DEFAULTS:
         raise KeyError(f"chute.config has no option {name!r}: the options are {sorted(_DEFAULTS)}.")
+    if name == "py_debug_mode" and getattr(_here, "debug", False):
+        return True
     return _values[name]
 
 
 def instrumented() -> bool:
     """True when new iterators must record statistics or the pipeline graph."""
     return (
-        bool(_values["py_debug_mode"]) or _values["py_dataset_visualization_output_dir"] is not None
+        bool(_values["py_debug_mode"])
+        or getattr(_here, "debug", False)
+        or _values["py_dataset_visualization_output_dir"] is not None
     )

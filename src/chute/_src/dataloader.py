@@ -1,4 +1,4 @@
-"""The DataLoader API of seed 000: data source + sampler + operations.
+"""The DataLoader API: data source + sampler + operations.
 
 A thin layer: it translates its arguments into a Dataset pipeline and iterates that, so
 both APIs share one engine, one state format and one set of guarantees.
@@ -32,7 +32,8 @@ class DataLoader:
     `worker_stall_warning_s` and `worker_timeout_s` are `MultiprocessingOptions`'
     `stall_warning_s` and `timeout_s`: a warning showing the stack of a worker that has
     produced nothing for that long (default 300 s), and an error after that long
-    (default: none).
+    (default: none). `enable_profiling=True` prints the execution summary (per-stage
+    times, the bottleneck, advice) when the iterator ends, with any `worker_count`.
 
     >>> import chute
     >>> loader = chute.DataLoader(
@@ -84,6 +85,7 @@ class DataLoader:
             per_worker_buffer_size=max(1, worker_buffer_size),
             stall_warning_s=worker_stall_warning_s,
             timeout_s=worker_timeout_s,
+            enable_profiling=enable_profiling,
         )
         self._enable_profiling = enable_profiling
         self._dataset = self._build()
@@ -134,7 +136,7 @@ class DataLoader:
                 it = _apply_op(it, op, position)
         if it is None:
             it = ds.to_iter_dataset(self._read_options)
-        if self._worker_count > 0:
+        if self._worker_count > 0 or self._enable_profiling:  # 0 workers: profiling only
             it = it.mp_prefetch(self._worker_options, self._worker_init_fn)
         return it
 

@@ -75,6 +75,10 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
     role: StageRole = StageRole.ORDER_DEPENDENT
     """What this stage is to the engine (`_src/protocol.py`); a class or instance attribute."""
 
+    internal: bool = False
+    """True for a stage the engine put in the pipeline, not the user (a stand-in for a
+    stage moved into worker processes): the debug summary does not show it."""
+
     def __init__(self, parents: Sequence[_Node] = ()) -> None:
         self._parents: tuple[_Node, ...] = tuple(parents)
         self._pipeline_seed: int | None = next(

@@ -21,6 +21,7 @@ for a stage moved into workers, `mp_prefetch` with no workers), which the summar
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import threading
@@ -41,24 +42,42 @@ _perf_counter_ns = time.perf_counter_ns
 _sched = threading.local()
 
 
-def _thread_time_ns() -> int:
-    """Nanoseconds this thread has been on a CPU or waiting in the run queue for one.
+def _load_libc() -> Any:
+    try:
+        # PyDLL keeps the GIL during the call: os.pread would release it, and on a loaded
+        # machine getting it back can take milliseconds, charged to the stage measured.
+        libc = ctypes.PyDLL(None)
+        libc.pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
+        libc.pread.restype = ctypes.c_ssize_t
+        return libc
+    except (OSError, AttributeError):
+        return None
 
-    Counting run-queue time too makes "busy" mean "wanted a CPU", so a CPU-bound stage
-    still reads as busy on a machine whose cores are all taken. Linux reports both per
-    thread in /proc/thread-self/schedstat; elsewhere, the thread's CPU time is used.
+
+_libc = _load_libc()
+
+
+def _cpu_times_ns() -> tuple[int, int]:
+    """(on a CPU, queued for one): nanoseconds this thread has spent in each.
+
+    Time queued for a CPU is neither work nor waiting for data: on a loaded machine it
+    stretches every stage's wall time. The advice leaves it out, so that the same pipeline
+    is judged the same on an idle and on a busy machine. The time on a CPU is the thread's
+    CPU clock; Linux reports the time queued in /proc/thread-self/schedstat (elsewhere: 0).
     """
     fd = getattr(_sched, "fd", None)
     if fd is None:
         try:
-            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY) if _libc else -1
         except OSError:
             fd = -1
         _sched.fd = fd
+        _sched.buf = ctypes.create_string_buffer(96)
     if fd < 0:
-        return time.thread_time_ns()
-    on_cpu, waiting, _ = os.pread(fd, 96, 0).split(maxsplit=2)
-    return int(on_cpu) + int(waiting)
+        return time.thread_time_ns(), 0
+    n = _libc.pread(fd, _sched.buf, 95, 0)
+    queued = int(_sched.buf.raw[:n].split()[1]) if n > 0 else 0
+    return time.thread_time_ns(), queued
 
 
 class StageRecord:
@@ -78,6 +97,8 @@ class StageRecord:
         "max_ns",
         "min_ns",
         "name",
+        "pass_through",
+        "queued_ns",
         "role",
         "samples",
         "spec",
@@ -91,6 +112,7 @@ class StageRecord:
         inputs: list[int],
         boundary: bool = False,
         role: StageRole = StageRole.ORDER_DEPENDENT,
+        internal: bool = False,
     ) -> None:
         self.id = next(_ids)
         self.name = name
@@ -98,35 +120,47 @@ class StageRecord:
         self.inputs = inputs
         self.boundary = boundary  # its inputs run on other threads or processes
         self.role = role.value  # what the stage is to the engine (`StageRole`)
-        # A pass-through stage (seed, stand-in, mp_prefetch without workers): does no work
-        # of its own, so a summary hides it and never names it as the bottleneck.
-        self.internal = role is StageRole.PASS_THROUGH
+        # A pass-through stage (a seed, mp_prefetch without workers) does no work of its
+        # own: the summary never names it as the bottleneck. An internal one (the engine's
+        # stand-in for a stage moved into workers) is not the user's: the summary hides it.
+        self.pass_through = role is StageRole.PASS_THROUGH
+        self.internal = internal
         self.spec: Any = None
         self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+        self.queued_ns = 0
         self.min_ns = 1 << 62
         self.max_ns = 0
         self.samples = self.gil_busy = 0
 
-    def add(self, n: int, wall_ns: int, cpu_ns: int | None) -> None:
-        """One call that produced `n` elements; `cpu_ns` None when CPU time was not read."""
+    def add(self, n: int, wall_ns: int, cpu: tuple[int, int] | None) -> None:
+        """One call that produced `n` elements; `cpu` (on a CPU, queued for one) in ns, or
+        None when it was not read."""
         self.calls += 1
         self.elements += n
         self.wall_ns += wall_ns
-        if cpu_ns is not None:
-            self.cpu_ns += cpu_ns
-            self.cpu_wall_ns += wall_ns
+        if cpu is not None:
+            self.add_cpu(wall_ns, *cpu)
         if n:
             per = wall_ns // n
             self.min_ns = min(self.min_ns, per)
             self.max_ns = max(self.max_ns, per)
 
+    def add_cpu(self, wall_ns: int, on_cpu_ns: int, queued_ns: int) -> None:
+        """The CPU figures of one call. Linux can charge a thread woken while it runs (as
+        GIL hand-overs do) with queue time it never spent, so the time queued is capped at
+        the call's time off a CPU."""
+        self.cpu_ns += on_cpu_ns
+        self.queued_ns += max(0, min(queued_ns, wall_ns - on_cpu_ns))
+        self.cpu_wall_ns += wall_ns
+
     def take_delta(self) -> tuple[Any, ...]:
         """The figures since the last call, and a reset (used in worker processes)."""
         delta = (
             self.id, self.calls, self.elements, self.wall_ns, self.cpu_ns, self.cpu_wall_ns,
-            self.min_ns, self.max_ns, self.samples, self.gil_busy, self.spec,
+            self.min_ns, self.max_ns, self.samples, self.gil_busy, self.spec, self.queued_ns,
         )  # fmt: skip
         self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+        self.queued_ns = 0
         self.samples = self.gil_busy = 0
         self.min_ns, self.max_ns = 1 << 62, 0
         return delta
@@ -135,9 +169,14 @@ class StageRecord:
         """CPU time over all calls, from the calls whose CPU time was read."""
         return self.cpu_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
 
+    def queued_estimate_ns(self) -> float:
+        """Time queued for a CPU over all calls, from the calls where it was read."""
+        return self.queued_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
+
     def merge(self, delta: tuple[Any, ...]) -> None:
-        _, calls, elements, wall, cpu, cpu_wall, lo, hi, samples, busy, spec = delta
+        _, calls, elements, wall, cpu, cpu_wall, lo, hi, samples, busy, spec, queued = delta
         self.calls += calls
+        self.queued_ns += queued
         self.elements += elements
         self.wall_ns += wall
         self.cpu_ns += cpu
@@ -171,7 +210,7 @@ def _sample_forever() -> None:
     """Each sample notes, for the stage every thread is in, whether this thread could get
     the GIL at once on waking (the stage's work released it) or had to wait (some thread
     was running Python code). Samples fall where the GIL changes hands, so they are a rough
-    measure; the advice leans first on each stage's exact CPU and wall time."""
+    measure; the advice leans first on each stage's CPU time."""
     sleep_ns, busy_ns = int(_SAMPLE_S * 1e9), int(_BUSY_S * 1e9)
     while True:
         wake = time.perf_counter_ns() + sleep_ns
@@ -194,15 +233,11 @@ def _ensure_sampler() -> None:
             _sampler.start()
 
 
-def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, int | None]:
-    """`fn(*args)`, its wall time and, on every 16th call, its thread CPU time.
-
-    Reading a thread's CPU time is a system call (~0.5 us), too dear for every element, so
-    it is read on a sixteenth of the calls and scaled (`StageRecord.cpu_estimate_ns`).
-    """
+def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[int, int]]:
+    """`fn(*args)` (a block of elements), its wall time and its thread's time on a CPU and
+    queued for one (read on every call: ~1 us, small beside a block)."""
     stack = _stack()
-    read_cpu = not record.calls & 15
-    c0 = time.thread_time_ns() if read_cpu else 0
+    c0, q0 = _cpu_times_ns()
     t0 = time.perf_counter_ns()
     stack.append((record, t0))
     try:
@@ -210,7 +245,8 @@ def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, int | No
     finally:
         wall = time.perf_counter_ns() - t0
         stack.pop()
-    return out, wall, (time.thread_time_ns() - c0) if read_cpu else None
+    c1, q1 = _cpu_times_ns()
+    return out, wall, (c1 - c0, q1 - q0)
 
 
 # -- MapDataset side ----------------------------------------------------------------------
@@ -287,7 +323,7 @@ class TimedIterator(DatasetIterator[Any]):
         record = self.record
         stack = _stacks.get(_get_ident()) or _stack()
         read_cpu = not record.calls & 15
-        c0 = _thread_time_ns() if read_cpu else 0
+        c0, q0 = _cpu_times_ns() if read_cpu else (0, 0)
         t0 = _perf_counter_ns()
         stack.append((record, t0))
         try:
@@ -310,8 +346,8 @@ class TimedIterator(DatasetIterator[Any]):
         if wall > record.max_ns:
             record.max_ns = wall
         if read_cpu:
-            record.cpu_ns += _thread_time_ns() - c0
-            record.cpu_wall_ns += wall
+            c1, q1 = _cpu_times_ns()
+            record.add_cpu(wall, c1 - c0, q1 - q0)
         if record.spec is None:
             record.spec = element_spec(x)
         if self.top is not None and (record.calls == 1 or not record.calls & 63):
@@ -354,7 +390,14 @@ def instrumented_iter(ds: IterDataset[Any]) -> DatasetIterator[Any]:
         inner = ds.make_iterator()
     finally:
         _depth.level = level
-    record = StageRecord(repr(ds), "iter", _input_ids(inner), boundary=ds.concurrent, role=ds.role)
+    record = StageRecord(
+        repr(ds),
+        "iter",
+        _input_ids(inner),
+        boundary=ds.concurrent,
+        role=ds.role,
+        internal=ds.internal,
+    )
     proxy = TimedIterator(inner, record)
     if level == 0:
         if config.get("py_debug_mode"):
@@ -417,7 +460,7 @@ def stage_records(
 
 
 def element_spec(x: Any) -> Any:
-    """The structure of `x` with each leaf as 'dtype[shape]', as in seed 003's graph."""
+    """The structure of `x` with each leaf as 'dtype[shape]', as in the pipeline graph."""
     if isinstance(x, dict):
         return {k: element_spec(v) for k, v in x.items()}
     if isinstance(x, tuple) and hasattr(x, "_fields"):

@@ -41,7 +41,10 @@ class MultiprocessingOptions:
     num_workers: worker processes computing elements; 0 computes in this process. The
       output is the same for every value.
     per_worker_buffer_size: chunks of elements each worker may compute ahead.
-    enable_profiling: accepted for Grain compatibility; see `chute.stats` instead.
+    enable_profiling: as in Grain, log profiling information: the pipeline up to this
+      stage records per-stage statistics and prints the execution summary to stderr when
+      the iterator ends or is closed (what `chute.config.update("py_debug_mode", True)`
+      does for every pipeline). Works with any number of workers, 0 included.
     stall_warning_s: when the consumer has waited this many seconds for a worker that
       produces nothing, a `chute.multiprocessing.WorkerStallWarning` shows the worker's
       Python stack (every thread) and the element indices it is computing; again after
@@ -59,6 +62,11 @@ class MultiprocessingOptions:
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.enable_profiling, bool):
+            raise TypeError(
+                f"MultiprocessingOptions: enable_profiling={self.enable_profiling!r} is "
+                "invalid: pass True or False."
+            )
         for name, low in (("num_workers", 0), ("per_worker_buffer_size", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:

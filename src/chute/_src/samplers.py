@@ -1,4 +1,4 @@
-"""Samplers of the DataLoader API (seed 000): which record to read at each step.
+"""Samplers of the DataLoader API: which record to read at each step.
 
 A sampler here is a recipe over record keys that the DataLoader applies to the source as
 Dataset stages (shuffle, shard, repeat), so the DataLoader has no engine of its own.

@@ -1,4 +1,4 @@
-"""Which part of the data this process reads, for distributed training (seed 000)."""
+"""Which part of the data this process reads, for distributed training."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class ShardByJaxProcess(ShardOptions):
 def shard_by_jax_process(drop_remainder: bool = False) -> ShardOptions:
     """ShardOptions for this JAX process; `ValueError` outside a JAX distributed run.
 
-    As in seed 000, a standalone run catches the error and reads everything:
+    A script that also runs standalone catches the error and reads everything:
 
     >>> try:
     ...     shard_options = shard_by_jax_process()

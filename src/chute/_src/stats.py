@@ -2,21 +2,36 @@
 
 `chute.stats(it)` returns a `PipelineStats`: per stage, the elements produced, processing
 time (total, min, max, mean per element), elements/s, the share of the consumer's waiting
-attributed to it, GIL-held time, and for prefetch stages the buffer occupancy and bytes.
+attributed to it, its CPU share, GIL samples, and for prefetch stages the buffer occupancy
+and bytes. Only the user's stages are listed: stages the engine adds for itself (a `map`
+moved into worker processes leaves one behind) are folded into their neighbours.
 
 How waiting is attributed: the consumer waits for as long as its calls into the outermost
 stage take. A stage that runs on the consumer's thread accounts for its own time (its time
 less its inputs'). Behind a prefetch stage (threads, worker processes) the consumer waited
 `W` while the stages there spent `S` of their own time: each accounts for its own time
 scaled by `min(1, W / S)` (they overlapped with the consumer), and the prefetch stage for
-any excess `W - S` (its own overhead).
+any excess `W - S` (its own overhead). Time a thread spent queued for a CPU (a loaded
+machine) is left out of every figure, and the shares are of what remains. A pass-through stage (`mp_prefetch` with 0 workers)
+is never named the bottleneck.
+
+How the advice is chosen, the same way run after run and on an idle or a loaded machine:
+the bottleneck's CPU share is its time on a CPU over its own wall time less the time its
+thread was queued for a CPU (Linux's per-thread schedstat), so a busy machine does not make
+CPU-bound work look like waiting. At most 50% (a clear margin either way: a CPU-bound
+Python stage measures ~100%, a stage that sleeps or reads a few %) means it mostly waits:
+more threads. Above, it is CPU-bound: worker processes (or threads too, when the GIL
+samples show it was mostly free: native code). During a run, periodic summaries keep their verdict unless the
+figure moves 15 points past the threshold.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -31,10 +46,25 @@ from chute._src.instrument import (
 )
 from chute._src.iterator import DatasetIterator
 
+WIDTH = 100  # the summary's lines are at most this wide
+_CPU_BOUND = 50.0  # % CPU above which a stage is CPU-bound
+_GIL_FREE = 35.0  # % GIL held below which CPU-bound work released it (native code)
+_HYSTERESIS = 15.0  # points a figure must move past a threshold to change a verdict
+
+# What the advice recommends, as `PipelineStats.recommendation` gives it.
+THREADS = "threads"
+PROCESSES = "processes"
+THREADS_OR_PROCESSES = "threads_or_processes"
+
 
 @dataclasses.dataclass(frozen=True)
 class StageStats:
-    """The figures of one stage (times in seconds; per-element figures for blocks)."""
+    """The figures of one stage (times in seconds; per-element figures for blocks).
+
+    `cpu_percent`: time on a CPU over the stage's own wall time less the time its thread
+    was queued for a CPU. `pass_through`: the stage does no work of its own (never named
+    the bottleneck).
+    """
 
     id: int
     name: str
@@ -55,6 +85,7 @@ class StageStats:
     buffered_bytes: int | None
     spec: Any
     boundary: bool = False
+    pass_through: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +94,7 @@ class PipelineStats:
 
     stages: tuple[StageStats, ...]
     consumer_wait_s: float
+    previous: str | None = None  # the verdict of the last summary of the same run
 
     def gil_held_percent(self, stage: StageStats) -> float | None:
         """Sampled share of `stage`'s time during which the GIL was held.
@@ -86,83 +118,64 @@ class PipelineStats:
 
     @property
     def bottleneck(self) -> StageStats | None:
-        """The stage the consumer waited on most, or None before any element."""
-        ranked = [s for s in self.stages if s.wait_percent > 0]
+        """The stage the consumer waited on most (never a pass-through stage), or None
+        before any element."""
+        ranked = [s for s in self.stages if s.wait_percent > 0 and not s.pass_through]
         return max(ranked, key=lambda s: s.wait_percent) if ranked else None
 
+    @property
+    def recommendation(self) -> str | None:
+        """What the advice recommends for the bottleneck: "threads", "processes" or
+        "threads_or_processes" (CPU-bound, but the GIL was often free); None before any
+        element or when the CPU time is unknown."""
+        b = self.bottleneck
+        if b is None or b.cpu_percent is None:
+            return None
+        return _verdict(b.cpu_percent, self.gil_held_percent(b), self.previous)
+
     def advice(self) -> str:
-        """What to change: from where the waiting went, whether the bottleneck was on a CPU
-        (exact: thread CPU time over wall time) and, for CPU-bound work, whether the GIL was
-        free meanwhile (sampled, and only a hint: numpy releases the GIL for a moment in
-        every large enough array operation, which lets the sampler in)."""
+        """What to change, from where the waiting went and the bottleneck's CPU share (see
+        the module docstring); the GIL samples only refine it."""
         b = self.bottleneck
         if b is None:
             return "No element has been produced yet: iterate first, then ask again."
-        head = f"Bottleneck: stage {b.id} {b.name}, {b.wait_percent:.0f}% of the consumer's wait."
-        cpu = b.cpu_percent
-        gil = self.gil_held_percent(b)
-        measured = (
-            f"on or waiting for a CPU {cpu:.0f}% of its time"
-            if cpu is not None
-            else "CPU time unknown"
+        head = f"Bottleneck: stage {b.id} {_label(b.name)}, {b.wait_percent:.0f}% of the consumer's wait"
+        cpu, gil = b.cpu_percent, self.gil_held_percent(b)
+        if cpu is None:
+            return f"{head}; its CPU time is unknown."
+        measured = f"on a CPU {cpu:.0f}% of its time" + (
+            f", GIL held {gil:.0f}%" if gil is not None else ""
         )
-        measured += f", GIL held {gil:.0f}%" if gil is not None else ""
-        if cpu is not None and cpu < 50:
+        verdict = self.recommendation
+        if verdict == THREADS:
             return (
-                f"{head} {measured}: it mostly waits (I/O, sleeps), so more threads help, "
+                f"{head}, {measured}: it mostly waits (I/O, sleeps), so more threads help, "
                 "e.g. to_iter_dataset(chute.ReadOptions(num_threads=N))."
             )
-        if gil is not None and gil < 50:
+        if verdict == THREADS_OR_PROCESSES:
             return (
-                f"{head} {measured}: CPU-bound, and the GIL was often free meanwhile (native "
+                f"{head}, {measured}: CPU-bound, and the GIL was often free meanwhile (native "
                 "code such as numpy or tokenizers releases it), so threads may help "
                 "(ReadOptions(num_threads=N)); worker processes help in any case: "
                 ".mp_prefetch(chute.MultiprocessingOptions(num_workers=N))."
             )
         return (
-            f"{head} {measured}: CPU-bound Python code holds the GIL, so threads cannot "
-            "speed it up; use (more) worker processes, e.g. .mp_prefetch("
+            f"{head}, {measured}: CPU-bound Python code holds the GIL, so "
+            "threads cannot speed it up; use (more) worker processes, e.g. .mp_prefetch("
             "chute.MultiprocessingOptions(num_workers=N)), or move the work into a library "
             "that releases the GIL."
         )
 
     def summary(self) -> str:
-        """The execution summary table, with the advice beneath it."""
-        headers = [
-            "id", "name", "inputs", "% wait", "total time", "min/elem", "max/elem",
-            "avg/elem", "elements", "elems/s", "% CPU", "buffered",
-        ]  # fmt: skip
-        rows = []
-        for s in self.stages:
-            buffered = ""
-            if s.buffered_elements is not None:
-                buffered = f"{s.buffered_elements} ({_bytes(s.buffered_bytes or 0)})"
-            rows.append([
-                str(s.id), s.name[:60], ",".join(map(str, s.inputs)) or "-",
-                f"{s.wait_percent:.1f}%", _dur(s.total_s), _dur(s.min_s), _dur(s.max_s),
-                _dur(s.mean_s), f"{s.elements:,}",
-                f"{s.elements_per_s:,.0f}" if s.elements_per_s else "-",
-                f"{s.cpu_percent:.0f}%" if s.cpu_percent is not None else "-",
-                buffered,
-            ])  # fmt: skip
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-        line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |"
-        rule = "|" + "-" * (len(line) - 2) + "|"
-        body = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
-        note = (
-            "% wait: share of the consumer's waiting for data attributed to the stage; % CPU: "
-            "time on (or queued for) a CPU over wall time of the stage's own work. Times of "
-            "map stages are per element, measured over blocks."
-        )
-        return "\n".join(
-            ["chute execution summary:", note, rule, line, rule, *body, rule, self.advice()]
-        )
+        """The execution summary: a table at most 100 columns wide, the advice beneath."""
+        return _render(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "consumer_wait_s": self.consumer_wait_s,
             "stages": [dataclasses.asdict(s) for s in self.stages],
             "advice": self.advice(),
+            "recommendation": self.recommendation,
         }
 
     def to_svg(self) -> str:
@@ -170,6 +183,106 @@ class PipelineStats:
         from chute._src.graph_svg import to_svg
 
         return to_svg(self)
+
+
+def _verdict(cpu: float, gil: float | None, previous: str | None) -> str:
+    """THREADS, PROCESSES or THREADS_OR_PROCESSES; `previous` shifts each threshold by
+    `_HYSTERESIS` in its own favour, so a figure near a threshold does not flip it."""
+    cpu_bound = _CPU_BOUND + (_HYSTERESIS if previous == THREADS else 0.0)
+    cpu_bound -= _HYSTERESIS if previous in (PROCESSES, THREADS_OR_PROCESSES) else 0.0
+    if cpu <= cpu_bound:
+        return THREADS
+    gil_free = _GIL_FREE + (_HYSTERESIS if previous == THREADS_OR_PROCESSES else 0.0)
+    gil_free -= _HYSTERESIS if previous == PROCESSES else 0.0
+    return THREADS_OR_PROCESSES if gil is not None and gil < gil_free else PROCESSES
+
+
+# -- the table -------------------------------------------------------------------------------
+
+_NOTE = (
+    "% wait: share of the consumer's waiting for data attributed to the stage (* the "
+    "bottleneck). % CPU: time on a CPU over the stage's own time, less time queued for one. "
+    "Map stages are timed per element over blocks; chute.stats(it) has min/max/total too."
+)
+
+
+def _label(name: str) -> str:
+    """A stage's name as the table shows it: a keyword before an options object
+    (`read_options=ReadOptions(...)`) dropped, the value says it."""
+    return re.sub(r"\b[a-z_]+=(?=[A-Z]\w*\()", "", name)
+
+
+def _wrap(text: str, width: int, max_lines: int = 3) -> list[str]:
+    """`text` in lines of at most `width`, broken after ", ", a space, "(" or "="; a word
+    longer than a line keeps its head and tail around "…", and the last line ends with
+    "…" when more lines would be needed."""
+    pieces = [p for p in re.findall(r"[^ ,(=]*(?:, |,| |\(|=|$)", text) if p]
+    lines: list[str] = [""]
+    for piece in pieces:
+        if len(piece) > width:
+            half = (width - 1) // 2
+            piece = piece[:half] + "…" + piece[len(piece) - (width - 1 - half) :]
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines.append("")
+        lines[-1] += piece
+    lines = [line.rstrip() for line in lines]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][: width - 1] + "…"
+    return lines
+
+
+def _render(stats: PipelineStats) -> str:
+    b = stats.bottleneck
+    show_buffered = any(s.buffered_elements is not None for s in stats.stages)
+    headers = ["id", "stage", "in", "% wait", "avg/elem", "elements", "elems/s", "% CPU"]
+    headers += ["buffered"] if show_buffered else []
+    rows = []
+    for s in stats.stages:
+        row = [
+            f"{s.id}{'*' if b is not None and s.id == b.id else ''}",
+            _label(s.name),
+            ",".join(map(str, s.inputs)) or "-",
+            f"{s.wait_percent:.1f}%",
+            _dur(s.mean_s),
+            f"{s.elements:,}",
+            f"{s.elements_per_s:,.0f}" if s.elements_per_s else "-",
+            f"{s.cpu_percent:.0f}%" if s.cpu_percent is not None else "-",
+        ]
+        if show_buffered:
+            row.append(
+                f"{s.buffered_elements} ({_bytes(s.buffered_bytes or 0)})"
+                if s.buffered_elements is not None
+                else ""
+            )
+        rows.append(row)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    sep = "  "
+    others = sum(w for i, w in enumerate(widths) if i != 1) + len(sep) * (len(widths) - 1)
+    widths[1] = max(16, min(widths[1], WIDTH - others))
+    right = {0, 3, 4, 5, 6, 7, 8}  # figures are right-aligned
+
+    def line(cells: list[str]) -> str:
+        out = [
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ]
+        return sep.join(out).rstrip()
+
+    body = [line(headers), line(["-" * w for w in widths])]
+    for row in rows:
+        name = _wrap(row[1], widths[1])
+        body.append(line([*row[:1], name[0], *row[2:]]))
+        body.extend(line(["", more] + [""] * (len(row) - 2)) for more in name[1:])
+    return "\n".join(
+        [
+            "chute execution summary:",
+            *textwrap.wrap(_NOTE, WIDTH),
+            "",
+            *body,
+            "",
+            *textwrap.wrap(stats.advice(), WIDTH),
+        ]
+    )
 
 
 def _dur(s: float | None) -> str:
@@ -197,6 +310,8 @@ class PipelineView:
         self._last_print = time.monotonic()
         self._printed_graph = False
         self._printed_final = False
+        self._printed_at = -1  # elements produced when the summary was last printed
+        self._verdict: str | None = None  # the last summary's recommendation
         self._debug = bool(config.get("py_debug_mode"))
         self._viz_dir = config.get("py_dataset_visualization_output_dir")
         self._interval = float(config.get("py_debug_summary_interval_s"))
@@ -222,6 +337,17 @@ class PipelineView:
             inputs = sum(records[i].cpu_estimate_ns() for i in r.inputs if i in records)
             return max(0.0, r.cpu_estimate_ns() - inputs)
 
+        def self_queued_ns(r: StageRecord) -> float:
+            if r.boundary:
+                return r.queued_estimate_ns()
+            inputs = sum(records[i].queued_estimate_ns() for i in r.inputs if i in records)
+            return max(0.0, r.queued_estimate_ns() - inputs)
+
+        def cpu_percent(r: StageRecord) -> float | None:
+            # Time queued for a CPU is left out: neither work nor waiting for data.
+            ready = self_ns(r) - self_queued_ns(r)
+            return min(100.0, 100.0 * self_cpu_ns(r) / ready) if ready > 0 else None
+
         wait: dict[int, float] = dict.fromkeys(records, 0.0)
 
         def subtree(ids: list[int]) -> list[StageRecord]:
@@ -235,26 +361,32 @@ class PipelineView:
                 stack.extend(records[i].inputs)
             return out
 
+        def ready_ns(r: StageRecord) -> float:
+            # Own time less time queued for a CPU: on a loaded machine the queueing lands
+            # wherever the scheduler preempts, which says nothing about the stage.
+            return max(0.0, self_ns(r) - self_queued_ns(r))
+
         def attribute(r: StageRecord) -> None:
             if r.boundary:
                 # The stages behind produce what the consumer waits for: each accounts for
                 # its own time, scaled down when they ran in parallel with the consumer; a
                 # wait longer than their time is the prefetch stage's own overhead.
                 behind = [s for s in subtree(r.inputs) if not s.boundary]
-                total = sum(self_ns(s) for s in behind)
-                scale = min(1.0, r.wall_ns / total) if total else 0.0
+                total = sum(ready_ns(s) for s in behind)
+                waited = ready_ns(r)
+                scale = min(1.0, waited / total) if total else 0.0
                 for s in behind:
-                    wait[s.id] += self_ns(s) * scale
-                wait[r.id] += max(0.0, r.wall_ns - total)
+                    wait[s.id] += ready_ns(s) * scale
+                wait[r.id] += max(0.0, waited - total)
                 return
-            wait[r.id] += self_ns(r)
+            wait[r.id] += ready_ns(r)
             for i in r.inputs:
                 if i in records:
                     attribute(records[i])
 
         top = self._top.record
         attribute(top)
-        consumer = top.wall_ns or 1
+        consumer = sum(wait.values()) or 1.0
         stages = []
         for r in records.values():
             buffered = _buffer_info(iters[r.id])
@@ -272,19 +404,19 @@ class PipelineView:
                     max_s=r.max_ns / 1e9 if r.elements else None,
                     mean_s=mean,
                     elements_per_s=r.elements / (self_ns(r) / 1e9) if self_ns(r) else None,
-                    cpu_percent=min(100.0, 100.0 * self_cpu_ns(r) / self_ns(r))
-                    if self_ns(r)
-                    else None,
+                    cpu_percent=cpu_percent(r),
                     wait_percent=100.0 * wait[r.id] / consumer,
                     gil_samples=r.samples,
                     gil_busy_samples=r.gil_busy,
                     boundary=r.boundary,
+                    pass_through=r.pass_through,
                     buffered_elements=buffered[0] if buffered else None,
                     buffered_bytes=buffered[1] if buffered else None,
                     spec=r.spec,
                 )
             )
-        return PipelineStats(tuple(stages), top.wall_ns / 1e9)
+        internal = {r.id for r in records.values() if r.internal}
+        return PipelineStats(_fold(stages, internal), top.wall_ns / 1e9, self._verdict)
 
     # -- called by the outermost proxy --------------------------------------------------
 
@@ -294,12 +426,21 @@ class PipelineView:
             self._emit_graph()
         if self._debug and time.monotonic() - self._last_print >= self._interval:
             self._last_print = time.monotonic()
-            print(self.stats().summary(), file=sys.stderr, flush=True)
+            self._print()
 
     def finished(self) -> None:
+        """The iterator ended or was closed: the summary once, unless the last periodic
+        one already showed these figures."""
         if self._debug and not self._printed_final:
             self._printed_final = True
-            print(self.stats().summary(), file=sys.stderr, flush=True)
+            if self._top.record.elements != self._printed_at:
+                self._print()
+
+    def _print(self) -> None:
+        figures = self.stats()
+        self._verdict = figures.recommendation or self._verdict
+        self._printed_at = self._top.record.elements
+        print(figures.summary(), file=sys.stderr, flush=True)
 
     def _emit_graph(self) -> None:
         figures = self.stats()
@@ -312,8 +453,34 @@ class PipelineView:
             print(text, file=sys.stderr, flush=True)
 
 
+def _fold(stages: list[StageStats], internal: set[int]) -> tuple[StageStats, ...]:
+    """`stages` without the `internal` ones: a stage fed by one is fed by its inputs
+    instead, and takes its share of the wait (or its input does, at the top)."""
+    by_id = {st.id: st for st in stages}
+    extra = dict.fromkeys(by_id, 0.0)
+
+    def inputs_of(ids: tuple[int, ...]) -> tuple[int, ...]:
+        out: list[int] = []
+        for i in ids:
+            out.extend(inputs_of(by_id[i].inputs) if i in internal and i in by_id else (i,))
+        return tuple(out)
+
+    for h in (by_id[i] for i in internal if i in by_id):
+        consumer = next((st for st in stages if h.id in st.inputs), None)
+        heir = consumer.id if consumer is not None else next(iter(inputs_of(h.inputs)), None)
+        if heir is not None and heir not in internal:
+            extra[heir] += h.wait_percent
+    return tuple(
+        dataclasses.replace(
+            st, inputs=inputs_of(st.inputs), wait_percent=st.wait_percent + extra[st.id]
+        )
+        for st in stages
+        if st.id not in internal
+    )
+
+
 def graph_text(stats: PipelineStats) -> str:
-    """Seed 003's text graph: each stage, then the spec of what it produces."""
+    """The text graph: each stage, then the spec of what it produces."""
     by_id = {s.id: s for s in stats.stages}
     lines = ["chute pipeline graph:", ""]
     done: set[int] = set()

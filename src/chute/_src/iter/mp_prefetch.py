@@ -88,6 +88,12 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         return self._options.num_workers > 0
 
     def make_iterator(self) -> DatasetIterator[T]:
+        if self._options.enable_profiling and not config.get("py_debug_mode"):
+            with config.debug_mode_here():  # the stages below record and print statistics
+                return self._make_unprofiled_iterator()
+        return self._make_unprofiled_iterator()
+
+    def _make_unprofiled_iterator(self) -> DatasetIterator[T]:
         parent: IterDataset[T] = self._parents[0]  # type: ignore[assignment]
         if self._options.num_workers == 0:
             return _MultiprocessIterator(parent._iter(), None)
@@ -211,6 +217,7 @@ class _DoneInWorkers(IterDataset[Any]):
     the same stage name, so the state has the same shape as without workers."""
 
     role = StageRole.PASS_THROUGH
+    internal = True
 
     def __init__(self, parent: IterDataset[Any], stage: str) -> None:
         super().__init__([parent])

@@ -1,8 +1,8 @@
 """`experimental.ThreadPrefetchIterDataset`: compute ahead of the consumer in a thread.
 
 A background thread runs the parent iterator and keeps up to `prefetch_buffer_size`
-elements ready, so a training step overlaps with producing the next batch (seed 003's
-"waiting for data" falls from 46% to ~1.6%). With each element the thread records the
+elements ready, so a training step overlaps with producing the next batch (in the text
+pipeline, the share of time spent waiting for data falls from 46% to ~1.6%). With each element the thread records the
 parent's state right after producing it; `get_state` returns the state recorded with the
 last element handed out, so a checkpoint is exact whatever is buffered.
 """
