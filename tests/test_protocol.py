@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -53,7 +53,7 @@ def test_with_parents_rebuilds_a_stage_on_equivalent_parents() -> None:
     a = chute.MapDataset.range(20)
     b = chute.MapDataset.source(list(range(20)))
     ds = a.shuffle(seed=4).map(_double)
-    shuffled = ds.parents[0]
+    shuffled = cast(chute.MapDataset[int], ds.parents[0])
     rebuilt = shuffled.with_parents([b])
     assert rebuilt.parents == (b,) and shuffled.parents == (a,)
     assert [rebuilt[i] for i in range(20)] == [shuffled[i] for i in range(20)]
