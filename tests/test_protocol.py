@@ -110,8 +110,9 @@ def test_zip_keeps_its_state_shape() -> None:
         iter(ds).set_state({"stage": "zip", "parents": [state["parents"][0]]})
 
 
-def _records(it: Any) -> dict[str, tuple[str, bool]]:
-    return {r.name: (r.role, r.internal) for r, _ in it.top.records()}
+def _records(it: Any) -> dict[str, tuple[str, bool, bool]]:
+    """Each stage's (role, pass-through, internal) as the debug records hold them."""
+    return {r.name: (r.role, r.pass_through, r.internal) for r, _ in it.top.records()}
 
 
 @pytest.fixture
@@ -124,7 +125,7 @@ def debug_mode() -> Any:
         chute.config.update("py_debug_mode", False)
 
 
-def test_debug_records_mark_pass_through_stages_internal(
+def test_debug_records_carry_roles_pass_through_and_internal_stages(
     debug_mode: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = chute.MapDataset.range(40).seed(1).map(_double)
@@ -132,16 +133,23 @@ def test_debug_records_mark_pass_through_stages_internal(
     it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=0)))
     list(it)
     records = _records(it)
-    assert records["MultiprocessPrefetchIterDataset(num_workers=0)"] == ("pass_through", True)
-    assert records["SeedMapDataset(seed=1)"] == ("pass_through", True)
+    # The user's stages that do no work of their own: shown, never the bottleneck.
+    assert records["MultiprocessPrefetchIterDataset(num_workers=0)"] == (
+        "pass_through",
+        True,
+        False,
+    )
+    assert records["SeedMapDataset(seed=1)"] == ("pass_through", True, False)
     assert records["BatchIterDataset(batch_size=4, drop_remainder=False)"] == (
         "order_dependent",
+        False,
         False,
     )
     it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
     list(it)
     it.close()
     records = _records(it)
-    assert records["MultiprocessPrefetchIterDataset(num_workers=2)"] == ("prefetch", False)
-    assert records["map (done in the workers)"] == ("pass_through", True)
+    assert records["MultiprocessPrefetchIterDataset(num_workers=2)"] == ("prefetch", False, False)
+    # The engine's stand-in for the map moved into the workers: hidden from the summary.
+    assert records["map (done in the workers)"] == ("pass_through", True, True)
     capsys.readouterr()

@@ -14,9 +14,10 @@ pipeline pays nothing for it. Instrumented:
   (GIL held); no wait means the work was in code that released the GIL.
 
 It finds its way through the node protocol only: `parents`, `role`, `concurrent`,
-`with_parents` on datasets; `children()` and `computed_dataset()` on iterators. Each
-record carries the stage's `role` and `internal` (a pass-through stage: a seed, a stand-in
-for a stage moved into workers, `mp_prefetch` with no workers), which the summary hides.
+`internal`, `with_parents` on datasets; `children()` and `computed_dataset()` on
+iterators. Each record carries the stage's `role`, whether it is a pass-through (a seed,
+`mp_prefetch` with no workers: never named the bottleneck) and whether it is `internal`
+(the engine's stand-in for a stage moved into workers: the summary hides it).
 """
 
 from __future__ import annotations

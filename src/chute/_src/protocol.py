@@ -14,7 +14,8 @@ stage's class; it reads `node.role` and calls the methods that role promises:
 - `PREFETCH`: hands on its input unchanged, computed ahead elsewhere (threads, processes).
 - `PASS_THROUGH`: hands on its input unchanged and does no work of its own (a seed, a
   stage with prefetching turned off, a stand-in for a stage moved into the workers). The
-  debug summary marks these `internal` and never names them as the bottleneck.
+  debug summary never names these as the bottleneck. A node's separate `internal` flag
+  marks a stage the engine inserted (the stand-in): the summary hides it.
 - `ORDER_DEPENDENT`: everything else (batch, packing, mixing, shuffles of a stream, user
   stages): what it produces depends on the order of its input. The default.
 """
