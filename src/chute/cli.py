@@ -26,7 +26,7 @@ class Command:
 
 
 def _format(value: str) -> object:
-    from chute._src.records.formats import Format
+    from chute._src.records.inputs import Format
 
     try:
         return Format(value)

@@ -56,7 +56,7 @@ class Encoder:
 
     def encode(self, record: bytes) -> tuple[int, bytes]:
         """Returns (codec, stored bytes) for `record`."""
-        from chute._src.records.format import Codec
+        from chute._src.records.layout import Codec
 
         if self._dict is not None:
             packed = self._dict.compress(record)

@@ -12,7 +12,7 @@ import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.records.codecs import Decoder
-from chute._src.records.format import (
+from chute._src.records.layout import (
     HEADER,
     HEADER_MAGIC,
     INDEX_ENTRY_SIZE,

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.records.format import Codec
-from chute._src.records.formats import Format, detect_format, iter_blocks, open_source
+from chute._src.records.inputs import Format, detect_format, iter_blocks, open_source
+from chute._src.records.layout import Codec
 from chute._src.sources._paths import expand_paths
 from chute._src.sources.crec import RecordFileDataSource
 

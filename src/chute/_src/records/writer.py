@@ -14,7 +14,7 @@ from typing import IO, Any
 from chute._src.records import manifest as _manifest
 from chute._src.records import staging
 from chute._src.records.codecs import Compression, Encoder, train_dictionary
-from chute._src.records.format import (
+from chute._src.records.layout import (
     HEADER_MAGIC,
     MAX_ALIGNMENT,
     MAX_RECORD_SIZE,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.records.format import crc32c
+from chute._src.records.layout import crc32c
 from chute._src.records.manifest import MANIFEST_NAME, ShardEntry, read_manifest
 from chute._src.records.reader import CrecFile
 from chute._src.sources._paths import PathsArg, expand_paths
