@@ -34,7 +34,7 @@ from typing import (
 
 import numpy as np
 
-from chute._src import config
+from chute._src import observe
 from chute._src.iterator import ThreadGuardedIterator
 from chute._src.protocol import StageRole
 from chute._src.seeding import derive_seed, validate_seed
@@ -468,10 +468,9 @@ class IterDataset(_Node, Generic[T]):
 
     def _iter(self) -> DatasetIterator[T]:
         """`iter(self)` without the thread guard: what stages iterate their parents with."""
-        if config.instrumented():
-            from chute._src.instrument import instrumented_iter
-
-            return instrumented_iter(self)
+        observer = observe.observing()  # debug mode: see `_src/observe.py`
+        if observer is not None:
+            return observer.iterator(self)
         return self.make_iterator()
 
     def make_iterator(self) -> DatasetIterator[T]:
