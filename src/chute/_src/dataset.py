@@ -140,6 +140,23 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         """What distinguishes this stage from another of its type (never file paths)."""
         return ""
 
+    def cache_identity(self) -> dict[str, Any]:
+        """What, besides its parents, decides this stage's elements: named values that
+        `IterDataset.cache(path)` hashes into its key, with the stage's type and the same of
+        every parent. A function counts by its code, a source by what its `repr` says
+        (files: their names), an options object, dict or set by its type only (thread and
+        worker counts, memo tables: they never change the elements).
+
+        The default describes the node by its own attributes (all but its parents and its
+        cached fingerprint) and its fingerprint parameters. A stage overrides it to leave
+        out what does not change its elements, or to add what its attributes do not show
+        (a version, a setting read from elsewhere)."""
+        identity: dict[str, Any] = {"(fingerprint params)": self._fingerprint_params()}
+        for name, value in vars(self).items():
+            if name not in ("_parents", "_fingerprint"):
+                identity[name] = value
+        return identity
+
     @property
     def fingerprint(self) -> str:
         """A short hash of the pipeline's structure and parameters, used by checkpoints."""

@@ -52,6 +52,11 @@ class PrefetchIterDataset(IterDataset[T]):
     def concurrent(self) -> bool:
         return self._executor_factory is not None or self._read_options.num_threads > 0
 
+    def cache_identity(self) -> dict[str, Any]:
+        identity = super().cache_identity()
+        del identity["_read_options"]  # threads and buffer sizes: the same elements
+        return identity
+
     def with_executor(self, factory: Callable[[], ChunkExecutor]) -> Self:
         """This reader with its chunks computed by `factory()`'s executor (which may compute
         another, equivalent MapDataset); state and fingerprint stay the parent's."""
