@@ -176,3 +176,50 @@ def test_the_key_ignores_worker_counts_and_memo_tables(tmp_path: Path) -> None:
         .cache(tmp_path)
     )
     assert a.directory == b.directory  # type: ignore[attr-defined]
+
+
+class _Scaled(chute.IterDataset[int]):
+    """A user stage whose setting sits in a dict: by default hashed by its type only."""
+
+    def __init__(self, parent: chute.IterDataset[int], scale: int, declared: bool) -> None:
+        super().__init__([parent])
+        self._settings = {"scale": scale}
+        self._declared = declared
+
+    def make_iterator(self) -> chute.DatasetIterator[int]:
+        return _ScaledIterator(self._parent_iter(), self._settings["scale"])
+
+    def cache_identity(self) -> dict[str, Any]:
+        identity = super().cache_identity()
+        if self._declared:
+            identity["scale"] = self._settings["scale"]
+        return identity
+
+
+class _ScaledIterator(chute.DatasetIterator[int]):
+    def __init__(self, parent: chute.DatasetIterator[int], scale: int) -> None:
+        super().__init__(parent)
+        self._scale = scale
+
+    def __next__(self) -> int:
+        return next(self._parent) * self._scale
+
+
+def test_a_stage_declares_what_decides_its_elements_in_cache_identity(tmp_path: Path) -> None:
+    def cached(scale: int, declared: bool) -> Any:
+        base = chute.MapDataset.range(5).to_iter_dataset()
+        return _Scaled(base, scale, declared).cache(tmp_path)
+
+    # Without the override the setting is invisible to the key: both share one cache.
+    assert cached(2, False).directory == cached(3, False).directory
+    # Declared, it gets its own cache, and each reads its own elements back.
+    assert cached(2, True).directory != cached(3, True).directory
+    for scale in (2, 3, 2):
+        assert list(cached(scale, True)) == [scale * i for i in range(5)]
+
+    # The reader leaves its ReadOptions out of its identity: thread counts change no key.
+    def reader(threads: int) -> Any:
+        return chute.MapDataset.range(5).to_iter_dataset(chute.ReadOptions(num_threads=threads))
+
+    assert "_read_options" not in reader(3).cache_identity()
+    assert reader(3).cache(tmp_path).directory == reader(0).cache(tmp_path).directory

@@ -1,7 +1,12 @@
 """chute: a deterministic, exactly resumable, fast data loader for JAX and PyTorch.
 
 The names follow Grain's, so `import chute as grain` runs code written for Grain.
+
+The debug layer (`stats`, `PipelineStats`, `StageStats`) is imported on first use, or when a
+debug option is switched on in `chute.config`: a pipeline run without it never loads it.
 """
+
+import typing as _typing
 
 from chute import config as config
 from chute import experimental as experimental
@@ -26,9 +31,6 @@ from chute._src.progress import progress as progress
 from chute._src.samplers import IndexSampler as IndexSampler
 from chute._src.samplers import RecordMetadata as RecordMetadata
 from chute._src.samplers import SequentialSampler as SequentialSampler
-from chute._src.stats import PipelineStats as PipelineStats
-from chute._src.stats import StageStats as StageStats
-from chute._src.stats import stats as stats
 from chute._src.transforms import Batch as Batch
 from chute._src.transforms import FilterTransform as FilterTransform
 from chute._src.transforms import MapTransform as MapTransform
@@ -36,7 +38,28 @@ from chute._src.transforms import MapWithIndex as MapWithIndex
 from chute._src.transforms import RandomMapTransform as RandomMapTransform
 from chute._src.transforms import TypeConversion as TypeConversion
 
+if _typing.TYPE_CHECKING:
+    from chute._src.stats import PipelineStats as PipelineStats
+    from chute._src.stats import StageStats as StageStats
+    from chute._src.stats import stats as stats
+
 __version__ = "0.1.0"
+
+_DEBUG_LAYER = ("PipelineStats", "StageStats", "stats")
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _DEBUG_LAYER:
+        from chute._src import stats as _stats
+
+        value = globals()[name] = getattr(_stats, name)
+        return value
+    raise AttributeError(f"module 'chute' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_DEBUG_LAYER})
+
 
 __all__ = [
     "Batch",

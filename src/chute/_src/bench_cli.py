@@ -123,7 +123,7 @@ def bench(
     """
     from chute._src import config
     from chute._src.dataset import MapDataset
-    from chute._src.instrument import _ensure_sampler
+    from chute._src.instrument import ensure_sampler
 
     if batches < 0:
         raise ValueError(f"batches={batches} is negative: give a count >= 0")
@@ -141,7 +141,7 @@ def bench(
         # A visualization directory turns on the statistics without debug mode's printing.
         config.update("py_debug_mode", False)
         config.update("py_dataset_visualization_output_dir", graph_dir or tmp)
-        _ensure_sampler()
+        ensure_sampler()
         try:
             t0 = time.perf_counter()
             it = iter(source)

@@ -13,6 +13,8 @@
 - `py_debug_summary_interval_s` (float, default 60): how often debug mode prints.
 
 Both modes cost nothing when off: the choice is made once, when an iterator is created.
+Switching one on loads the debug layer, which installs itself as the engine's observer
+(`_src/observe.py`); the engine never imports it.
 
 >>> import chute
 >>> chute.config.update("py_debug_mode", False)
@@ -39,6 +41,7 @@ _here = threading.local()  # debug mode for this thread only: see `debug_mode_he
 @contextlib.contextmanager
 def debug_mode_here() -> Iterator[None]:
     """`py_debug_mode` on in this thread while iterators are built (enable_profiling)."""
+    _load_debug_layer()
     before = getattr(_here, "debug", False)
     _here.debug = True
     try:
@@ -68,7 +71,18 @@ def update(name: str, value: Any) -> None:
         raise ValueError(
             f"py_debug_summary_interval_s={value!r} is invalid: pass a number of seconds > 0."
         )
+    if (name == "py_debug_mode" and value) or (
+        name == "py_dataset_visualization_output_dir" and value is not None
+    ):
+        _load_debug_layer()
     _values[name] = value
+
+
+def _load_debug_layer() -> None:
+    """Imports the debug layer: the statistics and summary (`_src/stats.py`) over the
+    instrumentation (`_src/instrument.py`), which installs its observer (`_src/observe.py`)
+    when first imported. A worker process gets it by unpickling what it observes."""
+    import chute._src.stats  # noqa: F401
 
 
 def get(name: str) -> Any:

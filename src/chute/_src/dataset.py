@@ -34,7 +34,7 @@ from typing import (
 
 import numpy as np
 
-from chute._src import config
+from chute._src import observe
 from chute._src.iterator import ThreadGuardedIterator
 from chute._src.protocol import StageRole
 from chute._src.seeding import derive_seed, validate_seed
@@ -139,6 +139,23 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
     def _fingerprint_params(self) -> str:
         """What distinguishes this stage from another of its type (never file paths)."""
         return ""
+
+    def cache_identity(self) -> dict[str, Any]:
+        """What, besides its parents, decides this stage's elements: named values that
+        `IterDataset.cache(path)` hashes into its key, with the stage's type and the same of
+        every parent. A function counts by its code, a source by what its `repr` says
+        (files: their names), an options object, dict or set by its type only (thread and
+        worker counts, memo tables: they never change the elements).
+
+        The default describes the node by its own attributes (all but its parents and its
+        cached fingerprint) and its fingerprint parameters. A stage overrides it to leave
+        out what does not change its elements, or to add what its attributes do not show
+        (a version, a setting read from elsewhere)."""
+        identity: dict[str, Any] = {"(fingerprint params)": self._fingerprint_params()}
+        for name, value in vars(self).items():
+            if name not in ("_parents", "_fingerprint"):
+                identity[name] = value
+        return identity
 
     @property
     def fingerprint(self) -> str:
@@ -468,10 +485,9 @@ class IterDataset(_Node, Generic[T]):
 
     def _iter(self) -> DatasetIterator[T]:
         """`iter(self)` without the thread guard: what stages iterate their parents with."""
-        if config.instrumented():
-            from chute._src.instrument import instrumented_iter
-
-            return instrumented_iter(self)
+        observer = observe.observing()  # debug mode: see `_src/observe.py`
+        if observer is not None:
+            return observer.iterator(self)
         return self.make_iterator()
 
     def make_iterator(self) -> DatasetIterator[T]:

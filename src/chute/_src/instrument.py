@@ -1,8 +1,11 @@
 """Debug-mode instrumentation: a timing proxy around every stage, built with the iterator.
 
-Only when `chute.config` asks for it (`py_debug_mode`, or a visualization directory) does
-`IterDataset.__iter__` build instrumented iterators; otherwise nothing here runs, and a
-pipeline pays nothing for it. Instrumented:
+This is the debug layer: it depends on the engine, never the reverse. It plugs in through
+the engine's observer hook (`_src/observe.py`): importing this module installs
+`DebugObserver`, and `chute.config` imports it (through `_src/stats.py`) when a debug option
+is switched on. Only when `chute.config` asks for it (`py_debug_mode`, or a visualization
+directory) does the engine hand iterators over to it; otherwise nothing here runs (or is
+even imported), and a pipeline pays nothing for it. Instrumented:
 
 - every IterDataset stage's iterator is wrapped in a `TimedIterator` (state, prefetch and
   close pass straight through, so checkpoints are unchanged);
@@ -27,12 +30,12 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
 
-from chute._src import config
+from chute._src import config, observe
 from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
 from chute._src.iterator import DatasetIterator, walk
 from chute._src.protocol import StageRole
@@ -224,7 +227,8 @@ def _sample_forever() -> None:
                 record.gil_busy += busy
 
 
-def _ensure_sampler() -> None:
+def ensure_sampler() -> None:
+    """Starts this process's GIL sampler thread, once."""
     global _sampler
     with _sampler_lock:
         if _sampler is None:
@@ -402,7 +406,7 @@ def instrumented_iter(ds: IterDataset[Any]) -> DatasetIterator[Any]:
     proxy = TimedIterator(inner, record)
     if level == 0:
         if config.get("py_debug_mode"):
-            _ensure_sampler()
+            ensure_sampler()
         if _view_factory is not None:
             proxy.top = _view_factory(proxy)
     return proxy
@@ -471,3 +475,45 @@ def element_spec(x: Any) -> Any:
     if isinstance(x, np.ndarray | np.generic):
         return f"{x.dtype}[{','.join(str(d) for d in np.shape(x))}]"
     return f"{type(x).__name__}[]"
+
+
+# -- the engine's observer ----------------------------------------------------------------
+
+
+class DebugObserver(observe.PipelineObserver):
+    """The instrumentation as the engine sees it (`observe.PipelineObserver`): timed
+    iterators and map chains; in worker processes the GIL sampler, and each chunk's figures
+    (`StageRecord.take_delta`) merged into the main process's records."""
+
+    def iterator(self, ds: IterDataset[Any]) -> DatasetIterator[Any]:
+        return instrumented_iter(ds)
+
+    def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
+        return timed_map_chain(ds)
+
+    def worker_start(self, leaves: Sequence[MapDataset[Any]]) -> Callable[[], list[Any]] | None:
+        records = [r for leaf in leaves for r in map_records(leaf)]
+        if not records:
+            return None
+        ensure_sampler()  # debug mode: sample the GIL in the worker too
+
+        def take() -> list[Any]:
+            return [r.take_delta() for r in records if r.calls]
+
+        return take
+
+    def figures_merger(
+        self, leaves: Sequence[MapDataset[Any]]
+    ) -> Callable[[list[Any]], None] | None:
+        by_id = {r.id: r for leaf in leaves for r in map_records(leaf)}
+        if not by_id:
+            return None
+
+        def merge(deltas: list[Any]) -> None:
+            for delta in deltas:
+                by_id[delta[0]].merge(delta)
+
+        return merge
+
+
+observe.install(DebugObserver())

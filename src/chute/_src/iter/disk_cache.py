@@ -77,7 +77,8 @@ def _written_by_chute(file: Path) -> bool | None:
 
 
 def cache_key(ds: _Node) -> str:
-    """A hash of everything that decides `ds`'s elements (not thread or worker counts)."""
+    """A hash of everything that decides `ds`'s elements (not thread or worker counts): each
+    node's type and `cache_identity()`, through the node protocol (`parents`)."""
     h = hashlib.blake2b(digest_size=12)
     seen: set[int] = set()
 
@@ -85,14 +86,12 @@ def cache_key(ds: _Node) -> str:
         if id(node) in seen:
             return
         seen.add(id(node))
-        h.update(f"{type(node).__qualname__}({node._fingerprint_params()})".encode())
-        for name, value in sorted(vars(node).items()):
-            if name in ("_parents", "_fingerprint", "_read_options", "_map_parent"):
-                continue
+        h.update(type(node).__qualname__.encode())
+        for name, value in sorted(node.cache_identity().items()):
             h.update(name.encode())
             h.update(_describe(value).encode())
-        h.update(str(len(node._parents)).encode())
-        for p in node._parents:
+        h.update(str(len(node.parents)).encode())
+        for p in node.parents:
             visit(p)
 
     visit(ds)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute._src import config, pipeline_pickle
+from chute._src import config, observe, pipeline_pickle
 from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
 from chute._src.executors import ChunkExecutor, nbytes
 from chute._src.iterator import DatasetIterator
@@ -192,10 +192,9 @@ def _substitute(
         mapped: MapDataset[Any] = node.parents[0]  # type: ignore[assignment]
         for stage in reversed(hoisted):
             mapped = stage.as_map_stage(mapped)
-        if config.instrumented():
-            from chute._src.instrument import timed_map_chain
-
-            mapped = timed_map_chain(mapped)
+        observer = observe.observing()
+        if observer is not None:
+            mapped = observer.map_chain(mapped)
         leaves.append(mapped)
         leaf_id = len(leaves) - 1
 
@@ -343,17 +342,16 @@ class _ChunkWorker:
     def __init__(self, payload: bytes) -> None:
         self._payload = payload
         self._leaves: list[MapDataset[Any]] | None = None
-        self._records: list[Any] = []
+        self._take_figures: Callable[[], list[Any]] | None = None
 
     def __call__(self, worker_index: int, num_workers: int, task: tuple[int, int, int]) -> Any:
         if self._leaves is None:
             self._leaves = pipeline_pickle.loads(self._payload)
             self._payload = b""  # the unpickled pipeline is all a worker needs from now on
-            self._records = [r for leaf in self._leaves for r in _records_of(leaf)]
-            if self._records:  # debug mode: sample the GIL here too
-                from chute._src.instrument import _ensure_sampler
-
-                _ensure_sampler()
+            # Unpickling a pipeline built in debug mode installed the debug layer's observer.
+            observer = observe.current()
+            if observer is not None:
+                self._take_figures = observer.worker_start(self._leaves)
         leaf, start, k = task
         t0 = time.perf_counter()
         ds = self._leaves[leaf]
@@ -363,8 +361,8 @@ class _ChunkWorker:
         except Exception as e:
             items, exc = _elements_before_failure(ds, start, k, e)
             failure = RemoteFailure.capture(exc) if exc is not None else None
-        deltas = [r.take_delta() for r in self._records if r.calls]
-        return time.perf_counter() - t0, items, deltas, failure
+        figures = self._take_figures() if self._take_figures is not None else []
+        return time.perf_counter() - t0, items, figures, failure
 
     def not_picklable(self, task: tuple[int, int, int], result: Any, exc: BaseException) -> Any:
         """Called by the worker when `result` cannot be pickled: the elements before the
@@ -432,7 +430,8 @@ class _ChunkService:
         self._shared: list[Any] = []
         leaves = [_for_workers(leaf, self._shared) for leaf in leaves]
         stages = [n for leaf in leaves for n in stages_sources_first(leaf)]
-        self._records_by_id = {r.id: r for leaf in leaves for r in _records_of(leaf)}
+        observer = observe.observing()
+        self._merge_figures = observer.figures_merger(leaves) if observer is not None else None
         payload = pipeline_pickle.dumps(leaves, stages)
         self._workers = options.num_workers
         self._several_leaves = len(leaves) > 1
@@ -475,9 +474,9 @@ class _ChunkService:
                 raise
             self._received[ticket.worker] = True
         out, ticket.result = ticket.result, None
-        elapsed, items, deltas, failure = out
-        for delta in deltas:  # statistics measured in the worker (debug mode only)
-            self._records_by_id[delta[0]].merge(delta)
+        elapsed, items, figures, failure = out
+        if figures and self._merge_figures is not None:  # measured in the worker (debug mode)
+            self._merge_figures(figures)
         if failure is None:
             return elapsed, items, None
         exc = failure.rebuild()
@@ -560,9 +559,3 @@ def _for_workers(ds: MapDataset[Any], made: list[Any]) -> MapDataset[Any]:
     """`ds` as the workers receive it: each node's `for_workers` (large in-memory lists
     shared through shared memory rather than pickled into every worker)."""
     return rewrite_graph(ds, lambda node: node.for_workers(made))
-
-
-def _records_of(leaf: MapDataset[Any]) -> list[Any]:
-    from chute._src.instrument import map_records
-
-    return map_records(leaf)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
-from chute._src import config
+from chute._src import observe
 from chute._src.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.errors import CheckpointError
 from chute._src.executors import ChunkExecutor, InProcess, Threads, nbytes
@@ -52,6 +52,11 @@ class PrefetchIterDataset(IterDataset[T]):
     def concurrent(self) -> bool:
         return self._executor_factory is not None or self._read_options.num_threads > 0
 
+    def cache_identity(self) -> dict[str, Any]:
+        identity = super().cache_identity()
+        del identity["_read_options"]  # threads and buffer sizes: the same elements
+        return identity
+
     def with_executor(self, factory: Callable[[], ChunkExecutor]) -> Self:
         """This reader with its chunks computed by `factory()`'s executor (which may compute
         another, equivalent MapDataset); state and fingerprint stay the parent's."""
@@ -63,10 +68,9 @@ class PrefetchIterDataset(IterDataset[T]):
         if self._executor_factory is not None:
             return PrefetchDatasetIterator(self.map_parent, self._executor_factory())
         ds = self.map_parent
-        if config.instrumented():
-            from chute._src.instrument import timed_map_chain
-
-            ds = timed_map_chain(ds)
+        observer = observe.observing()
+        if observer is not None:
+            ds = observer.map_chain(ds)
         options = self._read_options
         executor: ChunkExecutor = (
             Threads(ds, options.num_threads, options.prefetch_buffer_size)
