@@ -87,7 +87,7 @@ def cache_key(ds: _Node) -> str:
         seen.add(id(node))
         h.update(f"{type(node).__qualname__}({node._fingerprint_params()})".encode())
         for name, value in sorted(vars(node).items()):
-            if name in ("_parents", "_fingerprint", "_read_options", "_map_parent"):
+            if name in ("_parents", "_fingerprint", "_identity", "_read_options", "_map_parent"):
                 continue
             h.update(name.encode())
             h.update(_describe(value).encode())
