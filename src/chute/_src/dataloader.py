@@ -154,10 +154,12 @@ class DataLoaderIterator(DatasetIterator[Any]):
     """The iterator of a `DataLoader`: `next`, `get_state`, `set_state`.
 
     For one thread at a time: `next` from a second thread while one is running raises
-    `RuntimeError` (see `ThreadGuardedIterator`).
+    `RuntimeError` (see `ThreadGuardedIterator`). Its state is that of `loader.dataset`'s
+    iterator: the two APIs share one state format.
     """
 
     stage = "data_loader"
+    transparent = True
 
     def __init__(self, parent: DatasetIterator[Any]) -> None:
         super().__init__(parent)
