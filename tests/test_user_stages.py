@@ -69,6 +69,7 @@ def test_user_stream_state_sits_where_its_stage_is() -> None:
     next(it)
     assert it.get_state() == {
         "stage": "batch",
+        "params": "batch_size=2, drop_remainder=False",
         "parent": {"stage": "map", "parent": {"position": [2]}},
     }
 

@@ -28,7 +28,11 @@ class DataLoader:
     """Reads `data_source` in the order of `sampler` and applies `operations`.
 
     `worker_count=N` computes the records in N worker processes; the batches are the same
-    for every N (0 computes in this process), and so are the iterator states.
+    for every N (0 computes in this process), and so are the iterator states: a state taken
+    with any `worker_count` and thread count restores with any other, 0 included (it is the
+    state of `loader.dataset`'s iterator). It restores only into a loader with the same
+    source length, sampler (seed, shuffle, epochs, sharding) and batch sizes, raising
+    `CheckpointError` naming the first difference; the operations' functions may change.
     `worker_stall_warning_s` and `worker_timeout_s` are `MultiprocessingOptions`'
     `stall_warning_s` and `timeout_s`: a warning showing the stack of a worker that has
     produced nothing for that long (default 300 s), and an error after that long
@@ -154,10 +158,12 @@ class DataLoaderIterator(DatasetIterator[Any]):
     """The iterator of a `DataLoader`: `next`, `get_state`, `set_state`.
 
     For one thread at a time: `next` from a second thread while one is running raises
-    `RuntimeError` (see `ThreadGuardedIterator`).
+    `RuntimeError` (see `ThreadGuardedIterator`). Its state is that of `loader.dataset`'s
+    iterator: the two APIs share one state format.
     """
 
     stage = "data_loader"
+    transparent = True
 
     def __init__(self, parent: DatasetIterator[Any]) -> None:
         super().__init__(parent)

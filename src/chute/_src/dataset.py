@@ -86,6 +86,7 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         )
         self._depth: int = 1 + max((p._depth for p in self._parents), default=-1)
         self._fingerprint: str | None = None
+        self._identity: tuple[str, ...] | None = None
 
     @property
     def parents(self) -> tuple[_Node, ...]:
@@ -96,14 +97,14 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         """This stage reading from `parents` instead: equivalent nodes (the same elements),
         such as a copy rewritten for worker processes or wrapped for timing. Every rewrite
         of a pipeline goes through here. The copy keeps this stage's parameters, its seed
-        and its fingerprint; a stage that derives more from its parents in `__init__` than
+        and its identity; a stage that derives more from its parents in `__init__` than
         these overrides it."""
         if len(parents) != len(self._parents):
             raise ValueError(
                 f"{self!r}.with_parents got {len(parents)} parents, but the stage has "
                 f"{len(self._parents)}: give one replacement for each of node.parents."
             )
-        self.fingerprint  # noqa: B018 (computed here, so the copy keeps it)
+        self.fingerprint  # noqa: B018 (computed here, with the identity: the copy keeps them)
         new = copy.copy(self)
         new._parents = tuple(parents)
         return new
@@ -137,7 +138,9 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         return derive_seed(self._pipeline_seed, tag, self._depth)
 
     def _fingerprint_params(self) -> str:
-        """What distinguishes this stage from another of its type (never file paths)."""
+        """What of this stage's parameters fixes where its elements are (sizes, seeds,
+        slicing, batch sizes), as checkpoints record it: never file paths, thread or worker
+        counts, nor a user's function (a state restores after a map function is fixed)."""
         return ""
 
     def cache_identity(self) -> dict[str, Any]:
@@ -153,18 +156,49 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         (a version, a setting read from elsewhere)."""
         identity: dict[str, Any] = {"(fingerprint params)": self._fingerprint_params()}
         for name, value in vars(self).items():
-            if name not in ("_parents", "_fingerprint"):
+            if name not in ("_parents", "_fingerprint", "_identity"):
                 identity[name] = value
         return identity
 
     @property
+    def identity(self) -> tuple[str, ...]:
+        """What fixes the positions of this node's elements, which a state records: one
+        `"Kind(params)"` per stage, sources first, with `" <- [i, j]"` naming the entries it
+        reads where that is not just the entry before. Stages that hand on their input
+        unchanged (`PASS_THROUGH`: seeds, timing wrappers) are left out."""
+        if self._identity is None:
+            entries: list[str] = []
+            index: dict[int, int] = {}
+
+            def visit(node: _Node) -> int:
+                done = index.get(id(node))
+                if done is not None:
+                    return done
+                inputs = [visit(p) for p in node._parents]
+                if node.role is StageRole.PASS_THROUGH and len(inputs) == 1:
+                    index[id(node)] = inputs[0]
+                    return inputs[0]
+                name = type(node).__name__
+                for suffix in ("MapDataset", "IterDataset"):
+                    if name.endswith(suffix) and name != suffix:
+                        name = name[: -len(suffix)]
+                entry = f"{name}({node._fingerprint_params()})"
+                if inputs != ([len(entries) - 1] if entries else []):
+                    entry += f" <- {inputs}"
+                entries.append(entry)
+                index[id(node)] = len(entries) - 1
+                return len(entries) - 1
+
+            visit(self)
+            self._identity = tuple(entries)
+        return self._identity
+
+    @property
     def fingerprint(self) -> str:
-        """A short hash of the pipeline's structure and parameters, used by checkpoints."""
+        """A short hash of `identity`."""
         if self._fingerprint is None:
             h = hashlib.blake2b(digest_size=8)
-            h.update(f"{type(self).__name__}({self._fingerprint_params()})".encode())
-            for p in self._parents:
-                h.update(p.fingerprint.encode())
+            h.update("\n".join(self.identity).encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 
@@ -485,10 +519,27 @@ class IterDataset(_Node, Generic[T]):
 
     def _iter(self) -> DatasetIterator[T]:
         """`iter(self)` without the thread guard: what stages iterate their parents with."""
+<<<<<<< HEAD
         observer = observe.observing()  # debug mode: see `_src/observe.py`
         if observer is not None:
             return observer.iterator(self)
         return self.make_iterator()
+=======
+        if config.instrumented():
+            from chute._src.instrument import instrumented_iter
+
+            return instrumented_iter(self)
+        return self._described_iterator()
+
+    def _described_iterator(self) -> DatasetIterator[T]:
+        """`make_iterator()`, its state recording this stage's position-fixing parameters
+        (`_fingerprint_params`, as the state's "params")."""
+        it = self.make_iterator()
+        params = self._fingerprint_params()
+        if params and not it.stage_params:
+            it.stage_params = params
+        return it
+>>>>>>> i12-state
 
     def make_iterator(self) -> DatasetIterator[T]:
         """A fresh iterator of this stage, reading fresh iterators of its parents

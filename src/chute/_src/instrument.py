@@ -392,7 +392,7 @@ def instrumented_iter(ds: IterDataset[Any]) -> DatasetIterator[Any]:
     level = getattr(_depth, "level", 0)
     _depth.level = level + 1
     try:
-        inner = ds.make_iterator()
+        inner = ds._described_iterator()
     finally:
         _depth.level = level
     record = StageRecord(

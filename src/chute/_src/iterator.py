@@ -49,6 +49,19 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
     stage: ClassVar[str] = "iterator"
     """The stage name recorded in the state; a state must match it to be restored."""
 
+    transparent: ClassVar[bool] = False
+    """True for the iterator of a stage that hands on its one parent's elements unchanged
+    and only moves work elsewhere or does none (a `PREFETCH` or `PASS_THROUGH` stage:
+    threads, worker processes, a seed): its state is its parent's, so a state restores into
+    the pipeline with or without the stage. What it has computed ahead is never in a state;
+    a prefetching iterator returns the state its parent had after the last element it
+    handed out."""
+
+    stage_params: str = ""
+    """What of this stage's parameters fixes the positions of its output (a batch size, a
+    seed), recorded as the state's "params" and checked on restore; set by
+    `IterDataset` from the stage's `_fingerprint_params()`."""
+
     bound_to_thread: bool = False
     """True when this iterator must be advanced on the thread that created it (its chunks
     come from worker processes through a channel that is not shared across threads)."""
@@ -108,12 +121,18 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         its stage knows that exactly (None elsewhere, and for a malformed `state`: the
         stage's own checks report it). Stages use it to check their counters against
         their parent's position."""
+        if self.transparent:
+            return self.children()[0]._count_at(state)
         return None
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable dict from which `set_state` continues exactly here."""
-        state: dict[str, Any] = {"stage": self.stage, **self.own_state()}
         children = self.children()
+        if self.transparent:
+            return children[0].get_state()
+        state: dict[str, Any] = {"stage": self.stage, **self.own_state()}
+        if self.stage_params:
+            state["params"] = self.stage_params
         if len(children) == 1:
             state["parent"] = children[0].get_state()
         elif children:
@@ -154,9 +173,22 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
                 raise
             return
         children = self.children()
+        if self.transparent:
+            children[0]._restore(state, path)
+            return
         own_keys = set(self.own_state())
+        if self.stage_params:
+            own_keys.add("params")
         links = {"parent"} if len(children) == 1 else {"parents"} if children else set()
         check_state(state, self.stage, {"stage", *own_keys} | links, path)
+        if self.stage_params and state["params"] != self.stage_params:
+            raise CheckpointError(
+                f"{path}['params'] = {state['params']!r}, but this pipeline's {self.stage!r} "
+                f"stage there has {self.stage_params!r}: the state was taken from a pipeline "
+                "built with other parameters, which put elements at other positions; rebuild "
+                "the pipeline as it was when the state was taken (threads, workers, prefetching "
+                "and the map and filter functions may change)."
+            )
         # The parents first: their own values are checked before this stage compares its
         # counters with the parents' positions.
         if len(children) == 1:
@@ -226,7 +258,7 @@ def check_state(state: Any, stage: str, keys: set[str], path: str) -> None:
     """Raises `CheckpointError` unless `state` is a dict for `stage` with exactly `keys`."""
     fix = (
         "restore a state taken by get_state() of the same pipeline, built the same way "
-        "(the number of threads and workers may differ)"
+        "(threads, worker processes and prefetching may differ)"
     )
     if not isinstance(state, dict):
         raise CheckpointError(

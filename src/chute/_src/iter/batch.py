@@ -34,7 +34,7 @@ class BatchIterDataset(IterDataset[Any]):
         return f"BatchIterDataset(batch_size={self._size}, drop_remainder={self._drop}{extra})"
 
     def _fingerprint_params(self) -> str:
-        return f"{self._size}, {self._drop}"
+        return f"batch_size={self._size}, drop_remainder={self._drop}"
 
 
 class _BatchIterator(DatasetIterator[Any]):

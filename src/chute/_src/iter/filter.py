@@ -31,9 +31,6 @@ class FilterIterDataset(IterDataset[T]):
     def __repr__(self) -> str:
         return f"FilterIterDataset(transform={describe(self._fn)})"
 
-    def _fingerprint_params(self) -> str:
-        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
-
 
 class _FilterIterator(DatasetIterator[T]):
     stage = "filter"

@@ -45,7 +45,7 @@ class FlatMapIterDataset(IterDataset[Any]):
         return f"FlatMapIterDataset(transform={describe(self._t)})"
 
     def _fingerprint_params(self) -> str:
-        return f"{type(self._t).__qualname__}, {self._t.max_fan_out}"
+        return f"max_fan_out={self._t.max_fan_out}"
 
 
 class _FlatMapIterator(DatasetIterator[Any]):

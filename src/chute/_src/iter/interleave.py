@@ -79,7 +79,7 @@ class InterleaveIterDataset(IterDataset[Any]):
         return f"InterleaveIterDataset(cycle_length={self._cycle}, inputs={len(self._parents)})"
 
     def _fingerprint_params(self) -> str:
-        return f"{self._cycle}"
+        return f"cycle_length={self._cycle}"
 
 
 _EXHAUSTED = object()

@@ -30,7 +30,7 @@ class LimitIterDataset(IterDataset[T]):
         return f"LimitIterDataset(count={self._count})"
 
     def _fingerprint_params(self) -> str:
-        return str(self._count)
+        return f"count={self._count}"
 
 
 class _LimitIterator(DatasetIterator[T]):

@@ -32,9 +32,6 @@ class MapIterDataset(IterDataset[Any]):
     def __repr__(self) -> str:
         return f"MapIterDataset(transform={describe(self._fn)})"
 
-    def _fingerprint_params(self) -> str:
-        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
-
 
 class _MapIterator(DatasetIterator[Any]):
     stage = "map"
@@ -85,9 +82,6 @@ class MapWithIndexIterDataset(IterDataset[Any]):
     def __repr__(self) -> str:
         return f"MapWithIndexIterDataset(transform={describe(self._fn)})"
 
-    def _fingerprint_params(self) -> str:
-        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
-
 
 class RandomMapIterDataset(IterDataset[Any]):
     def __init__(self, parent: IterDataset[Any], transform: Any, *, seed: int | None) -> None:
@@ -102,7 +96,7 @@ class RandomMapIterDataset(IterDataset[Any]):
         return f"RandomMapIterDataset(transform={describe(self._fn)})"
 
     def _fingerprint_params(self) -> str:
-        return f"{getattr(self._fn, '__qualname__', type(self._fn).__name__)}, seed={self._seed}"
+        return f"seed={self._seed}"
 
 
 class _IndexedIterator(DatasetIterator[Any]):

@@ -122,9 +122,11 @@ def _default_workers() -> int:
 
 
 class _MultiprocessIterator(DatasetIterator[T]):
-    """The stage the user holds; its state is its parent's, whatever the worker count."""
+    """The stage the user holds; its state is its parent's (so the same with any number
+    of workers, or without the stage)."""
 
     stage = "mp_prefetch"
+    transparent = True
 
     def __init__(self, parent: DatasetIterator[T], service: _ChunkService | None) -> None:
         super().__init__(parent)
@@ -204,7 +206,7 @@ def _substitute(
 
         out: IterDataset[Any] = node.with_executor(executor)  # type: ignore[attr-defined]
         for stage in reversed(hoisted):
-            out = _DoneInWorkers(out, stage.stage_name)
+            out = _DoneInWorkers(out, stage.stage_name, stage._fingerprint_params())
         return out
     return ds.with_parents(
         [_substitute(p, leaves, box) if isinstance(p, IterDataset) else p for p in ds.parents]
@@ -218,15 +220,19 @@ class _DoneInWorkers(IterDataset[Any]):
     role = StageRole.PASS_THROUGH
     internal = True
 
-    def __init__(self, parent: IterDataset[Any], stage: str) -> None:
+    def __init__(self, parent: IterDataset[Any], stage: str, params: str) -> None:
         super().__init__([parent])
         self._stage = stage
+        self._params = params
 
     def make_iterator(self) -> DatasetIterator[Any]:
         return _PassThrough(self._parent_iter(), self._stage)
 
     def __repr__(self) -> str:
         return f"{self._stage} (done in the workers)"
+
+    def _fingerprint_params(self) -> str:
+        return self._params  # the moved stage's, recorded in the state as without workers
 
 
 class _PassThrough(DatasetIterator[Any]):

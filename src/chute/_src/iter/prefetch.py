@@ -85,6 +85,10 @@ class PrefetchIterDataset(IterDataset[T]):
         return f"PrefetchIterDataset(read_options={self._read_options})"
 
     @property
+    def identity(self) -> tuple[str, ...]:
+        return self.map_parent.identity
+
+    @property
     def fingerprint(self) -> str:
         return self.map_parent.fingerprint
 
@@ -99,7 +103,7 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         self._len = len(ds)
         # Filters moved into the workers leave Nones in the computed dataset too.
         self._skip_none = ds._may_be_none or executor.ds._may_be_none
-        self._fingerprint = ds.fingerprint
+        self._identity = ds.identity
         self._buf: list[Any] = []
         self._pos = 0
         self._buf_start = 0  # index of _buf[0]
@@ -151,20 +155,14 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
     # -- state and lifecycle ---------------------------------------------------------------
 
     def own_state(self) -> dict[str, Any]:
-        return {"next_index": self._buf_start + self._pos, "fingerprint": self._fingerprint}
+        return {"next_index": self._buf_start + self._pos, "pipeline": list(self._identity)}
 
     def _count_at(self, state: Any) -> int | None:
         # Exact unless filtered (None) elements are skipped.
         return None if self._skip_none else int_at(state, "next_index")
 
     def restore_own_state(self, state: dict[str, Any], path: str) -> None:
-        if state["fingerprint"] != self._fingerprint:
-            raise CheckpointError(
-                f"{path}['fingerprint'] = {state['fingerprint']!r} does not match this "
-                f"pipeline's {self._fingerprint!r}: the state was taken from a different "
-                "MapDataset (other stages, seeds, sizes or functions); rebuild the pipeline "
-                "as it was when the state was taken."
-            )
+        check_identity(state["pipeline"], self._identity, f"{path}['pipeline']")
         index = check_int(
             state,
             "next_index",
@@ -195,3 +193,35 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
 
     def __repr__(self) -> str:
         return f"PrefetchDatasetIterator(next_index={self._buf_start + self._pos})"
+
+
+def check_identity(recorded: Any, identity: tuple[str, ...], path: str) -> None:
+    """Raises `CheckpointError` naming the first entry where `recorded` (a state's
+    "pipeline") differs from `identity` (this pipeline's)."""
+    fix = (
+        "rebuild the pipeline as it was when the state was taken (the same sources, seeds, "
+        "slicing, repeats, batch sizes and stages in the same order; threads, workers, "
+        "prefetching and the map and filter functions may change)"
+    )
+    if not isinstance(recorded, list) or not all(isinstance(e, str) for e in recorded):
+        raise CheckpointError(
+            f"{path} = {recorded!r} is invalid: it must be the list of strings get_state() "
+            f"records; the state is corrupt or from an older version of chute; {fix}."
+        )
+    for i, (was, now) in enumerate(zip(recorded, identity)):
+        if was != now:
+            raise CheckpointError(
+                f"{path}[{i}] = {was!r} in the state, but this pipeline has {now!r} there: "
+                f"the state was taken from a different MapDataset; {fix}."
+            )
+    n = min(len(recorded), len(identity))
+    if len(recorded) > n:
+        raise CheckpointError(
+            f"{path}[{n}] = {recorded[n]!r} in the state, but this pipeline ends at {path}[{n - 1}]: "
+            f"the state was taken from a pipeline with more stages; {fix}."
+        )
+    if len(identity) > n:
+        raise CheckpointError(
+            f"{path} ends at [{n - 1}] in the state, but this pipeline has {identity[n]!r} at "
+            f"[{n}]: the state was taken from a pipeline with fewer stages; {fix}."
+        )

@@ -44,7 +44,7 @@ class RebatchIterDataset(IterDataset[Any]):
         return f"RebatchIterDataset(batch_size={self._size}, drop_remainder={self._drop})"
 
     def _fingerprint_params(self) -> str:
-        return f"{self._size}, {self._drop}"
+        return f"batch_size={self._size}, drop_remainder={self._drop}"
 
 
 def _rows(batch: Any, index: int) -> int:

@@ -40,7 +40,7 @@ class RepeatIterDataset(IterDataset[T]):
         return f"RepeatIterDataset(num_epochs={self._epochs})"
 
     def _fingerprint_params(self) -> str:
-        return str(self._epochs)
+        return f"num_epochs={self._epochs}"
 
 
 class _RepeatIterator(DatasetIterator[T]):

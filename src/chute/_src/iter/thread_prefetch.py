@@ -72,6 +72,7 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
 
 class _Unbuffered(DatasetIterator[Any]):
     stage = "thread_prefetch"
+    transparent = True
 
     def __next__(self) -> Any:
         return next(self._parent)
@@ -116,6 +117,7 @@ class _Producer:
 
 class _ThreadPrefetchIterator(DatasetIterator[Any]):
     stage = "thread_prefetch"
+    transparent = True  # its state is its parent's after the last element handed out
 
     def __init__(self, parent: DatasetIterator[Any], size: int) -> None:
         super().__init__(parent)
@@ -157,8 +159,7 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
             self._producer = None
 
     def get_state(self) -> dict[str, Any]:
-        parent_state = self._state if self._state is not None else self._parent.get_state()
-        return {"stage": self.stage, "parent": parent_state}
+        return self._state if self._state is not None else self._parent.get_state()
 
     def _restore(self, state: Any, path: str) -> None:
         self._stop_producer()

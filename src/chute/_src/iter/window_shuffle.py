@@ -52,7 +52,7 @@ class WindowShuffleIterDataset(IterDataset[T]):
         return f"WindowShuffleIterDataset(window_size={self._w})"
 
     def _fingerprint_params(self) -> str:
-        return f"{self._w}, {self._seed}"
+        return f"window_size={self._w}, seed={self._seed}"
 
 
 class _WindowShuffleIterator(DatasetIterator[T]):

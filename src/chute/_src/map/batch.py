@@ -75,4 +75,4 @@ class BatchMapDataset(MapDataset[Any]):
         return f"BatchMapDataset(batch_size={self._size}, drop_remainder={self._drop}{extra})"
 
     def _fingerprint_params(self) -> str:
-        return f"{self._size}, {self._drop}"
+        return f"batch_size={self._size}, drop_remainder={self._drop}"

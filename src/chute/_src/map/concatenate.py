@@ -48,4 +48,4 @@ class ConcatenateMapDataset(MapDataset[Any]):
         return f"ConcatenateMapDataset(sizes={self._sizes.tolist()})"
 
     def _fingerprint_params(self) -> str:
-        return str(self._sizes.tolist())
+        return f"sizes={self._sizes.tolist()}"

@@ -38,6 +38,3 @@ class FilterMapDataset(MapDataset[T]):
 
     def __repr__(self) -> str:
         return f"FilterMapDataset(transform={describe(self._fn)})"
-
-    def _fingerprint_params(self) -> str:
-        return getattr(self._fn, "__qualname__", type(self._fn).__name__)

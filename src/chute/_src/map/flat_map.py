@@ -97,4 +97,4 @@ class FlatMapMapDataset(MapDataset[Any]):
         return f"FlatMapMapDataset(transform={describe(self._t)})"
 
     def _fingerprint_params(self) -> str:
-        return f"{type(self._t).__qualname__}, {self._t.max_fan_out}"
+        return f"max_fan_out={self._t.max_fan_out}"

@@ -44,9 +44,6 @@ class MapMapDataset(MapDataset[Any]):
     def __repr__(self) -> str:
         return f"MapMapDataset(transform={describe(self._fn)})"
 
-    def _fingerprint_params(self) -> str:
-        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
-
 
 class MapWithIndexMapDataset(MapDataset[Any]):
     """Applies `fn(index, element)`; the index counts epochs too (`i + epoch * len`)."""
@@ -70,9 +67,6 @@ class MapWithIndexMapDataset(MapDataset[Any]):
 
     def __repr__(self) -> str:
         return f"MapWithIndexMapDataset(transform={describe(self._fn)})"
-
-    def _fingerprint_params(self) -> str:
-        return getattr(self._fn, "__qualname__", type(self._fn).__name__)
 
 
 class RandomMapMapDataset(MapDataset[Any]):
@@ -105,4 +99,4 @@ class RandomMapMapDataset(MapDataset[Any]):
         return f"RandomMapMapDataset(transform={describe(self._fn)})"
 
     def _fingerprint_params(self) -> str:
-        return f"{getattr(self._fn, '__qualname__', type(self._fn).__name__)}, seed={self._seed}"
+        return f"seed={self._seed}"

@@ -72,7 +72,7 @@ class SourceMapDataset(MapDataset[Any]):
         return f"SourceMapDataset(source={type(self._source).__name__})"
 
     def _fingerprint_params(self) -> str:
-        return f"{type(self._source).__name__}, len={self._len}"
+        return f"len={self._len}"
 
 
 def _first_failing(source: Any, keys: list[int]) -> int | None:
@@ -119,4 +119,4 @@ class RangeMapDataset(MapDataset[int]):
 
     def _fingerprint_params(self) -> str:
         r = self._range
-        return f"{r.start}, {r.stop}, {r.step}"
+        return f"start={r.start}, stop={r.stop}, step={r.step}"

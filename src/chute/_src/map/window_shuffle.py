@@ -89,4 +89,4 @@ class WindowShuffleMapDataset(MapDataset[T]):
         return f"WindowShuffleMapDataset(window_size={self._w})"
 
     def _fingerprint_params(self) -> str:
-        return f"{self._w}, {self._seed}"
+        return f"window_size={self._w}, seed={self._seed}"
