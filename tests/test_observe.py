@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,9 +133,11 @@ class _Counting(observe.PipelineObserver):
         self.iterators = 0
         self.chains = 0
 
-    def iterator(self, ds: chute.IterDataset[Any]) -> chute.DatasetIterator[Any]:
+    def iterator(
+        self, ds: chute.IterDataset[Any], make: Callable[[], chute.DatasetIterator[Any]]
+    ) -> chute.DatasetIterator[Any]:
         self.iterators += 1
-        return ds.make_iterator()
+        return make()
 
     def map_chain(self, ds: chute.MapDataset[Any]) -> chute.MapDataset[Any]:
         self.chains += 1

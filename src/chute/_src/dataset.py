@@ -519,16 +519,9 @@ class IterDataset(_Node, Generic[T]):
 
     def _iter(self) -> DatasetIterator[T]:
         """`iter(self)` without the thread guard: what stages iterate their parents with."""
-<<<<<<< HEAD
         observer = observe.observing()  # debug mode: see `_src/observe.py`
         if observer is not None:
-            return observer.iterator(self)
-        return self.make_iterator()
-=======
-        if config.instrumented():
-            from chute._src.instrument import instrumented_iter
-
-            return instrumented_iter(self)
+            return observer.iterator(self, self._described_iterator)
         return self._described_iterator()
 
     def _described_iterator(self) -> DatasetIterator[T]:
@@ -539,7 +532,6 @@ class IterDataset(_Node, Generic[T]):
         if params and not it.stage_params:
             it.stage_params = params
         return it
->>>>>>> i12-state
 
     def make_iterator(self) -> DatasetIterator[T]:
         """A fresh iterator of this stage, reading fresh iterators of its parents

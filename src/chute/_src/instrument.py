@@ -387,12 +387,15 @@ class TimedIterator(DatasetIterator[Any]):
 _depth = threading.local()
 
 
-def instrumented_iter(ds: IterDataset[Any]) -> DatasetIterator[Any]:
-    """`iter(ds)` with every stage timed; the outermost call attaches the pipeline view."""
+def instrumented_iter(
+    ds: IterDataset[Any], make: Callable[[], DatasetIterator[Any]]
+) -> DatasetIterator[Any]:
+    """`iter(ds)` with every stage timed (`make()` builds the stage's own iterator); the
+    outermost call attaches the pipeline view."""
     level = getattr(_depth, "level", 0)
     _depth.level = level + 1
     try:
-        inner = ds._described_iterator()
+        inner = make()
     finally:
         _depth.level = level
     record = StageRecord(
@@ -485,8 +488,10 @@ class DebugObserver(observe.PipelineObserver):
     iterators and map chains; in worker processes the GIL sampler, and each chunk's figures
     (`StageRecord.take_delta`) merged into the main process's records."""
 
-    def iterator(self, ds: IterDataset[Any]) -> DatasetIterator[Any]:
-        return instrumented_iter(ds)
+    def iterator(
+        self, ds: IterDataset[Any], make: Callable[[], DatasetIterator[Any]]
+    ) -> DatasetIterator[Any]:
+        return instrumented_iter(ds, make)
 
     def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
         return timed_map_chain(ds)

@@ -9,7 +9,8 @@ or `MultiprocessingOptions(enable_profiling=True)` for one pipeline).
 When the engine asks (`observing()`: an observer is installed and `config.instrumented()`),
 which it does once per iterator created, never per element:
 
-- `iterator(ds)`: `IterDataset._iter` hands the making of each stage's iterator over;
+- `iterator(ds, make)`: `IterDataset._iter` hands the making of each stage's iterator
+  over (`make()` builds the engine's);
 - `map_chain(ds)`: a `to_iter_dataset` reader reads an equivalent of its MapDataset (same
   elements, same fingerprint), in this process or, pickled, in `mp_prefetch`'s workers.
 
@@ -39,9 +40,12 @@ class PipelineObserver(abc.ABC):
     """What the engine lets an observer do; see the module docstring for when."""
 
     @abc.abstractmethod
-    def iterator(self, ds: IterDataset[Any]) -> DatasetIterator[Any]:
-        """The iterator of stage `ds`: built with `ds.make_iterator()`, possibly wrapped.
-        A wrapper must pass state, prefetch and close straight through."""
+    def iterator(
+        self, ds: IterDataset[Any], make: Callable[[], DatasetIterator[Any]]
+    ) -> DatasetIterator[Any]:
+        """The iterator of stage `ds`: the one `make()` builds (the engine's, which reads
+        its parents' iterators through this hook too), possibly wrapped. A wrapper must pass
+        state, prefetch and close straight through."""
 
     @abc.abstractmethod
     def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
