@@ -199,7 +199,7 @@ _stacks: dict[int, list[tuple[StageRecord, int]]] = {}  # thread -> (stage, ente
 _sampler_lock = threading.Lock()
 _sampler: threading.Thread | None = None
 _SAMPLE_S = 0.004
-_BUSY_S = 0.002  # woken this late: the GIL was held by a thread running Python code
+_BUSY_S = 0.002  # the GIL took this long to come back: a thread running Python code had it
 
 
 def _stack() -> list[tuple[StageRecord, int]]:
@@ -211,15 +211,18 @@ def _stack() -> list[tuple[StageRecord, int]]:
 
 
 def _sample_forever() -> None:
-    """Each sample notes, for the stage every thread is in, whether this thread could get
-    the GIL at once on waking (the stage's work released it) or had to wait (some thread
-    was running Python code). Samples fall where the GIL changes hands, so they are a rough
-    measure; the advice leans first on each stage's CPU time."""
-    sleep_ns, busy_ns = int(_SAMPLE_S * 1e9), int(_BUSY_S * 1e9)
+    """Each sample notes, for the stage every thread is in, whether another thread wanted
+    the GIL (it was running Python code) or not (its work released it): holding the GIL,
+    this thread lets go of it (`time.sleep(0)`) and takes it back, at once if no thread
+    took it meanwhile, else after that thread's switch interval (5 ms). Waking late from
+    the sleep between samples (a loaded machine) is not counted. Samples fall where the GIL
+    changes hands, so they are a rough measure; the advice leans first on CPU time."""
+    busy_ns = int(_BUSY_S * 1e9)
     while True:
-        wake = time.perf_counter_ns() + sleep_ns
         time.sleep(_SAMPLE_S)
-        busy = time.perf_counter_ns() - wake > busy_ns
+        t0 = time.perf_counter_ns()
+        time.sleep(0)  # lets go of the GIL and takes it back
+        busy = time.perf_counter_ns() - t0 > busy_ns
         for stack in list(_stacks.values()):
             if stack:
                 record = stack[-1][0]
