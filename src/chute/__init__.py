@@ -3,6 +3,7 @@
 The names follow Grain's, so `import chute as grain` runs code written for Grain.
 """
 
+from chute import checkpoint as checkpoint
 from chute import config as config
 from chute import experimental as experimental
 from chute import multiprocessing as multiprocessing
@@ -60,6 +61,7 @@ __all__ = [
     "SequentialSampler",
     "StageStats",
     "TypeConversion",
+    "checkpoint",
     "config",
     "experimental",
     "multiprocessing",
