@@ -18,6 +18,7 @@ import chute as grain
 
 PUBLIC_MODULES = [
     "chute",
+    "chute.checkpoint",
     "chute.transforms",
     "chute.samplers",
     "chute.sharding",

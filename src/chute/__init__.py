@@ -8,6 +8,7 @@ debug option is switched on in `chute.config`: a pipeline run without it never l
 
 import typing as _typing
 
+from chute import checkpoint as checkpoint
 from chute import config as config
 from chute import experimental as experimental
 from chute import multiprocessing as multiprocessing
@@ -83,6 +84,7 @@ __all__ = [
     "SequentialSampler",
     "StageStats",
     "TypeConversion",
+    "checkpoint",
     "config",
     "experimental",
     "multiprocessing",

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
+from chute._src.checkpointing import from_state_dict, to_state_dict
 from chute._src.errors import CheckpointError
 
 T = TypeVar("T")
@@ -204,6 +205,17 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
             for i, (c, s) in enumerate(zip(children, states)):
                 c._restore(s, f"{path}['parents'][{i}]")
         self.restore_own_state(state, path)
+
+    def state_dict(self) -> dict[str, str]:
+        """`get_state()` as JSON text under one key: torch's `Stateful` protocol, so
+        `torch.distributed.checkpoint` and torchdata's `StatefulDataLoader` save an
+        iterator as they are (docs/checkpointing.md). One string stores as it is in both,
+        whatever the state's shape."""
+        return to_state_dict(self.get_state())
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continues from what `state_dict()` returned (`set_state` of its state)."""
+        self.set_state(from_state_dict(state_dict))
 
     # -- lifecycle -------------------------------------------------------------------------
 
