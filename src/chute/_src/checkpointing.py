@@ -2,11 +2,11 @@
 
 A checkpoint file is one JSON object: a small header and the iterator's state,
 
-    {"format": "chute.iterator_state", "version": 1,
-     "fingerprints": ["9f0c..."], "state": {...get_state()...}}
+    {"format": "chute.iterator_state", "version": 1, "state": {...get_state()...}}
 
-`fingerprints` lists the fingerprints the state records (one per `to_iter_dataset`
-reader), so a file names the pipeline that wrote it. Files are written atomically: a
+The state itself records what fixes the pipeline's positions (its stages, sources'
+lengths, seeds, batch sizes), so `set_state` rejects a file of another pipeline, naming
+the first difference. Files are written atomically: a
 temporary file in the same directory, flushed and fsynced, then `os.replace`d over the
 target and the directory fsynced, so a reader sees the old file or the new one, never a
 part. The iterator's state itself is a black box here: whatever `get_state()` returns,
@@ -34,32 +34,15 @@ STATE_DICT_KEY = "chute_state"
 that torch.distributed.checkpoint and torch.save store as they are."""
 
 
-def fingerprints(state: Any) -> list[str]:
-    """The pipeline fingerprints a state records, in the order found."""
-    found: list[str] = []
-    stack = [state]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            fp = node.get("fingerprint")
-            if isinstance(fp, str):
-                found.append(fp)
-            stack.extend(reversed(list(node.values())))
-        elif isinstance(node, list):
-            stack.extend(reversed(node))
-    return found
-
-
 def encode(state: Any) -> str:
     """The checkpoint file's text for `state`."""
-    header = {"format": FORMAT, "version": VERSION, "fingerprints": fingerprints(state)}
+    header = {"format": FORMAT, "version": VERSION}
     return json.dumps({**header, "state": state}, indent=1) + "\n"
 
 
-def decode(text: str | bytes, where: str, current: Any = None) -> Any:
+def decode(text: str | bytes, where: str) -> Any:
     """The state in a checkpoint file's text; `CheckpointError` naming `where` if the text
-    is not one. With `current` (the target iterator's state now), a file of a pipeline
-    with other fingerprints is rejected too."""
+    is not one."""
     fix = (
         "restore from a complete file written by chute.checkpoint.save (or chute's Orbax "
         "handler) for this pipeline; a file cut short by a crash is never left by chute, so "
@@ -81,16 +64,16 @@ def decode(text: str | bytes, where: str, current: Any = None) -> Any:
             f"{where} is a chute checkpoint of version {doc.get('version')!r}, but this chute "
             f"reads version {VERSION}: load it with the chute version that wrote it."
         )
-    saved = doc.get("fingerprints")
-    if current is not None and saved:
-        now = fingerprints(current)
-        if now and now != saved:
-            raise CheckpointError(
-                f"{where} was written by another pipeline (fingerprints {saved}, this one "
-                f"has {now}): load it into an iterator of the pipeline that saved it, built "
-                "the same way (thread and worker counts may differ)."
-            )
     return doc["state"]
+
+
+def restore_from(iterator: DatasetIterator[Any], state: Any, where: str) -> None:
+    """`iterator.set_state(state)`; a rejected state's `CheckpointError` names the file
+    first (the iterator is then unchanged: `set_state` leaves it as it was)."""
+    try:
+        iterator.set_state(state)
+    except CheckpointError as e:
+        raise CheckpointError(f"{where} does not fit this pipeline: {e}") from None
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -156,12 +139,7 @@ def load(path: str | os.PathLike[str], iterator: DatasetIterator[Any]) -> Datase
     chute checkpoint, or of another pipeline; the iterator is then unchanged.
     """
     where = repr(os.fspath(path))
-    state = decode(read_text(path), where, current=iterator.get_state())
-    try:
-        iterator.set_state(state)
-    except CheckpointError as e:
-        e.add_note(f"chute: restoring the checkpoint file {where}")
-        raise
+    restore_from(iterator, decode(read_text(path), where), where)
     return iterator
 
 

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-from chute._src.checkpointing import decode, encode, read_text, write_atomic
+from chute._src.checkpointing import decode, encode, read_text, restore_from, write_atomic
 from chute._src.errors import CheckpointError
 
 
@@ -61,12 +61,7 @@ class CheckpointHandler:
             raise CheckpointError(_missing(directory, name, count))
         text = read_text(path) if isinstance(path, str) else path.read_text()
         where = repr(str(path))
-        state = decode(text, where, current=item.get_state())
-        try:
-            item.set_state(state)
-        except CheckpointError as e:
-            e.add_note(f"chute: restoring the Orbax checkpoint file {where}")
-            raise
+        restore_from(item, decode(text, where), where)
         item.start_prefetch()
         return item
 
