@@ -180,3 +180,14 @@ def test_the_example_of_elastic_md_runs() -> None:
     assert blocks
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), {"__name__": "elastic_md"})
+
+
+def test_a_corrupt_state_is_rejected_and_leaves_the_iterator_as_it_was() -> None:
+    it = ElasticIterator(chute.MapDataset.range(20), 2, chute.sharding.ShardOptions(0, 1))
+    next(it)
+    state = it.get_state()
+    with pytest.raises(chute.CheckpointError, match=r"\['layout'\] = 'x'.*corrupt"):
+        it.set_state({**state, "layout": "x"})
+    with pytest.raises(chute.CheckpointError, match=r"\['pending'\] must be a list"):
+        it.set_state({**state, "pending": [-1]})
+    assert next(it).tolist() == [2, 3]

@@ -236,6 +236,18 @@ def _check_host(state: dict[str, Any], path: str) -> None:
     m = check_int(state, "shard_count", path, lo=1)
     check_int(state, "shard_index", path, hi=m - 1)
     check_int(state, "position", path)
+    layout, may_filter = state["layout"], state["may_filter"]
+    if not (
+        isinstance(layout, list)
+        and len(layout) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in layout)
+        and isinstance(may_filter, bool)
+    ):
+        raise CheckpointError(
+            f"{path}['layout'] = {layout!r} / ['may_filter'] = {may_filter!r} is invalid: "
+            "they must be two ints >= 0 and a bool; the state is corrupt: restore a state "
+            "taken by ElasticIterator.get_state()."
+        )
 
 
 def _check_merged(state: dict[str, Any]) -> tuple[list[int], int]:
