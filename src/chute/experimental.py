@@ -1,5 +1,7 @@
-"""Stages whose API may still change: prefetching, packing, mixing, interleaving, caching."""
+"""Stages whose API may still change: prefetching, packing, mixing, interleaving, caching,
+and the `ElasticIterator` (global batches resumable with another host count)."""
 
+from chute._src.elastic import ElasticIterator as ElasticIterator
 from chute._src.iter.cache import CacheIterDataset as CacheIterDataset
 from chute._src.iter.concat_split import BOSHandling as BOSHandling
 from chute._src.iter.concat_split import (
@@ -33,6 +35,7 @@ __all__ = [
     "CacheIterDataset",
     "ConcatThenSplitIterDataset",
     "DiskCacheIterDataset",
+    "ElasticIterator",
     "FileLinesIterDataset",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
