@@ -36,6 +36,36 @@ def test_handler_names_the_missing_file_and_the_process_count(tmp_path: Path) ->
         handler.restore(tmp_path, args=chute.checkpoint.CheckpointRestore(it))
 
 
+def test_handler_restores_an_elastic_iterator_with_another_process_count(
+    tmp_path: Path,
+) -> None:
+    from chute._src.checkpointing import encode
+
+    ds = chute.MapDataset.range(60).shuffle(seed=3).filter(lambda x: x % 4 != 1)
+    opts = chute.sharding.ShardOptions
+
+    def host(j: int, m: int) -> Any:
+        return iter(chute.experimental.ElasticIterator(ds, 6, opts(j, m)))
+
+    # Two hosts run 2 steps; each writes its file as its handler.save would (process j of 2).
+    seen: list[int] = []
+    for j in range(2):
+        it = host(j, 2)
+        for _ in range(2):
+            seen += next(it).tolist()
+        (tmp_path / f"process_{j}-of-2.json").write_text(encode(it.get_state()))
+    # One process (this one: process 0 of 1) restores through the handler and reads the rest.
+    it = chute.checkpoint.CheckpointHandler().restore(
+        tmp_path, args=chute.checkpoint.CheckpointRestore(host(0, 1))
+    )
+    rest = [x for batch in it for x in batch.tolist()]
+    kept = [x for x in range(60) if x % 4 != 1]
+    assert not set(seen) & set(rest)  # nothing delivered twice
+    assert len(seen) + len(rest) == len(seen + rest) <= len(kept)
+    assert set(seen) | set(rest) <= set(kept)
+    assert len(kept) - len(seen) - len(rest) < 6  # only the last partial batch is dropped
+
+
 def test_grain_names_under_import_chute_as_grain() -> None:
     import chute as grain
 

@@ -6,6 +6,11 @@ index and count), atomically, in the format of `chute.checkpoint.save`. The clas
 needs neither Orbax nor JAX; the argument classes `CheckpointSave`/`CheckpointRestore`
 subclass Orbax's and are made (and registered with this handler) on first use
 (`_src/orbax_args.py`), so `import chute` never imports Orbax.
+
+Restoring with another process count works for `chute.experimental.ElasticIterator`:
+when this run's file is missing and the directory holds the files of all processes of
+one other count, each process reads them all and restores the merge of their states
+(`ElasticIterator.merge_states`). Any other iterator needs the same process count.
 """
 
 from __future__ import annotations
@@ -58,10 +63,14 @@ class CheckpointHandler:
         name = state_file_name(index, count)
         path = _local(directory, name)
         if not (os.path.exists(path) if isinstance(path, str) else path.exists()):
-            raise CheckpointError(_missing(directory, name, count))
-        text = read_text(path) if isinstance(path, str) else path.read_text()
-        where = repr(str(path))
-        restore_from(item, decode(text, where), where)
+            merged = _merged_elastic_state(directory, count)
+            if merged is None:
+                raise CheckpointError(_missing(directory, name, count))
+            restore_from(item, merged, f"the checkpoint files in {str(directory)!r}")
+        else:
+            text = read_text(path) if isinstance(path, str) else path.read_text()
+            where = repr(str(path))
+            restore_from(item, decode(text, where), where)
         item.start_prefetch()
         return item
 
@@ -94,6 +103,32 @@ def _local(directory: Any, name: str) -> Any:
     return os.fspath(joined)
 
 
+def _merged_elastic_state(directory: Any, count: int) -> dict[str, Any] | None:
+    """The merge of the `ElasticIterator` states that all processes of one other count
+    saved in `directory` (a local one), or None when that is not what it holds."""
+    from chute._src.elastic import STAGE, merge_states
+
+    try:
+        names = os.listdir(os.fspath(directory))
+    except (OSError, TypeError):
+        return None
+    by_count: dict[int, set[int]] = {}
+    for n in names:
+        if m := re.fullmatch(r"process_(\d+)-of-(\d+)\.json", n):
+            by_count.setdefault(int(m[2]), set()).add(int(m[1]))
+    complete = [n for n, seen in by_count.items() if n != count and seen == set(range(n))]
+    if len(complete) != 1:
+        return None
+    old = complete[0]
+    states = []
+    for i in range(old):
+        path = os.path.join(os.fspath(directory), state_file_name(i, old))
+        states.append(decode(read_text(path), repr(path)))
+    if not all(isinstance(s, dict) and s.get("stage") == STAGE for s in states):
+        return None  # not an ElasticIterator's: only its states merge
+    return merge_states(states)
+
+
 def _missing(directory: Any, name: str, count: int) -> str:
     try:
         names = os.listdir(os.fspath(directory))
@@ -104,7 +139,7 @@ def _missing(directory: Any, name: str, count: int) -> str:
     )
     why = (
         f"it was saved by {' or '.join(map(str, counts))} processes, and this run has {count}: "
-        "restore with the same number of processes"
+        "restore with the same number of processes (only chute.experimental.ElasticIterator restores with another)"
         if counts and count not in counts
         else "restore from a checkpoint that saved this item with chute.checkpoint.CheckpointSave"
     )
