@@ -316,6 +316,13 @@ class FileGuard:
         if now < self.size:
             raise shrunk_error(self.path, now, self.size, record)
 
+    def check_once(self, checked: set[int], record: int | None = None) -> None:
+        """`check(record)` in a block of reads: once per guard (`checked` holds the ids of
+        the guards the block has checked), and not at all while leased."""
+        if not self.leased and id(self) not in checked:
+            self.check(record)
+            checked.add(id(self))
+
     def error(self, record: int | None = None) -> DataError:
         """The DataError for a file found shorter than when opened."""
         return shrunk_error(self.path, os.lseek(self.fd, 0, SEEK_END), self.size, record)

@@ -212,18 +212,14 @@ class RecordFileDataSource:
         out: list[bytes] = []
         for g in indices:
             f, i = self._locate(g)
-            if not f.guard.leased and id(f) not in checked:
-                f.guard.check(i)
-                checked.add(id(f))
+            f.guard.check_once(checked, i)
             out.append(f.read_unguarded(i))
         return out
 
     def _check_sizes(self, located: list[tuple[CrecFile, int]]) -> None:
         checked: set[int] = set()
         for f, i in located:
-            if not f.guard.leased and id(f) not in checked:
-                f.guard.check(i)
-                checked.add(id(f))
+            f.guard.check_once(checked, i)
 
     def view(self, index: int) -> memoryview:
         """Record `index` without a copy: a read-only view into the mapped file.
@@ -277,11 +273,9 @@ class RecordFileDataSource:
         ends = np.zeros(len(located) + 1, dtype=np.int64)
         pos = 0
         verify = self._verify
-        checked = {id(f) for f, _ in located if not f.guard.leased}  # by _check_sizes
+        checked = {id(f.guard) for f, _ in located if not f.guard.leased}  # by _check_sizes
         for k, (f, i) in enumerate(located):
-            if not f.guard.leased and id(f) not in checked:  # its lease broke meanwhile
-                f.guard.check(i)
-                checked.add(id(f))
+            f.guard.check_once(checked, i)  # a guard whose lease broke meanwhile
             if f.codecs[i]:
                 data = f.read_unguarded(i)
                 end = pos + len(data)

@@ -149,9 +149,7 @@ class JsonlDataSource(MultiFileSource["_File"]):
         out = []
         for g in indices:
             f, i = self._locate(g)
-            if not f.guard.leased and id(f) not in checked:  # one size check per file
-                f.guard.check(i)
-                checked.add(id(f))
+            f.guard.check_once(checked, i)
             out.append(self._decode_line(f, i))
         return out
 

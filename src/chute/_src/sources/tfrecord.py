@@ -122,9 +122,7 @@ class TFRecordDataSource(MultiFileSource["_File"]):
         out = []
         for g in indices:
             f, i = self._locate(g)
-            if not f.guard.leased and id(f) not in checked:  # one size check per file
-                f.guard.check(i)
-                checked.add(id(f))
+            f.guard.check_once(checked, i)
             out.append(self._read(f, i))
         return out
 
