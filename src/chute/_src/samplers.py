@@ -26,6 +26,11 @@ class RecordMetadata:
     record_key: int | None = None
     rng: np.random.Generator | None = None
 
+    def __str__(self) -> str:
+        # As Grain prints it (the samplers guide): `rng=Generator(Philox)`, not the repr's
+        # `Generator(Philox) at 0x...`, so printed metadata compare across runs.
+        return f"RecordMetadata(index={self.index}, record_key={self.record_key}, rng={self.rng})"
+
 
 class IndexSampler:
     """Record keys of `num_records` records: shuffled per epoch, sharded, repeated.
