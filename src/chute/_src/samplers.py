@@ -26,6 +26,10 @@ class RecordMetadata:
     record_key: int | None = None
     rng: np.random.Generator | None = None
 
+    def remove_record_key(self) -> RecordMetadata:
+        """This metadata without its record key (what an operation's output carries)."""
+        return self if self.record_key is None else dataclasses.replace(self, record_key=None)
+
 
 class IndexSampler:
     """Record keys of `num_records` records: shuffled per epoch, sharded, repeated.
