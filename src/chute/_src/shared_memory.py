@@ -99,6 +99,13 @@ class SharedMemoryArray(np.ndarray):
     def enable_async_del(cls, num_threads: int = 1, max_outstanding_requests: int = 50) -> None:
         """Accepted for compatibility: chute closes segments when the array is deleted."""
 
+    @classmethod
+    def close_shm_async(cls, shm: shared_memory.SharedMemory, unlink: bool) -> None:
+        """Closes `shm`, and removes it with `unlink` (at once: chute has no deletion pool)."""
+        shm.close()
+        if unlink:
+            shm.unlink()
+
     def unlink_on_del(self) -> None:
         """Makes this array remove the segment when it is deleted (the mapping itself is
         closed when the last array viewing it is gone)."""
