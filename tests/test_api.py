@@ -19,6 +19,8 @@ import chute as grain
 PUBLIC_MODULES = [
     "chute",
     "chute.checkpoint",
+    "chute.constants",
+    "chute.python",
     "chute.transforms",
     "chute.samplers",
     "chute.sharding",
@@ -49,8 +51,9 @@ def test_multiprocessing_options_has_one_home_and_grains_alias() -> None:
         for name in PUBLIC_MODULES
         if "MultiprocessingOptions" in importlib.import_module(name).__all__
     ]
-    assert homes == ["chute", "chute.multiprocessing"]
+    assert homes == ["chute", "chute.python", "chute.multiprocessing"]  # Grain's three
     assert grain.multiprocessing.MultiprocessingOptions is grain.MultiprocessingOptions
+    assert grain.python.MultiprocessingOptions is grain.MultiprocessingOptions
     assert not hasattr(grain.experimental, "MultiprocessingOptions")
 
 

@@ -10,6 +10,7 @@ import typing as _typing
 
 from chute import checkpoint as checkpoint
 from chute import config as config
+from chute import constants as constants
 from chute import experimental as experimental
 from chute import multiprocessing as multiprocessing
 from chute import records as records
@@ -19,16 +20,19 @@ from chute import sources as sources
 from chute import testing as testing
 from chute import transforms as transforms
 from chute._src.dataloader import DataLoader as DataLoader
+from chute._src.dataloader import DataLoaderIterator as DataLoaderIterator
 from chute._src.dataset import IterDataset as IterDataset
 from chute._src.dataset import MapDataset as MapDataset
 from chute._src.errors import CheckpointError as CheckpointError
 from chute._src.errors import ChuteError as ChuteError
 from chute._src.errors import DataError as DataError
 from chute._src.iterator import DatasetIterator as DatasetIterator
+from chute._src.load import load as load
 from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 from chute._src.options import ReadOptions as ReadOptions
 from chute._src.progress import Progress as Progress
 from chute._src.progress import progress as progress
+from chute._src.record import Record as Record
 from chute._src.samplers import IndexSampler as IndexSampler
 from chute._src.samplers import RecordMetadata as RecordMetadata
 from chute._src.samplers import SequentialSampler as SequentialSampler
@@ -68,6 +72,7 @@ __all__ = [
     "ChuteError",
     "DataError",
     "DataLoader",
+    "DataLoaderIterator",
     "DatasetIterator",
     "FilterTransform",
     "IndexSampler",
@@ -80,13 +85,16 @@ __all__ = [
     "Progress",
     "RandomMapTransform",
     "ReadOptions",
+    "Record",
     "RecordMetadata",
     "SequentialSampler",
     "StageStats",
     "TypeConversion",
     "checkpoint",
     "config",
+    "constants",
     "experimental",
+    "load",
     "multiprocessing",
     "progress",
     "records",

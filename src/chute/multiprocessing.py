@@ -12,10 +12,14 @@ from chute._src.mp.errors import WorkerStallWarning as WorkerStallWarning
 from chute._src.mp.errors import WorkerTimeoutError as WorkerTimeoutError
 from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 from chute._src.outbuf import empty as empty
+from chute._src.shared_memory import SharedMemoryArray as SharedMemoryArray
+from chute._src.shared_memory import SharedMemoryArrayMetadata as SharedMemoryArrayMetadata
 
 __all__ = [
     "MultiprocessingOptions",
     "NotPicklableError",
+    "SharedMemoryArray",
+    "SharedMemoryArrayMetadata",
     "SharedMemoryWarning",
     "WorkerDiedError",
     "WorkerError",

@@ -1,5 +1,6 @@
 """Data sources: random-access readers that `MapDataset.source` and `DataLoader` read from."""
 
+from chute._src.shared_memory import SharedMemoryDataSource as SharedMemoryDataSource
 from chute._src.sources.array_record import ArrayRecordDataSource as ArrayRecordDataSource
 from chute._src.sources.crec import RecordFileDataSource as RecordFileDataSource
 from chute._src.sources.jsonl import JsonlDataSource as JsonlDataSource
@@ -17,5 +18,6 @@ __all__ = [
     "RandomAccessDataSource",
     "RangeDataSource",
     "RecordFileDataSource",
+    "SharedMemoryDataSource",
     "TFRecordDataSource",
 ]

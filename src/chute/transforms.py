@@ -3,6 +3,9 @@
 `Map`, `RandomMap` and `Filter` are Grain's names for the same classes.
 """
 
+from chute._src.apply import Transformation as Transformation
+from chute._src.apply import Transformations as Transformations
+from chute._src.selection_map import DatasetSelectionMap as DatasetSelectionMap
 from chute._src.transforms import Batch as Batch
 from chute._src.transforms import FilterTransform as FilterTransform
 from chute._src.transforms import MapTransform as MapTransform
@@ -16,6 +19,7 @@ Filter = FilterTransform
 
 __all__ = [
     "Batch",
+    "DatasetSelectionMap",
     "Filter",
     "FilterTransform",
     "Map",
@@ -23,5 +27,7 @@ __all__ = [
     "MapWithIndex",
     "RandomMap",
     "RandomMapTransform",
+    "Transformation",
+    "Transformations",
     "TypeConversion",
 ]

@@ -99,6 +99,11 @@ class DataLoader:
         """The Dataset pipeline this loader iterates."""
         return self._dataset
 
+    @property
+    def multiprocessing_options(self) -> MultiprocessingOptions:
+        """The worker options this loader runs with (from `worker_count` and the others)."""
+        return self._worker_options
+
     def _build(self) -> IterDataset[Any]:
         ds: MapDataset[Any] = MapDataset.source(self._data_source)
         sampler = self._sampler

@@ -406,11 +406,11 @@ class MapDataset(_Node, Generic[T]):
 
         return RandomMapMapDataset(self, transform, seed=seed)
 
-    def filter(self, predicate: SupportsFilter[T] | Callable[[T], object]) -> MapDataset[T]:
-        """Keeps elements where `predicate` is true; others read as None, skipped when iterating."""
+    def filter(self, transform: SupportsFilter[T] | Callable[[T], object]) -> MapDataset[T]:
+        """Keeps elements where `transform` is true; others read as None, skipped when iterating."""
         from chute._src.map.filter import FilterMapDataset
 
-        return FilterMapDataset(self, predicate)
+        return FilterMapDataset(self, transform)
 
     @overload
     def batch(
@@ -492,10 +492,17 @@ class MapDataset(_Node, Generic[T]):
         return SeedMapDataset(self, seed)
 
     def pipe(
-        self, fn: Callable[Concatenate[MapDataset[T], P], S], *args: P.args, **kwargs: P.kwargs
+        self, func: Callable[Concatenate[MapDataset[T], P], S], /, *args: P.args, **kwargs: P.kwargs
     ) -> S:
-        """`fn(self, *args, **kwargs)`: lets a function take part in a method chain."""
-        return fn(self, *args, **kwargs)
+        """`func(self, *args, **kwargs)`: lets a function take part in a method chain."""
+        return func(self, *args, **kwargs)
+
+    def apply(self, transformations: Any) -> MapDataset[Any]:
+        """Applies one transform object or a sequence of them, each by its kind (`Batch`
+        as `batch`, `MapTransform` as `map`, ...): `experimental.apply_transformations`."""
+        from chute._src.apply import apply_transformations
+
+        return apply_transformations(self, transformations)
 
     def to_iter_dataset(self, read_options: ReadOptions | None = None) -> IterDataset[T]:
         """An `IterDataset` over this dataset in index order, skipping filtered elements."""
@@ -623,11 +630,11 @@ class IterDataset(_Node, Generic[T]):
 
         return RandomMapIterDataset(self, transform, seed=seed)
 
-    def filter(self, predicate: SupportsFilter[T] | Callable[[T], object]) -> IterDataset[T]:
-        """Keeps the elements for which `predicate` (a function or `FilterTransform`) is true."""
+    def filter(self, transform: SupportsFilter[T] | Callable[[T], object]) -> IterDataset[T]:
+        """Keeps the elements for which `transform` (a function or `FilterTransform`) is true."""
         from chute._src.iter.filter import FilterIterDataset
 
-        return FilterIterDataset(self, predicate)
+        return FilterIterDataset(self, transform)
 
     @overload
     def batch(
@@ -725,6 +732,10 @@ class IterDataset(_Node, Generic[T]):
 
         return MultiprocessPrefetchIterDataset(self, options, worker_init_fn)
 
+    def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
+        """`mp_prefetch(multiprocessing_options)`, under Grain's older name."""
+        return self.mp_prefetch(multiprocessing_options)
+
     def seed(self, seed: int) -> IterDataset[T]:
         """Sets the seed that random stages after this point derive their seeds from."""
         from chute._src.iter.seed import SeedIterDataset
@@ -732,7 +743,18 @@ class IterDataset(_Node, Generic[T]):
         return SeedIterDataset(self, seed)
 
     def pipe(
-        self, fn: Callable[Concatenate[IterDataset[T], P], S], *args: P.args, **kwargs: P.kwargs
+        self,
+        func: Callable[Concatenate[IterDataset[T], P], S],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> S:
-        """`fn(self, *args, **kwargs)`: lets a function take part in a method chain."""
-        return fn(self, *args, **kwargs)
+        """`func(self, *args, **kwargs)`: lets a function take part in a method chain."""
+        return func(self, *args, **kwargs)
+
+    def apply(self, transformations: Any) -> IterDataset[Any]:
+        """Applies one transform object or a sequence of them, each by its kind (`Batch`
+        as `batch`, `MapTransform` as `map`, ...): `experimental.apply_transformations`."""
+        from chute._src.apply import apply_transformations
+
+        return apply_transformations(self, transformations)

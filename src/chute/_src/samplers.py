@@ -31,6 +31,10 @@ class RecordMetadata:
         # `Generator(Philox) at 0x...`, so printed metadata compare across runs.
         return f"RecordMetadata(index={self.index}, record_key={self.record_key}, rng={self.rng})"
 
+    def remove_record_key(self) -> RecordMetadata:
+        """This metadata without its record key (what an operation's output carries)."""
+        return self if self.record_key is None else dataclasses.replace(self, record_key=None)
+
 
 class IndexSampler:
     """Record keys of `num_records` records: shuffled per epoch, sharded, repeated.
