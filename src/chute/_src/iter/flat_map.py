@@ -103,3 +103,4 @@ class _FlatMapIterator(DatasetIterator[Any]):
                     path, "piece", mark.piece, f"the element there has {len(self._parts)} parts"
                 )
             self._next = mark.piece
+            self._mark = Mark(mark.parent_state, mark.skip)  # the state restored, exactly

@@ -1,0 +1,166 @@
+"""Grain's semantics, stated side by side with Grain where it is installed.
+
+Each test says what Grain (0.2.18) does and checks that chute does the same; where Grain is
+importable, the test runs Grain too (chute itself never imports it).
+"""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute import experimental as ex
+from chute.testing import assert_equal_output_after_checkpoint
+
+
+def _grain() -> ModuleType:
+    return pytest.importorskip("grain", reason="grain not installed: Grain's side is skipped")
+
+
+# -- 1. the checkpoint checker: a state keeps its shape, and set_state/get_state round-trip
+
+
+class _Growing(chute.DatasetIterator[int]):
+    """A stage whose state grows: a list of everything handed out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: list[int] = []
+
+    def __next__(self) -> int:
+        if len(self._seen) >= 4:
+            raise StopIteration
+        self._seen.append(len(self._seen))
+        return self._seen[-1]
+
+    def get_state(self) -> dict[str, Any]:
+        return {"seen": list(self._seen)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._seen = list(state["seen"])
+
+
+class _Forgetful(chute.DatasetIterator[int]):
+    """A stage that restores its position but reports it another (equivalent) way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._i = 0
+        self._extra = 0
+
+    def __next__(self) -> int:
+        if self._i >= 4:
+            raise StopIteration
+        self._i += 1
+        return self._i - 1
+
+    def get_state(self) -> dict[str, Any]:
+        return {"i": self._i, "restored": self._extra}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._i, self._extra = state["i"], 1
+
+
+class _Stream(chute.IterDataset[int]):
+    def __init__(self, make: Any) -> None:
+        super().__init__()
+        self._make = make
+
+    def __iter__(self) -> chute.DatasetIterator[int]:
+        return self._make()
+
+
+def test_checker_rejects_a_state_that_changes_shape() -> None:
+    with pytest.raises(AssertionError, match="state's shape changed at step 1"):
+        assert_equal_output_after_checkpoint(_Stream(_Growing))
+    assert_equal_output_after_checkpoint(_Stream(_Growing), same_shape=False)
+
+
+def test_checker_rejects_get_state_after_set_state_that_differs() -> None:
+    with pytest.raises(AssertionError, match=r"get_state\(\) right after set_state\(s\)"):
+        assert_equal_output_after_checkpoint(_Stream(_Forgetful))
+
+
+def test_grains_checker_makes_the_same_two_checks() -> None:
+    _grain()
+    from grain._src.python.testing.experimental import (
+        assert_equal_output_after_checkpoint as grain_check,
+    )
+
+    with pytest.raises(AssertionError, match="State spec does not match"):
+        grain_check(_Stream(_Growing))
+    with pytest.raises(AssertionError, match="Restored state does not match"):
+        grain_check(_Stream(_Forgetful))
+
+
+def _tokens(lengths: list[int]) -> chute.IterDataset[dict[str, Any]]:
+    seqs = [{"t": np.arange(1, n + 1)} for n in lengths]
+    return chute.MapDataset.source(seqs).to_iter_dataset()
+
+
+def test_concat_then_split_state_keeps_its_shape() -> None:
+    ds = ex.ConcatThenSplitIterDataset(_tokens([3, 6, 2, 5, 1, 7]), length_struct={"t": 4})
+    assert_equal_output_after_checkpoint(ds)
+    # Grain's state of the same stage keeps one shape too.
+    grain = _grain()
+    from grain._src.python.testing.experimental import (
+        assert_equal_output_after_checkpoint as grain_check,
+    )
+
+    seqs = [{"t": np.arange(1, n + 1)} for n in [3, 6, 2, 5, 1, 7]]
+    gds = grain.experimental.ConcatThenSplitIterDataset(
+        grain.MapDataset.source(seqs).to_iter_dataset(), length_struct={"t": 4}
+    )
+    grain_check(gds)
+
+
+def test_concat_then_split_restores_a_state_of_the_older_layout() -> None:
+    ds = ex.ConcatThenSplitIterDataset(_tokens([3, 6, 2, 5]), length_struct={"t": 4})
+    it = iter(ds)
+    next(it), next(it)
+    state = it.get_state()
+    rest = [r["t"].tolist() for r in it]
+    assert state["has_remainder"]
+    old = {k: v for k, v in state.items() if k != "has_remainder"}
+    it = iter(ds)
+    it.set_state(json.loads(json.dumps(old)))
+    assert [r["t"].tolist() for r in it] == rest
+    first = iter(ds).get_state()
+    old = {k: v for k, v in first.items() if k != "has_remainder"}
+    old["remainder"] = []
+    it = iter(ds)
+    it.set_state(old)
+    assert len(list(it)) == 4
+
+
+class _Copies(ex.FlatMapTransform):
+    max_fan_out = 3
+
+    def flat_map(self, x: int) -> list[int]:
+        return [x] * (x % 3)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: ex.RebatchIterDataset(
+            chute.MapDataset.range(10).batch(3).to_iter_dataset(), batch_size=2
+        ),
+        lambda: ex.WindowShuffleIterDataset(
+            chute.MapDataset.range(30).to_iter_dataset(), window_size=7, seed=1
+        ),
+        lambda: ex.FlatMapIterDataset(chute.MapDataset.range(12).to_iter_dataset(), _Copies()),
+        lambda: ex.InterleaveIterDataset(
+            [chute.MapDataset.range(10 * i, 10 * i + 1 + i) for i in range(5)], cycle_length=2
+        ),
+        lambda: chute.MapDataset.range(9).to_iter_dataset().cache().repeat(3),
+    ],
+    ids=["rebatch", "window_shuffle", "flat_map", "interleave", "cache"],
+)
+def test_get_state_after_set_state_is_the_state(build: Any) -> None:
+    assert_equal_output_after_checkpoint(build())
