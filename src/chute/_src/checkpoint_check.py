@@ -44,9 +44,9 @@ def state_spec(state: Any) -> Any:
         return {k: state_spec(v) for k, v in state.items()}
     if isinstance(state, list | tuple):
         first = state[0] if state else None
-        if state and not isinstance(first, dict | list | tuple):
-            if all(type(x) is type(first) for x in state):
-                return f"{type(state).__name__}<{type(first).__name__}>[{len(state)}]"
+        leaves = state and not isinstance(first, dict | list | tuple)
+        if leaves and all(type(x) is type(first) for x in state):
+            return f"{type(state).__name__}<{type(first).__name__}>[{len(state)}]"
         return [state_spec(x) for x in state]
     return type(state).__name__
 
