@@ -164,3 +164,109 @@ class _Copies(ex.FlatMapTransform):
 )
 def test_get_state_after_set_state_is_the_state(build: Any) -> None:
     assert_equal_output_after_checkpoint(build())
+
+
+# -- 2. parameters Grain has ---------------------------------------------------------------
+
+
+def _odd(x: int) -> bool:
+    return x % 2 == 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_mp_prefetch_accepts_sequential_slice_and_output_does_not_change(workers: int) -> None:
+    ds = chute.MapDataset.range(40).shuffle(seed=3).to_iter_dataset()
+    options = chute.MultiprocessingOptions(num_workers=workers)
+    plain = list(ds.mp_prefetch(options))
+    assert list(ds.mp_prefetch(options, sequential_slice=True)) == plain == list(ds)
+    with pytest.raises(TypeError, match="sequential_slice"):
+        ds.mp_prefetch(options, sequential_slice="yes")  # type: ignore[arg-type]
+
+
+def test_to_iter_dataset_allow_nones_yields_none_for_filtered_elements() -> None:
+    ds = chute.MapDataset.range(6).filter(_odd)
+    assert list(ds.to_iter_dataset()) == [1, 3, 5]
+    with_nones = ds.to_iter_dataset(allow_nones=True)
+    assert list(with_nones) == [None, 1, None, 3, None, 5]
+    threads = chute.ReadOptions(num_threads=2, prefetch_buffer_size=4)
+    assert list(ds.to_iter_dataset(threads, allow_nones=True)) == list(with_nones)
+    assert_equal_output_after_checkpoint(with_nones)
+    grain = _grain()
+    gds = grain.MapDataset.range(6).filter(_odd)
+    assert list(gds.to_iter_dataset(allow_nones=True)) == list(with_nones)
+
+
+def _none_to_minus_one(x: int | None) -> int:
+    return -1 if x is None else x
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_allow_nones_reaches_the_stages_after_it_with_workers(workers: int) -> None:
+    ds = (
+        chute.MapDataset.range(8)
+        .filter(_odd)
+        .to_iter_dataset(allow_nones=True)
+        .map(_none_to_minus_one)
+        .mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+    )
+    assert list(ds) == [-1, 1, -1, 3, -1, 5, -1, 7]
+
+
+def test_zip_strict_as_grain() -> None:
+    def streams() -> list[chute.IterDataset[int]]:
+        return [chute.MapDataset.range(n).to_iter_dataset() for n in (3, 5)]
+
+    assert list(ex.ZipIterDataset(streams(), strict=False)) == [(0, 0), (1, 1), (2, 2)]
+    with pytest.raises(ValueError, match="ZipIterDataset argument 2 is longer than argument 1"):
+        list(ex.ZipIterDataset(streams()))
+    with pytest.raises(ValueError, match="argument 2 is shorter than argument 1"):
+        list(ex.ZipIterDataset(streams()[::-1]))
+    equal = [chute.MapDataset.range(4).to_iter_dataset() for _ in range(3)]
+    assert len(list(ex.ZipIterDataset(equal))) == 4
+    # _next_many (a batch after the zip) gives the same error after the same rows.
+    it = iter(ex.ZipIterDataset(streams()).batch(2))
+    assert next(it)[0].tolist() == [0, 1]
+    assert next(it)[0].tolist() == [2]
+    with pytest.raises(ValueError, match="argument 2 is longer"):
+        next(it)
+    grain = _grain()
+    g = [grain.MapDataset.range(n).to_iter_dataset() for n in (3, 5)]
+    with pytest.raises(ValueError, match="ZipIterDataset argument 2 is longer than argument 1"):
+        list(grain.experimental.ZipIterDataset(g))
+    g = [grain.MapDataset.range(n).to_iter_dataset() for n in (3, 5)]
+    assert list(grain.experimental.ZipIterDataset(g, strict=False)) == [(0, 0), (1, 1), (2, 2)]
+
+
+class _Unbounded(ex.FlatMapTransform):
+    max_fan_out = None
+
+    def flat_map(self, x: int) -> list[int]:
+        return [x] * x
+
+
+def test_flat_map_transform_without_max_fan_out_on_an_iter_dataset() -> None:
+    ds = ex.FlatMapIterDataset(chute.MapDataset.range(5).to_iter_dataset(), _Unbounded())
+    assert list(ds) == [1, 2, 2, 3, 3, 3, 4, 4, 4, 4]
+    assert_equal_output_after_checkpoint(ds)
+    with pytest.raises(ValueError, match=r"max_fan_out = None is invalid: it must be a positive"):
+        ex.FlatMapMapDataset(chute.MapDataset.range(5), _Unbounded())
+    grain = _grain()
+
+    class G(grain.experimental.FlatMapTransform):  # type: ignore[name-defined]
+        max_fan_out = None
+
+        def flat_map(self, x: int) -> list[int]:
+            return [x] * x
+
+    gds = grain.experimental.FlatMapIterDataset(grain.MapDataset.range(5).to_iter_dataset(), G())
+    assert list(gds) == list(ds)
+
+
+def test_read_options_threads_with_no_prefetch_buffer() -> None:
+    options = chute.ReadOptions(num_threads=4, prefetch_buffer_size=0)
+    ds = chute.MapDataset.range(30).shuffle(seed=1).to_iter_dataset(options)
+    assert list(ds) == list(chute.MapDataset.range(30).shuffle(seed=1))
+    assert_equal_output_after_checkpoint(ds)
+    grain = _grain()
+    gopts = grain.ReadOptions(num_threads=4, prefetch_buffer_size=0)
+    assert list(grain.MapDataset.range(5).to_iter_dataset(gopts)) == [0, 1, 2, 3, 4]
