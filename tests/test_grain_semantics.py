@@ -270,3 +270,42 @@ def test_read_options_threads_with_no_prefetch_buffer() -> None:
     grain = _grain()
     gopts = grain.ReadOptions(num_threads=4, prefetch_buffer_size=0)
     assert list(grain.MapDataset.range(5).to_iter_dataset(gopts)) == [0, 1, 2, 3, 4]
+
+
+# -- 3. samplers with sharding ---------------------------------------------------------------
+
+
+def _keys(sampler: Any) -> list[int]:
+    return [sampler[i].record_key for i in range(len(sampler))]
+
+
+@pytest.mark.parametrize("cls", ["IndexSampler", "SequentialSampler"])
+@pytest.mark.parametrize(("n", "count", "epochs", "drop"), [(5, 2, 1, False), (10, 3, 2, True)])
+def test_sharded_samplers_index_by_global_step_as_grain(
+    cls: str, n: int, count: int, epochs: int, drop: bool
+) -> None:
+    kw: dict[str, Any] = {"shuffle": False, "num_epochs": epochs} if cls == "IndexSampler" else {}
+    ours = [
+        getattr(chute, cls)(n, chute.sharding.ShardOptions(s, count, drop), **kw)
+        for s in range(count)
+    ]
+    assert ours[0][2].record_key is not None  # a global step, valid on shard 0
+    gp = _grain() and pytest.importorskip("grain.python")
+    theirs = [getattr(gp, cls)(n, gp.ShardOptions(s, count, drop), **kw) for s in range(count)]
+    for a, b in zip(ours, theirs):
+        assert len(a) == len(b)
+        assert _keys(a) == _keys(b)
+
+
+def test_index_sampler_gives_each_shard_a_contiguous_range() -> None:
+    for shard, expected in [(0, [0, 1, 2, 3]), (1, [4, 5, 6]), (2, [7, 8, 9])]:
+        options = chute.sharding.ShardOptions(shard, 3)
+        loader = chute.DataLoader(
+            data_source=list(range(10)),
+            sampler=chute.IndexSampler(10, options, shuffle=True, seed=1, num_epochs=1),
+        )
+        assert sorted(loader) == expected
+        seq = chute.DataLoader(
+            data_source=list(range(10)), sampler=chute.SequentialSampler(10, options)
+        )
+        assert list(seq) == list(range(shard, 10, 3))  # Grain's DataLoader strides
