@@ -35,7 +35,7 @@ _STAGES: list[Callable[[chute.IterDataset[Any]], chute.IterDataset[Any]]] = [
         lambda b: {"t": b["t"][0]}
     ),
     lambda ds: chute.IterDataset.mix([ds, ds.map(lambda e: {"t": e["t"] + 1000})], [2, 1]),
-    lambda ds: ex.ZipIterDataset([ds, ds.limit(30)]).map(lambda ab: ab[0]),
+    lambda ds: ex.ZipIterDataset([ds, ds.limit(30)], strict=False).map(lambda ab: ab[0]),
     lambda ds: ds.cache(),
 ]
 _ENDS: list[Callable[[chute.IterDataset[Any]], chute.IterDataset[Any]]] = [

@@ -104,7 +104,8 @@ def test_user_streams_inside_interleave_and_mix_with_workers(workers: int) -> No
 
     expected = list(build(0))
     assert list(build(workers)) == expected
-    assert_equal_output_after_checkpoint(build(workers), restore_into=build(0))
+    # Inputs of different kinds have states of different shapes: the slots' shape changes.
+    assert_equal_output_after_checkpoint(build(workers), restore_into=build(0), same_shape=False)
 
 
 class Parented(chute.DatasetIterator[int]):
@@ -169,7 +170,8 @@ def test_user_map_dataset_through_shuffle_batch_and_workers(workers: int) -> Non
     expected = [b.tolist() for b in build(0)]
     assert sorted(x for b in expected for x in b) == sorted(i**3 + 1 for i in range(40))
     assert [b.tolist() for b in build(workers)] == expected
-    assert_equal_output_after_checkpoint(build(workers), restore_into=build(0))
+    # Inputs of different kinds have states of different shapes: the slots' shape changes.
+    assert_equal_output_after_checkpoint(build(workers), restore_into=build(0), same_shape=False)
 
 
 def test_user_map_dataset_repeats_with_epochs() -> None:

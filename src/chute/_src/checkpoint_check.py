@@ -37,6 +37,29 @@ def assert_trees_equal(actual: Any, expected: Any, where: str = "element") -> No
         raise AssertionError(f"{where}: {actual!r} != {expected!r}")
 
 
+def state_spec(state: Any) -> Any:
+    """The shape of a state, as Grain's checker compares it: the same nesting, with each
+    leaf replaced by its type and each list of one type of leaf by its type and length."""
+    if isinstance(state, dict):
+        return {k: state_spec(v) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        first = state[0] if state else None
+        leaves = state and not isinstance(first, dict | list | tuple)
+        if leaves and all(type(x) is type(first) for x in state):
+            return f"{type(state).__name__}<{type(first).__name__}>[{len(state)}]"
+        return [state_spec(x) for x in state]
+    return type(state).__name__
+
+
+def _check_spec(spec: Any, state: Any, k: int) -> None:
+    now = state_spec(state)
+    if now != spec:
+        raise AssertionError(
+            f"the state's shape changed at step {k}: {now!r}, was {spec!r} at step 0 "
+            f"(a state keeps one shape for the whole run: store what varies in fixed fields)"
+        )
+
+
 def _take(it: Iterator[Any], n: int) -> list[Any]:
     return list(itertools.islice(it, n))
 
@@ -47,6 +70,7 @@ def assert_equal_output_after_checkpoint(
     restore_into: Iterable[Any] | None = None,
     max_elements: int = 200,
     steps: Iterable[int] | None = None,
+    same_shape: bool = True,
 ) -> None:
     """Checks that restoring a checkpoint continues the stream element for element.
 
@@ -54,8 +78,12 @@ def assert_equal_output_after_checkpoint(
     (or those in `steps`), takes `get_state()`, sends it through JSON, restores it into a
     fresh iterator of `restore_into` (default: `ds` again; pass the same pipeline built with
     other thread or worker counts to check those too) and checks that what follows equals
-    the reference from `k` on, including where the stream ends. Finally it restores an
-    early state into an iterator that has run to the end, which must rewind it.
+    the reference from `k` on, including where the stream ends. As Grain's checker does, it
+    also checks that the state keeps its shape from step to step (the same keys, leaf types
+    and list lengths) and that `get_state()` right after `set_state(s)` gives `s` back.
+    Finally it restores an early state into an iterator that has run to the end, which must
+    rewind it. `same_shape=False` leaves out the shape check, for a pipeline whose state
+    changes shape by design (an interleave of inputs of different kinds).
 
     >>> import chute
     >>> ds = chute.MapDataset.range(20).shuffle(seed=0).repeat(2).batch(3)
@@ -69,15 +97,26 @@ def assert_equal_output_after_checkpoint(
     wanted = set(range(n + 1)) if steps is None else {k for k in steps if 0 <= k <= n}
     it = iter(ds)
     early_state: dict[str, Any] | None = None
+    spec: Any = None
     try:
         for k in range(n + 1):
             if k in wanted:
                 state = json.loads(json.dumps(it.get_state()))  # type: ignore[attr-defined]
+                if spec is None:
+                    spec = state_spec(state)
+                elif same_shape:
+                    _check_spec(spec, state, k)
                 if early_state is None:
                     early_state = state
                 fresh = iter(target)
                 try:
                     fresh.set_state(state)  # type: ignore[attr-defined]
+                    again = json.loads(json.dumps(fresh.get_state()))  # type: ignore[attr-defined]
+                    if again != state:
+                        raise AssertionError(
+                            f"get_state() right after set_state(s) at step {k} is not s: "
+                            f"{again!r} != {state!r}"
+                        )
                     rest = _take(fresh, n - k + (1 if exhausted else 0))
                 finally:
                     _close(fresh)

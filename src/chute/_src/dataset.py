@@ -504,11 +504,20 @@ class MapDataset(_Node, Generic[T]):
 
         return apply_transformations(self, transformations)
 
-    def to_iter_dataset(self, read_options: ReadOptions | None = None) -> IterDataset[T]:
-        """An `IterDataset` over this dataset in index order, skipping filtered elements."""
+    def to_iter_dataset(
+        self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
+    ) -> IterDataset[T]:
+        """An `IterDataset` over this dataset in index order, skipping filtered elements
+        (with `allow_nones=True`, as in Grain, a filtered element comes out as None).
+
+        >>> import chute
+        >>> ds = chute.MapDataset.range(4).filter(lambda x: x % 2)
+        >>> list(ds.to_iter_dataset()), list(ds.to_iter_dataset(allow_nones=True))
+        ([1, 3], [None, 1, None, 3])
+        """
         from chute._src.iter.prefetch import PrefetchIterDataset
 
-        return PrefetchIterDataset(self, read_options)
+        return PrefetchIterDataset(self, read_options, allow_nones=allow_nones)
 
 
 class IterDataset(_Node, Generic[T]):
@@ -723,14 +732,18 @@ class IterDataset(_Node, Generic[T]):
         self,
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
     ) -> IterDataset[T]:
         """Computes the pipeline in worker processes; the output is the same for any count.
 
         `worker_init_fn(worker_index, worker_count)` runs once in each worker.
+        `sequential_slice` is Grain's (workers read contiguous slices rather than strided
+        ones, which changes Grain's order); chute's workers always compute contiguous
+        chunks and the output is in index order, so it changes nothing here.
         """
         from chute._src.iter.mp_prefetch import MultiprocessPrefetchIterDataset
 
-        return MultiprocessPrefetchIterDataset(self, options, worker_init_fn)
+        return MultiprocessPrefetchIterDataset(self, options, worker_init_fn, sequential_slice)
 
     def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
         """`mp_prefetch(multiprocessing_options)`, under Grain's older name."""

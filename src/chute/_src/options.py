@@ -12,7 +12,9 @@ class ReadOptions:
     num_threads: threads computing elements in parallel, in index order; 0 computes them in
       the consuming thread. Threads help when the work releases the GIL (I/O, numpy,
       tokenizers, decoding); work that holds the GIL wants worker processes instead.
-    prefetch_buffer_size: how many elements may be computed ahead of the consumer.
+    prefetch_buffer_size: how many elements may be computed ahead of the consumer. 0 (with
+      any `num_threads`) computes on demand in the consuming thread, as Grain does: no
+      element is computed before it is asked for, beyond the block being computed.
     """
 
     num_threads: int = 16
@@ -26,12 +28,6 @@ class ReadOptions:
                     f"ReadOptions: {name}={value!r} is invalid: it must be an int >= 0; "
                     f"e.g. ReadOptions({name}=4)."
                 )
-        if self.num_threads > 0 and self.prefetch_buffer_size == 0:
-            raise ValueError(
-                f"ReadOptions: num_threads={self.num_threads} with prefetch_buffer_size=0 "
-                "is invalid: threads need room to compute ahead; set prefetch_buffer_size "
-                ">= num_threads, or num_threads=0."
-            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chute._src.seeding import ElementRngs, derive_seed, validate_seed
-from chute._src.sharding import NoSharding, ShardOptions
+from chute._src.sharding import NoSharding, ShardOptions, even_split_bounds
 
 if TYPE_CHECKING:
     from chute._src.dataset import MapDataset
@@ -37,7 +37,13 @@ class RecordMetadata:
 
 
 class IndexSampler:
-    """Record keys of `num_records` records: shuffled per epoch, sharded, repeated.
+    """Record keys of `num_records` records: sharded, shuffled per epoch, repeated.
+
+    As Grain's: a shard reads a contiguous range of the records (`even_split`: the first
+    `num_records % shard_count` shards get one more, none with `drop_remainder`), shuffled
+    within the shard. The sampler is indexed by the global step: step `i` is on shard
+    `i % shard_count` and reads that shard's record `i // shard_count` (of its epochs, one
+    after the other), so `len` is the global count and `sampler[2]` is valid on any shard.
 
     >>> s = IndexSampler(5, shuffle=True, seed=3, num_epochs=2)
     >>> len(s), sorted(s[i].record_key for i in range(5))
@@ -81,9 +87,16 @@ class IndexSampler:
         self._shuffle = shuffle
         self._num_epochs = num_epochs
         self._seed = seed
-        from chute._src.dataset import MapDataset
+        from chute._src.dataset import INFINITE, MapDataset
 
-        self._keys = self.apply(MapDataset.range(num_records))
+        self._keys = self._shard_order(MapDataset.range(num_records)).repeat()
+        count = self._shard_options.shard_count
+        if num_epochs is None:
+            self._len = INFINITE
+        else:
+            self._len = num_epochs * num_records
+            if self._shard_options.drop_remainder:
+                self._len = min(self._len, num_records // count * count * num_epochs)
         self._rngs = ElementRngs(derive_seed(seed, 0)) if seed is not None else None
 
     @property
@@ -101,13 +114,19 @@ class IndexSampler:
                 f"{self!r} samples {self._num_records} records, but the data source has "
                 f"{len(ds)}: build the sampler with num_records=len(data_source)."
             )
+        ds = self._shard_order(ds)
+        if self._num_epochs != 1:
+            ds = ds.repeat(self._num_epochs)
+        return ds
+
+    def _shard_order(self, ds: MapDataset[Any]) -> MapDataset[Any]:
+        """One epoch of this shard: its contiguous range, shuffled (Grain's order)."""
+        if not isinstance(self._shard_options, NoSharding):
+            start, end = even_split_bounds(self._num_records, self._shard_options)
+            ds = ds[start:end]
         if self._shuffle:
             assert self._seed is not None
             ds = ds.shuffle(seed=self._seed)
-        if not isinstance(self._shard_options, NoSharding):
-            ds = ds[self._shard_options.shard_slice(self._num_records)]
-        if self._num_epochs != 1:
-            ds = ds.repeat(self._num_epochs)
         return ds
 
     def with_shard_options(self, shard_options: ShardOptions) -> IndexSampler:
@@ -116,7 +135,10 @@ class IndexSampler:
         )
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._len
+
+    def _record_key(self, index: int) -> int:
+        return int(self._keys[index // self._shard_options.shard_count])
 
     def __getitem__(self, index: int) -> RecordMetadata:
         if not 0 <= index < len(self):
@@ -127,7 +149,7 @@ class IndexSampler:
         if self._rngs is not None:
             key = int(self._rngs.for_indices(np.array([index]))[0])
             rng = self._rngs.rng(key)
-        return RecordMetadata(index=index, record_key=self._keys[index], rng=rng)
+        return RecordMetadata(index=index, record_key=self._record_key(index), rng=rng)
 
     def __repr__(self) -> str:
         return (
@@ -138,7 +160,12 @@ class IndexSampler:
 
 
 class SequentialSampler(IndexSampler):
-    """Record keys in order, one epoch, sharded."""
+    """Record keys in order, one epoch.
+
+    As Grain's: step `i` reads record `i` (the sampler itself does not shard; `len` is
+    `num_records`, less the remainder with `drop_remainder`), and a DataLoader on shard
+    `s` of `c` reads steps `s, s + c, s + 2c, ...`: records dealt out in turn.
+    """
 
     def __init__(
         self,
@@ -150,6 +177,14 @@ class SequentialSampler(IndexSampler):
 
     def with_shard_options(self, shard_options: ShardOptions) -> SequentialSampler:
         return SequentialSampler(self._num_records, shard_options, self._seed)
+
+    def _shard_order(self, ds: MapDataset[Any]) -> MapDataset[Any]:
+        if isinstance(self._shard_options, NoSharding):
+            return ds
+        return ds[self._shard_options.shard_slice(self._num_records)]
+
+    def _record_key(self, index: int) -> int:
+        return index
 
     def __repr__(self) -> str:
         return (

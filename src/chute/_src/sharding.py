@@ -10,10 +10,11 @@ from typing import Any
 class ShardOptions:
     """Shard `shard_index` of `shard_count`.
 
-    Records are dealt out by position: in every epoch, position `p` of the (shuffled)
-    order goes to shard `p % shard_count`, so each record of an epoch goes to exactly one
-    shard. With `drop_remainder`, the last `n % shard_count` positions of each epoch are
-    dropped so that every shard gets the same number of records.
+    As in Grain, an `IndexSampler` gives each shard a contiguous range of the records
+    (`even_split_bounds`), shuffled within the shard; a `SequentialSampler` deals records
+    out in turn (record `p` to shard `p % shard_count`). Either way each record of an
+    epoch goes to exactly one shard. With `drop_remainder`, the `n % shard_count` records
+    left over are dropped so that every shard gets the same number.
     """
 
     shard_index: int
@@ -43,6 +44,18 @@ class ShardOptions:
         if self.drop_remainder:
             stop -= num_records % self.shard_count
         return slice(self.shard_index, stop, self.shard_count)
+
+
+def even_split_bounds(num_records: int, options: ShardOptions) -> tuple[int, int]:
+    """Grain's `even_split`: the contiguous range `[start, end)` of `num_records` that
+    shard `options.shard_index` reads. Shards get `n // count` records, the first
+    `n % count` one more (none with `drop_remainder`)."""
+    per, extra = divmod(num_records, options.shard_count)
+    start, end = per * options.shard_index, per * (options.shard_index + 1)
+    if extra and not options.drop_remainder:
+        start += min(options.shard_index, extra)
+        end += min(options.shard_index + 1, extra)
+    return start, end
 
 
 class NoSharding(ShardOptions):

@@ -47,6 +47,9 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         self._cache: list[T] = []
         self._filled = False
         self._pos = 0
+        # Restored from a state served from memory into an iterator without the cache: the
+        # rest of the pass is read from the parent, which ends at this state's parent state.
+        self._end_state: Any = None
 
     def __next__(self) -> T:
         pos = self._pos
@@ -79,6 +82,14 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         return out
 
     def get_state(self) -> dict[str, Any]:
+        if self._end_state is not None and not self._filled:
+            # As the state of a run that had the cache: served from memory, parent at its end.
+            return {
+                "stage": self.stage,
+                "position": self._pos,
+                "filled": 1,
+                "parent": self._end_state,
+            }
         return {
             "stage": self.stage,
             "position": self._pos,
@@ -90,6 +101,7 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         check_state(state, self.stage, {"stage", "position", "filled", "parent"}, path)
         pos = check_int(state, "position", path)
         filled = check_int(state, "filled", path, 0, 1, "1 while the pass is served from memory")
+        self._end_state = None
         if filled:
             # Served from memory, the parent is not read; its state is still checked.
             self._parent._restore(state["parent"], f"{path}['parent']")
@@ -124,6 +136,7 @@ class _MemoryCacheIterator(DatasetIterator[T]):
                     pos,
                     f"the stream cached has {self._pos} elements (found by reading it again)",
                 ) from None
+        self._end_state = state["parent"]
 
 
 def check_pass_position(

@@ -5,9 +5,10 @@ not fit is split, its remainder starting the next row. Same semantics as Grain's
 including `split_full_length_features` and `BOSHandling`.
 
 State: as Grain, a checkpoint is taken whenever no packed row is buffered: the upstream
-position of the element the remainder comes from (or of the next element), where the
-remainder starts in each feature, and how many rows were emitted since. Restoring re-reads
-that element and replays those rows.
+position of the element the remainder comes from (or of the next element), whether there
+is a remainder and where it starts in each feature (one int per feature, always, so the
+state keeps its shape), and how many rows were emitted since. Restoring re-reads that
+element and replays those rows.
 """
 
 from __future__ import annotations
@@ -140,13 +141,13 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
         self._out: deque[dict[str, Any]] = deque()
         self._remainder: _Piece | None = None
         self._stop = False
-        self._ckpt: tuple[Mark, list[int]] | None = None
+        self._ckpt: tuple[Mark, list[int] | None] | None = None
         self._since = 0  # rows emitted since the checkpoint
         self._seen = 0
 
     def _checkpoint(self) -> None:
         r = self._remainder
-        self._ckpt = (self._reader.mark(), []) if r is None else (r.mark, list(r.lo))
+        self._ckpt = (self._reader.mark(), None) if r is None else (r.mark, list(r.lo))
         self._since = 0
 
     def __next__(self) -> dict[str, Any]:
@@ -278,13 +279,23 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
         return {
             "stage": self.stage,
             "skip": mark.skip,
-            "remainder": remainder,
+            "has_remainder": remainder is not None,
+            "remainder": [0] * len(self._spec.keys) if remainder is None else remainder,
             "emitted": self._since,
             "parent": mark.parent_state,
         }
 
     def _restore(self, state: Any, path: str) -> None:
-        check_state(state, self.stage, {"stage", "skip", "remainder", "emitted", "parent"}, path)
+        keys = {"stage", "skip", "has_remainder", "remainder", "emitted", "parent"}
+        if isinstance(state, dict) and "has_remainder" not in state:
+            # An older state: `remainder` was [] when there was none.
+            state = {**state, "has_remainder": state.get("remainder") != []}
+            if state["remainder"] == []:
+                state["remainder"] = [0] * len(self._spec.keys)
+        check_state(state, self.stage, keys, path)
+        has_remainder = state["has_remainder"]
+        if not isinstance(has_remainder, bool):
+            raise bad_value(path, "has_remainder", has_remainder, "it must be true or false")
         skip = check_int(
             state,
             "skip",
@@ -302,7 +313,7 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
         remainder = state["remainder"]
         nf = len(self._spec.keys)
         if not isinstance(remainder, list) or (
-            remainder
+            (has_remainder or remainder)
             and (
                 len(remainder) != nf
                 or not all(
@@ -315,8 +326,12 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
                 path,
                 "remainder",
                 remainder,
-                f"it must be [] or {nf} non-negative ints, one per feature of length_struct "
+                f"it must be {nf} non-negative ints, one per feature of length_struct "
                 "(where the remainder starts; 0 for meta features, which are never split)",
+            )
+        if not has_remainder and any(remainder):
+            raise bad_value(
+                path, "remainder", remainder, "it must be all zeros when has_remainder is false"
             )
         self._parent._restore(state["parent"], f"{path}['parent']")
         mark = Mark(state["parent"], skip)
@@ -324,7 +339,7 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
         self._out.clear()
         self._stop = False
         self._remainder = None
-        if remainder:
+        if has_remainder:
             try:
                 element = self._reader.next()
             except StopIteration:

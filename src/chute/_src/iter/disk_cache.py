@@ -176,6 +176,9 @@ class _DiskCacheIterator(DatasetIterator[T]):
         self._written = 0
         self._pos = 0
         self._may_write = True  # this pass started at the beginning
+        # Restored from a state that read the parent, now served from the cache: the parent
+        # is at this position until the next element (so the state restored is given back).
+        self._parent_at: int | None = None
 
     def _open_cache(self) -> bool:
         """Opens the cache if it is there and passes every check (see the module doc)."""
@@ -271,7 +274,9 @@ class _DiskCacheIterator(DatasetIterator[T]):
             self._writer = None
 
     def get_state(self) -> dict[str, Any]:
-        from_cache = int(self._source is not None and not self._may_write)
+        from_cache = int(
+            self._source is not None and not self._may_write and self._pos != self._parent_at
+        )
         return {
             "stage": self.stage,
             "position": self._pos,
@@ -286,11 +291,13 @@ class _DiskCacheIterator(DatasetIterator[T]):
         if self._open_cache() and pos > self._len:
             raise bad_value(path, "position", pos, f"the cache holds {self._len} elements")
         self._abort()
+        self._parent_at = None
         if self._open_cache():
             # Served from the cache, the parent is not read; its state is still checked.
             self._parent._restore(state["parent"], f"{path}['parent']")
             self._may_write = False
             self._pos = pos
+            self._parent_at = None if from_cache else pos
             return
         self._may_write = True
         if not from_cache:

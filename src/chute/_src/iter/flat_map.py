@@ -13,7 +13,7 @@ from chute._src.iter.pack_common import (
     replay_error,
     restore_parent,
 )
-from chute._src.iterator import DatasetIterator
+from chute._src.iterator import MAX_POSITION, DatasetIterator
 from chute._src.map.flat_map import FlatMapTransform, check_transform, split
 from chute._src.transforms import describe
 
@@ -36,7 +36,7 @@ class FlatMapIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], transform: FlatMapTransform) -> None:
         super().__init__([parent])
-        self._t = check_transform(transform, "FlatMapIterDataset")
+        self._t = check_transform(transform, "FlatMapIterDataset", fan_out_needed=False)
 
     def make_iterator(self) -> DatasetIterator[Any]:
         return _FlatMapIterator(self._parent_iter(), self)
@@ -87,7 +87,7 @@ class _FlatMapIterator(DatasetIterator[Any]):
             state,
             path,
             (),
-            fan - 1,
+            MAX_POSITION if fan is None else fan - 1,
             f"the parts of one element already handed out: at most max_fan_out={fan}",
         )
         restore_parent(self, mark, path)
@@ -103,3 +103,4 @@ class _FlatMapIterator(DatasetIterator[Any]):
                     path, "piece", mark.piece, f"the element there has {len(self._parts)} parts"
                 )
             self._next = mark.piece
+            self._mark = Mark(mark.parent_state, mark.skip)  # the state restored, exactly

@@ -7,7 +7,9 @@ elements at a time, so per-read latency (remote storage) overlaps across inputs 
 output order stays a fixed function of the inputs: Grain's order, whatever the timing.
 
 The state holds, for every slot of the cycle, which input is there and its position: the
-input's state before the chunk being consumed plus how many of the chunk were taken.
+input's state before the chunk being consumed plus how many of the chunk were taken. An
+empty slot is `input` -1 with the state the next input to open starts from, so the state
+keeps one shape for the whole run (where the inputs' states have one shape).
 """
 
 from __future__ import annotations
@@ -209,7 +211,8 @@ class _InterleaveIterator(DatasetIterator[Any]):
         slots: list[Any] = []
         for j in self._slots:
             if j is None:
-                slots.append(None)
+                empty = self._initial[min(self._next_input, self._n - 1)]
+                slots.append({"input": -1, "skip": 0, "parent": empty})
                 continue
             feed = self._feeds[j]
             slots.append({"input": j, "skip": feed.pos, "parent": feed.state})
@@ -248,22 +251,35 @@ class _InterleaveIterator(DatasetIterator[Any]):
             )
         opened: dict[int, tuple[int, int, str]] = {}  # input -> (slot, skip, path)
         for i, slot in enumerate(slots):
-            if slot is None:
+            if slot is None:  # an empty slot in the states of chute <= 0.x
                 continue
             where = f"{path}['slots'][{i}]"
             if not isinstance(slot, dict) or set(slot) != {"input", "skip", "parent"}:
                 raise CheckpointError(
-                    f"{where} = {slot!r} is invalid: a slot is None or a dict with keys "
+                    f"{where} = {slot!r} is invalid: a slot is a dict with keys "
                     "'input', 'skip' and 'parent'; restore a state of this pipeline."
                 )
             j = check_int(
                 slot,
                 "input",
                 where,
-                0,
+                -1,
                 next_input - 1,
-                f"an input already opened: {path}['next_input'] is {next_input}",
+                f"an input already opened (-1 for an empty slot): {path}['next_input'] is "
+                f"{next_input}",
             )
+            if j == -1:
+                # An empty slot: nothing taken, and the state the next input starts from.
+                empty = self._initial[min(next_input, self._n - 1)]
+                try:
+                    check_int(slot, "skip", where, 0, 0, "an empty slot has taken nothing")
+                    _check_same(slot["parent"], empty, f"{where}['parent']")
+                except CheckpointError as e:
+                    raise CheckpointError(
+                        f"{where}['input'] = -1 (an empty slot) does not fit the rest of the "
+                        f"slot: {e}"
+                    ) from None
+                continue
             if j in opened:
                 raise bad_value(
                     where, "input", j, f"input {j} is also in slot {opened[j][0]}: one slot each"
@@ -283,7 +299,8 @@ class _InterleaveIterator(DatasetIterator[Any]):
             it = self._its[j]
             it._restore(slots[i]["parent"], f"{where}['parent']")
             # Taken here, so a read never holds more than iter_buffer_size elements.
-            if skip and len(it._next_many(skip)) < skip:
+            taken = it._next_many(skip) if skip else []
+            if len(taken) < skip:
                 raise bad_value(
                     where,
                     "skip",
@@ -291,7 +308,11 @@ class _InterleaveIterator(DatasetIterator[Any]):
                     f"input {j} ends before that (found when re-reading it)",
                 )
             self._slots[i] = j
-            self._open(j, it.get_state(), 0)
+            # The feed is where the state says (before `taken`), so get_state() gives it back.
+            feed = _Feed(slots[i]["parent"], skip)
+            feed.items = taken
+            self._feeds[j] = feed
+            self._submit(j, feed, 0)
         for j in range(next_input, self._n):
             if j not in self._feeds:
                 self._its[j]._restore(self._initial[j], f"{path}['initial'][{j}]")
@@ -312,6 +333,24 @@ class _InterleaveIterator(DatasetIterator[Any]):
             self._pool = None
         for it in self._its:
             it.close()
+
+
+def _check_same(value: Any, expected: Any, path: str) -> None:
+    """Raises `CheckpointError` at the first place where `value` differs from `expected`."""
+    if isinstance(expected, dict) and isinstance(value, dict) and value.keys() == expected.keys():
+        for k in expected:
+            _check_same(value[k], expected[k], f"{path}[{k!r}]")
+        return
+    if isinstance(expected, list) and isinstance(value, list) and len(value) == len(expected):
+        for i, (v, e) in enumerate(zip(value, expected)):
+            _check_same(v, e, f"{path}[{i}]")
+        return
+    if value != expected or type(value) is not type(expected):
+        raise CheckpointError(
+            f"{path} = {value!r} is invalid: an empty slot holds the state the next input "
+            f"starts from, {expected!r} here; restore a state taken by get_state() of this "
+            "pipeline."
+        )
 
 
 def _fed_by_workers(it: DatasetIterator[Any]) -> bool:

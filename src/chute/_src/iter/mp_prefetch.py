@@ -59,8 +59,14 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         parent: IterDataset[T],
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
     ) -> None:
         super().__init__([parent])
+        if not isinstance(sequential_slice, bool):
+            raise TypeError(
+                f"mp_prefetch: sequential_slice={sequential_slice!r} is not a bool: pass True "
+                "or False."
+            )
         if options is not None and not isinstance(options, MultiprocessingOptions):
             raise TypeError(
                 f"mp_prefetch: options={options!r} is not a MultiprocessingOptions: pass "
@@ -73,6 +79,11 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
             )
         self._options = options or MultiprocessingOptions(num_workers=_default_workers())
         self._worker_init_fn = worker_init_fn
+        # Grain's workers read strided slices of the source, or contiguous ones with
+        # sequential_slice=True (a different order). chute's workers always compute
+        # contiguous chunks of indices, reassembled in index order: the output is the same
+        # either way, so the flag is accepted and changes nothing.
+        self._sequential_slice = sequential_slice
 
     @property
     def options(self) -> MultiprocessingOptions:
@@ -191,6 +202,10 @@ def _substitute(
         hoisted.append(node)
         node = node.parents[0]  # type: ignore[assignment]
     if node.role is StageRole.READER:
+        kept: list[IterDataset[Any]] = []
+        if getattr(node, "allow_nones", False):
+            # The stages above see the Nones: they stay in the main process, as they are.
+            hoisted, kept = [], hoisted
         mapped: MapDataset[Any] = node.parents[0]  # type: ignore[assignment]
         for stage in reversed(hoisted):
             mapped = stage.as_map_stage(mapped)
@@ -207,6 +222,8 @@ def _substitute(
         out: IterDataset[Any] = node.with_executor(executor)  # type: ignore[attr-defined]
         for stage in reversed(hoisted):
             out = _DoneInWorkers(out, stage.stage_name, stage._fingerprint_params())
+        for stage in reversed(kept):
+            out = stage.with_parents([out])
         return out
     return ds.with_parents(
         [_substitute(p, leaves, box) if isinstance(p, IterDataset) else p for p in ds.parents]

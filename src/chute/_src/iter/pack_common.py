@@ -49,7 +49,7 @@ class ReplayReader:
     returns there after the parent has been restored to `mark.parent_state`.
     """
 
-    __slots__ = ("_buf", "_chunk", "_chunk_state", "_parent", "_pos")
+    __slots__ = ("_buf", "_chunk", "_chunk_state", "_parent", "_pos", "_sought")
 
     def __init__(self, parent: DatasetIterator[Any]) -> None:
         self._parent = parent
@@ -57,8 +57,10 @@ class ReplayReader:
         self._pos = 0
         self._chunk_state: dict[str, Any] | None = None
         self._chunk = 1  # doubles to CHUNK: the first element is not computed far ahead
+        self._sought = False  # positioned by seek() and nothing read since
 
     def _refill(self) -> None:
+        self._sought = False
         self._chunk_state = self._parent.get_state()
         self._buf = self._parent._next_many(self._chunk)
         self._chunk = min(CHUNK, self._chunk * 2)
@@ -80,14 +82,17 @@ class ReplayReader:
         return Mark(self._chunk_state, self._pos - 1, piece)
 
     def mark(self) -> Mark:
-        if self._pos >= len(self._buf) or self._chunk_state is None:
+        if (self._pos >= len(self._buf) and not self._sought) or self._chunk_state is None:
             # Everything read was handed out: the parent is exactly at the next element.
+            # (Right after seek() the mark restored is kept, so that get_state() after
+            # set_state(s) gives s back.)
             self._buf, self._pos, self._chunk_state = [], 0, self._parent.get_state()
         return Mark(self._chunk_state, self._pos)
 
     def seek(self, mark: Mark, path: str) -> None:
         """Positions at `mark`; the parent must just have been restored to its state."""
         self._chunk_state = mark.parent_state
+        self._sought = True
         self._buf = self._parent._next_many(mark.skip) if mark.skip else []
         self._chunk = 1
         if len(self._buf) < mark.skip:

@@ -24,11 +24,18 @@ T = TypeVar("T")
 
 
 class PrefetchIterDataset(IterDataset[T]):
-    """An `IterDataset` over a `MapDataset`, skipping filtered (None) elements."""
+    """An `IterDataset` over a `MapDataset`, skipping filtered (None) elements (or, with
+    `allow_nones=True`, handing them out as None, as Grain does)."""
 
     role = StageRole.READER
 
-    def __init__(self, parent: MapDataset[T], read_options: ReadOptions | None = None) -> None:
+    def __init__(
+        self,
+        parent: MapDataset[T],
+        read_options: ReadOptions | None = None,
+        *,
+        allow_nones: bool = False,
+    ) -> None:
         if not isinstance(parent, MapDataset):
             raise TypeError(f"to_iter_dataset needs a MapDataset, got {type(parent).__name__}")
         if read_options is not None and not isinstance(read_options, ReadOptions):
@@ -38,6 +45,7 @@ class PrefetchIterDataset(IterDataset[T]):
             )
         super().__init__([parent])
         self._read_options = read_options or ReadOptions()
+        self._allow_nones = bool(allow_nones)
         self._executor_factory: Callable[[], ChunkExecutor] | None = None
 
     @property
@@ -49,8 +57,20 @@ class PrefetchIterDataset(IterDataset[T]):
         return self._read_options
 
     @property
+    def _threaded(self) -> bool:
+        # As Grain: threads only with room to compute ahead (prefetch_buffer_size > 0).
+        options = self._read_options
+        return options.num_threads > 0 and options.prefetch_buffer_size > 0
+
+    @property
+    def allow_nones(self) -> bool:
+        """Whether filtered elements come out as None (Grain's `allow_nones`) instead of
+        being skipped."""
+        return self._allow_nones
+
+    @property
     def concurrent(self) -> bool:
-        return self._executor_factory is not None or self._read_options.num_threads > 0
+        return self._executor_factory is not None or self._threaded
 
     def cache_identity(self) -> dict[str, Any]:
         identity = super().cache_identity()
@@ -66,7 +86,9 @@ class PrefetchIterDataset(IterDataset[T]):
 
     def make_iterator(self) -> PrefetchDatasetIterator[T]:
         if self._executor_factory is not None:
-            return PrefetchDatasetIterator(self.map_parent, self._executor_factory())
+            return PrefetchDatasetIterator(
+                self.map_parent, self._executor_factory(), self._allow_nones
+            )
         ds = self.map_parent
         observer = observe.observing()
         if observer is not None:
@@ -74,10 +96,10 @@ class PrefetchIterDataset(IterDataset[T]):
         options = self._read_options
         executor: ChunkExecutor = (
             Threads(ds, options.num_threads, options.prefetch_buffer_size)
-            if options.num_threads
+            if self._threaded
             else InProcess(ds)
         )
-        return PrefetchDatasetIterator(self.map_parent, executor)
+        return PrefetchDatasetIterator(self.map_parent, executor, self._allow_nones)
 
     def __repr__(self) -> str:
         if self._executor_factory is not None:
@@ -96,13 +118,15 @@ class PrefetchIterDataset(IterDataset[T]):
 class PrefetchDatasetIterator(DatasetIterator[T]):
     stage = "to_iter_dataset"
 
-    def __init__(self, ds: MapDataset[T], executor: ChunkExecutor) -> None:
+    def __init__(
+        self, ds: MapDataset[T], executor: ChunkExecutor, allow_nones: bool = False
+    ) -> None:
         super().__init__()
         self._executor = executor
         self.bound_to_thread = executor.bound_to_thread
         self._len = len(ds)
         # Filters moved into the workers leave Nones in the computed dataset too.
-        self._skip_none = ds._may_be_none or executor.ds._may_be_none
+        self._skip_none = not allow_nones and (ds._may_be_none or executor.ds._may_be_none)
         self._identity = ds.identity
         self._buf: list[Any] = []
         self._pos = 0

@@ -123,6 +123,7 @@ class _RebatchIterator(DatasetIterator[Any]):
                     path, "piece", mark.piece, f"the input batch there has {self._cur_rows} rows"
                 )
             self._offset = mark.piece
+            self._cur_mark = Mark(mark.parent_state, mark.skip)  # the state restored, exactly
 
 
 class _Slicer:

@@ -10,16 +10,22 @@ from chute._src.iterator import DatasetIterator
 
 
 class ZipIterDataset(IterDataset[tuple[Any, ...]]):
-    """`(next(a), next(b), ...)` until the shortest stream ends.
+    """`(next(a), next(b), ...)`; as Grain (and `zip(..., strict=True)`), streams of
+    different lengths raise `ValueError` when the shortest ends, unless `strict=False`,
+    which stops there.
 
     >>> import chute
     >>> a = chute.MapDataset.range(3).to_iter_dataset()
     >>> b = chute.MapDataset.range(10, 20).to_iter_dataset().filter(lambda x: x % 2)
-    >>> list(chute.experimental.ZipIterDataset([a, b]))
+    >>> list(chute.experimental.ZipIterDataset([a, b], strict=False))
     [(0, 11), (1, 13), (2, 15)]
+    >>> list(chute.experimental.ZipIterDataset([a, b]))
+    Traceback (most recent call last):
+    ...
+    ValueError: ZipIterDataset argument 2 is longer than argument 1
     """
 
-    def __init__(self, parents: Sequence[IterDataset[Any]]) -> None:
+    def __init__(self, parents: Sequence[IterDataset[Any]], *, strict: bool = True) -> None:
         ps = list(parents)
         if not ps or not all(isinstance(p, IterDataset) for p in ps):
             raise TypeError(
@@ -27,12 +33,19 @@ class ZipIterDataset(IterDataset[tuple[Any, ...]]):
                 "IterDatasets."
             )
         super().__init__(ps)
+        self._strict = bool(strict)
 
     def make_iterator(self) -> DatasetIterator[tuple[Any, ...]]:
-        return _ZipIterator([self._parent_iter(i) for i in range(len(self._parents))])
+        return _ZipIterator([self._parent_iter(i) for i in range(len(self._parents))], self._strict)
 
     def __repr__(self) -> str:
-        return f"ZipIterDataset({len(self._parents)} parents)"
+        return f"ZipIterDataset({len(self._parents)} parents, strict={self._strict})"
+
+
+def _strict_error(i: int, why: str) -> ValueError:
+    """Grain's (and CPython's) message: argument `i + 1` against the ones before it."""
+    plural = " " if i == 1 else "s 1-"
+    return ValueError(f"ZipIterDataset argument {i + 1} is {why} than argument{plural}{i}")
 
 
 class _ZipIterator(DatasetIterator[tuple[Any, ...]]):
@@ -40,16 +53,46 @@ class _ZipIterator(DatasetIterator[tuple[Any, ...]]):
 
     stage = "zip"
 
-    def __init__(self, parents: list[DatasetIterator[Any]]) -> None:
+    def __init__(self, parents: list[DatasetIterator[Any]], strict: bool = True) -> None:
         super().__init__(parents)
         self._parents = parents
+        self._strict = strict
+        self._pending: ValueError | None = None  # found by _next_many, raised next
 
     def __next__(self) -> tuple[Any, ...]:
+        if self._pending is not None:
+            raise self._pending
         row = []
-        for p in self._parents:
-            row.append(next(p))
+        for i, p in enumerate(self._parents):
+            try:
+                row.append(next(p))
+            except StopIteration:
+                if self._strict:
+                    self._check_ends(i)
+                raise
         return tuple(row)
 
+    def _check_ends(self, i: int) -> None:
+        """Parent `i` ended: as `zip(strict=True)`, every other must end there too."""
+        if i > 0:
+            raise _strict_error(i, "shorter")
+        for j, p in enumerate(self._parents[1:], 1):
+            try:
+                next(p)
+            except StopIteration:
+                continue
+            raise _strict_error(j, "longer")
+
     def _next_many(self, n: int) -> list[tuple[Any, ...]]:
+        if self._pending is not None:
+            raise self._pending
         columns = [p._next_many(n) for p in self._parents]
+        lengths = [len(c) for c in columns]
+        if self._strict and min(lengths) != max(lengths):
+            short = lengths.index(min(lengths))
+            if short > 0:
+                self._pending = _strict_error(short, "shorter")
+            else:
+                longer = next(j for j, k in enumerate(lengths) if k > lengths[0])
+                self._pending = _strict_error(longer, "longer")
         return list(zip(*columns))

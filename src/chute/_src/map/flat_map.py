@@ -14,26 +14,34 @@ from chute._src.transforms import describe
 
 
 class FlatMapTransform(abc.ABC):
-    """Splits one element into at most `max_fan_out` elements (`flat_map` returns them)."""
+    """Splits one element into at most `max_fan_out` elements (`flat_map` returns them).
 
-    max_fan_out: int
+    `FlatMapMapDataset` needs `max_fan_out` (element `i` owns positions
+    `[i * max_fan_out, (i + 1) * max_fan_out)`); `FlatMapIterDataset` accepts
+    `max_fan_out = None` for no limit (as Grain's, which does not read it there).
+    """
+
+    max_fan_out: int | None
 
     @abc.abstractmethod
     def flat_map(self, element: Any) -> Sequence[Any]:
         """The elements `element` becomes."""
 
 
-def check_transform(transform: Any, where: str) -> FlatMapTransform:
+def check_transform(transform: Any, where: str, *, fan_out_needed: bool = True) -> FlatMapTransform:
     if not isinstance(transform, FlatMapTransform):
         raise TypeError(
             f"{where}: transform={transform!r} is not a FlatMapTransform: subclass "
             "chute.experimental.FlatMapTransform with max_fan_out and flat_map(element)."
         )
     fan = getattr(transform, "max_fan_out", None)
+    if fan is None and not fan_out_needed:
+        return transform
     if isinstance(fan, bool) or not isinstance(fan, int) or fan < 1:
+        also = "" if fan_out_needed else " (or None for no limit)"
         raise ValueError(
             f"{where}: {type(transform).__name__}.max_fan_out = {fan!r} is invalid: it must be "
-            "a positive int, the most elements one element can become."
+            f"a positive int{also}, the most elements one element can become."
         )
     return transform
 
@@ -44,7 +52,7 @@ def split(transform: FlatMapTransform, element: Any, stage: object, index: int) 
     except Exception as e:
         add_stage_note(e, stage, index)
         raise
-    if len(parts) > transform.max_fan_out:
+    if transform.max_fan_out is not None and len(parts) > transform.max_fan_out:
         raise ValueError(
             f"{type(transform).__name__}.flat_map made {len(parts)} elements from element "
             f"{index}, over max_fan_out={transform.max_fan_out}: raise max_fan_out, or split "
@@ -72,14 +80,14 @@ class FlatMapMapDataset(MapDataset[Any]):
         self._t = check_transform(transform, "FlatMapMapDataset")
         self._may_be_none = True
         n = len(parent)
-        fan = self._t.max_fan_out
+        fan = self._fan = int(self._t.max_fan_out)  # type: ignore[arg-type]  # checked
         self._len = INFINITE if n >= INFINITE // fan else n * fan
 
     def __len__(self) -> int:
         return self._len
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
-        fan = self._t.max_fan_out
+        fan = self._fan
         parents, parts = np.divmod(indices, fan)
         unique, inverse = np.unique(parents, return_inverse=True)
         elements = self._parents[0]._getitems(unique)

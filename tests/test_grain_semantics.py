@@ -1,0 +1,311 @@
+"""Grain's semantics, stated side by side with Grain where it is installed.
+
+Each test says what Grain (0.2.18) does and checks that chute does the same; where Grain is
+importable, the test runs Grain too (chute itself never imports it).
+"""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute import experimental as ex
+from chute.testing import assert_equal_output_after_checkpoint
+
+
+def _grain() -> ModuleType:
+    return pytest.importorskip("grain", reason="grain not installed: Grain's side is skipped")
+
+
+# -- 1. the checkpoint checker: a state keeps its shape, and set_state/get_state round-trip
+
+
+class _Growing(chute.DatasetIterator[int]):
+    """A stage whose state grows: a list of everything handed out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: list[int] = []
+
+    def __next__(self) -> int:
+        if len(self._seen) >= 4:
+            raise StopIteration
+        self._seen.append(len(self._seen))
+        return self._seen[-1]
+
+    def get_state(self) -> dict[str, Any]:
+        return {"seen": list(self._seen)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._seen = list(state["seen"])
+
+
+class _Forgetful(chute.DatasetIterator[int]):
+    """A stage that restores its position but reports it another (equivalent) way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._i = 0
+        self._extra = 0
+
+    def __next__(self) -> int:
+        if self._i >= 4:
+            raise StopIteration
+        self._i += 1
+        return self._i - 1
+
+    def get_state(self) -> dict[str, Any]:
+        return {"i": self._i, "restored": self._extra}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._i, self._extra = state["i"], 1
+
+
+class _Stream(chute.IterDataset[int]):
+    def __init__(self, make: Any) -> None:
+        super().__init__()
+        self._make = make
+
+    def __iter__(self) -> chute.DatasetIterator[int]:
+        return self._make()
+
+
+def test_checker_rejects_a_state_that_changes_shape() -> None:
+    with pytest.raises(AssertionError, match="state's shape changed at step 1"):
+        assert_equal_output_after_checkpoint(_Stream(_Growing))
+    assert_equal_output_after_checkpoint(_Stream(_Growing), same_shape=False)
+
+
+def test_checker_rejects_get_state_after_set_state_that_differs() -> None:
+    with pytest.raises(AssertionError, match=r"get_state\(\) right after set_state\(s\)"):
+        assert_equal_output_after_checkpoint(_Stream(_Forgetful))
+
+
+def test_grains_checker_makes_the_same_two_checks() -> None:
+    _grain()
+    from grain._src.python.testing.experimental import (
+        assert_equal_output_after_checkpoint as grain_check,
+    )
+
+    with pytest.raises(AssertionError, match="State spec does not match"):
+        grain_check(_Stream(_Growing))
+    with pytest.raises(AssertionError, match="Restored state does not match"):
+        grain_check(_Stream(_Forgetful))
+
+
+def _tokens(lengths: list[int]) -> chute.IterDataset[dict[str, Any]]:
+    seqs = [{"t": np.arange(1, n + 1)} for n in lengths]
+    return chute.MapDataset.source(seqs).to_iter_dataset()
+
+
+def test_concat_then_split_state_keeps_its_shape() -> None:
+    ds = ex.ConcatThenSplitIterDataset(_tokens([3, 6, 2, 5, 1, 7]), length_struct={"t": 4})
+    assert_equal_output_after_checkpoint(ds)
+    # Grain's state of the same stage keeps one shape too.
+    grain = _grain()
+    from grain._src.python.testing.experimental import (
+        assert_equal_output_after_checkpoint as grain_check,
+    )
+
+    seqs = [{"t": np.arange(1, n + 1)} for n in [3, 6, 2, 5, 1, 7]]
+    gds = grain.experimental.ConcatThenSplitIterDataset(
+        grain.MapDataset.source(seqs).to_iter_dataset(), length_struct={"t": 4}
+    )
+    grain_check(gds)
+
+
+def test_concat_then_split_restores_a_state_of_the_older_layout() -> None:
+    ds = ex.ConcatThenSplitIterDataset(_tokens([3, 6, 2, 5]), length_struct={"t": 4})
+    it = iter(ds)
+    next(it), next(it)
+    state = it.get_state()
+    rest = [r["t"].tolist() for r in it]
+    assert state["has_remainder"]
+    old = {k: v for k, v in state.items() if k != "has_remainder"}
+    it = iter(ds)
+    it.set_state(json.loads(json.dumps(old)))
+    assert [r["t"].tolist() for r in it] == rest
+    first = iter(ds).get_state()
+    old = {k: v for k, v in first.items() if k != "has_remainder"}
+    old["remainder"] = []
+    it = iter(ds)
+    it.set_state(old)
+    assert len(list(it)) == 4
+
+
+class _Copies(ex.FlatMapTransform):
+    max_fan_out = 3
+
+    def flat_map(self, x: int) -> list[int]:
+        return [x] * (x % 3)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: ex.RebatchIterDataset(
+            chute.MapDataset.range(10).batch(3).to_iter_dataset(), batch_size=2
+        ),
+        lambda: ex.WindowShuffleIterDataset(
+            chute.MapDataset.range(30).to_iter_dataset(), window_size=7, seed=1
+        ),
+        lambda: ex.FlatMapIterDataset(chute.MapDataset.range(12).to_iter_dataset(), _Copies()),
+        lambda: ex.InterleaveIterDataset(
+            [chute.MapDataset.range(10 * i, 10 * i + 1 + i) for i in range(5)], cycle_length=2
+        ),
+        lambda: chute.MapDataset.range(9).to_iter_dataset().cache().repeat(3),
+    ],
+    ids=["rebatch", "window_shuffle", "flat_map", "interleave", "cache"],
+)
+def test_get_state_after_set_state_is_the_state(build: Any) -> None:
+    assert_equal_output_after_checkpoint(build())
+
+
+# -- 2. parameters Grain has ---------------------------------------------------------------
+
+
+def _odd(x: int) -> bool:
+    return x % 2 == 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_mp_prefetch_accepts_sequential_slice_and_output_does_not_change(workers: int) -> None:
+    ds = chute.MapDataset.range(40).shuffle(seed=3).to_iter_dataset()
+    options = chute.MultiprocessingOptions(num_workers=workers)
+    plain = list(ds.mp_prefetch(options))
+    assert list(ds.mp_prefetch(options, sequential_slice=True)) == plain == list(ds)
+    with pytest.raises(TypeError, match="sequential_slice"):
+        ds.mp_prefetch(options, sequential_slice="yes")  # type: ignore[arg-type]
+
+
+def test_to_iter_dataset_allow_nones_yields_none_for_filtered_elements() -> None:
+    ds = chute.MapDataset.range(6).filter(_odd)
+    assert list(ds.to_iter_dataset()) == [1, 3, 5]
+    with_nones = ds.to_iter_dataset(allow_nones=True)
+    assert list(with_nones) == [None, 1, None, 3, None, 5]
+    threads = chute.ReadOptions(num_threads=2, prefetch_buffer_size=4)
+    assert list(ds.to_iter_dataset(threads, allow_nones=True)) == list(with_nones)
+    assert_equal_output_after_checkpoint(with_nones)
+    grain = _grain()
+    gds = grain.MapDataset.range(6).filter(_odd)
+    assert list(gds.to_iter_dataset(allow_nones=True)) == list(with_nones)
+
+
+def _none_to_minus_one(x: int | None) -> int:
+    return -1 if x is None else x
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_allow_nones_reaches_the_stages_after_it_with_workers(workers: int) -> None:
+    ds = (
+        chute.MapDataset.range(8)
+        .filter(_odd)
+        .to_iter_dataset(allow_nones=True)
+        .map(_none_to_minus_one)
+        .mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+    )
+    assert list(ds) == [-1, 1, -1, 3, -1, 5, -1, 7]
+
+
+def test_zip_strict_as_grain() -> None:
+    def streams() -> list[chute.IterDataset[int]]:
+        return [chute.MapDataset.range(n).to_iter_dataset() for n in (3, 5)]
+
+    assert list(ex.ZipIterDataset(streams(), strict=False)) == [(0, 0), (1, 1), (2, 2)]
+    with pytest.raises(ValueError, match="ZipIterDataset argument 2 is longer than argument 1"):
+        list(ex.ZipIterDataset(streams()))
+    with pytest.raises(ValueError, match="argument 2 is shorter than argument 1"):
+        list(ex.ZipIterDataset(streams()[::-1]))
+    equal = [chute.MapDataset.range(4).to_iter_dataset() for _ in range(3)]
+    assert len(list(ex.ZipIterDataset(equal))) == 4
+    # _next_many (a batch after the zip) gives the same error after the same rows.
+    it = iter(ex.ZipIterDataset(streams()).batch(2))
+    assert next(it)[0].tolist() == [0, 1]
+    assert next(it)[0].tolist() == [2]
+    with pytest.raises(ValueError, match="argument 2 is longer"):
+        next(it)
+    grain = _grain()
+    g = [grain.MapDataset.range(n).to_iter_dataset() for n in (3, 5)]
+    with pytest.raises(ValueError, match="ZipIterDataset argument 2 is longer than argument 1"):
+        list(grain.experimental.ZipIterDataset(g))
+    g = [grain.MapDataset.range(n).to_iter_dataset() for n in (3, 5)]
+    assert list(grain.experimental.ZipIterDataset(g, strict=False)) == [(0, 0), (1, 1), (2, 2)]
+
+
+class _Unbounded(ex.FlatMapTransform):
+    max_fan_out = None
+
+    def flat_map(self, x: int) -> list[int]:
+        return [x] * x
+
+
+def test_flat_map_transform_without_max_fan_out_on_an_iter_dataset() -> None:
+    ds = ex.FlatMapIterDataset(chute.MapDataset.range(5).to_iter_dataset(), _Unbounded())
+    assert list(ds) == [1, 2, 2, 3, 3, 3, 4, 4, 4, 4]
+    assert_equal_output_after_checkpoint(ds)
+    with pytest.raises(ValueError, match=r"max_fan_out = None is invalid: it must be a positive"):
+        ex.FlatMapMapDataset(chute.MapDataset.range(5), _Unbounded())
+    grain = _grain()
+
+    class G(grain.experimental.FlatMapTransform):  # type: ignore[name-defined]
+        max_fan_out = None
+
+        def flat_map(self, x: int) -> list[int]:
+            return [x] * x
+
+    gds = grain.experimental.FlatMapIterDataset(grain.MapDataset.range(5).to_iter_dataset(), G())
+    assert list(gds) == list(ds)
+
+
+def test_read_options_threads_with_no_prefetch_buffer() -> None:
+    options = chute.ReadOptions(num_threads=4, prefetch_buffer_size=0)
+    ds = chute.MapDataset.range(30).shuffle(seed=1).to_iter_dataset(options)
+    assert list(ds) == list(chute.MapDataset.range(30).shuffle(seed=1))
+    assert_equal_output_after_checkpoint(ds)
+    grain = _grain()
+    gopts = grain.ReadOptions(num_threads=4, prefetch_buffer_size=0)
+    assert list(grain.MapDataset.range(5).to_iter_dataset(gopts)) == [0, 1, 2, 3, 4]
+
+
+# -- 3. samplers with sharding ---------------------------------------------------------------
+
+
+def _keys(sampler: Any) -> list[int]:
+    return [sampler[i].record_key for i in range(len(sampler))]
+
+
+@pytest.mark.parametrize("cls", ["IndexSampler", "SequentialSampler"])
+@pytest.mark.parametrize(("n", "count", "epochs", "drop"), [(5, 2, 1, False), (10, 3, 2, True)])
+def test_sharded_samplers_index_by_global_step_as_grain(
+    cls: str, n: int, count: int, epochs: int, drop: bool
+) -> None:
+    kw: dict[str, Any] = {"shuffle": False, "num_epochs": epochs} if cls == "IndexSampler" else {}
+    ours = [
+        getattr(chute, cls)(n, chute.sharding.ShardOptions(s, count, drop), **kw)
+        for s in range(count)
+    ]
+    assert ours[0][2].record_key is not None  # a global step, valid on shard 0
+    gp = _grain() and pytest.importorskip("grain.python")
+    theirs = [getattr(gp, cls)(n, gp.ShardOptions(s, count, drop), **kw) for s in range(count)]
+    for a, b in zip(ours, theirs):
+        assert len(a) == len(b)
+        assert _keys(a) == _keys(b)
+
+
+def test_index_sampler_gives_each_shard_a_contiguous_range() -> None:
+    for shard, expected in [(0, [0, 1, 2, 3]), (1, [4, 5, 6]), (2, [7, 8, 9])]:
+        options = chute.sharding.ShardOptions(shard, 3)
+        loader = chute.DataLoader(
+            data_source=list(range(10)),
+            sampler=chute.IndexSampler(10, options, shuffle=True, seed=1, num_epochs=1),
+        )
+        assert sorted(loader) == expected
+        seq = chute.DataLoader(
+            data_source=list(range(10)), sampler=chute.SequentialSampler(10, options)
+        )
+        assert list(seq) == list(range(shard, 10, 3))  # Grain's DataLoader strides
