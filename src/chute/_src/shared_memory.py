@@ -150,7 +150,8 @@ class SharedMemoryDataSource(shared_memory.ShareableList):
         return _attach, (self.shm.name,)
 
     def __str__(self) -> str:
-        return f"SharedMemoryDataSource(name={self.shm.name}, len={len(self)})"
+        # As Grain prints it (its in-memory source is this class under another name).
+        return f"InMemoryDataSource(name={self.shm.name}, len={len(self)})"
 
     def close(self) -> None:
         self.shm.close()
