@@ -11,9 +11,9 @@ shard 1 of 16 (a shard of 120k records is only 14 batches of 512).
 
 For each library, after a warm-up of some batches:
 
-- `get_state()` (torch: `state_dict()`) timed `--calls` times, each call after a `next(it)`,
-  those steps alternating with plain ones (the median `next` of each kind is reported too:
-  for torch both include its per-step snapshots);
+- `get_state()` (torch: `state_dict()`) timed `--calls` times, after every other `next(it)`
+  (the mean `next` right after a state and otherwise is reported too: for torch both
+  include its per-step snapshots);
   the state's size: chute/Grain `len(json.dumps(state))`, torch `torch.save` bytes (the
   largest over all calls);
 - chute: `chute.checkpoint.save(path, it)` (JSON file, fsynced, atomic `os.replace`);
@@ -63,8 +63,8 @@ TORCH_SNAPSHOTS = {"torch": 1, "torch64": 64}
 @dataclass
 class Result:
     label: str
-    next_s: list[float] = field(default_factory=list)  # next() after a get_state
-    plain_next_s: list[float] = field(default_factory=list)  # next() after a next()
+    next_s: list[float] = field(default_factory=list)  # next() right after a get_state
+    plain_next_s: list[float] = field(default_factory=list)  # the other next() calls
     get_state_s: list[float] = field(default_factory=list)
     state_bytes: list[int] = field(default_factory=list)
     save_s: list[float] = field(default_factory=list)
@@ -213,8 +213,8 @@ def contender(lib: str, records: int) -> Contender:
 
 def iterate(c: Contender, cfg: argparse.Namespace, tmp: Path) -> Result:
     """Warm-up, then `cfg.calls` of next + state, `cfg.saves` saves spread among them, and
-    `cfg.points` states (with the batch after each) kept for the restores. Each timed
-    next + state step follows a plain next, timed too."""
+    `cfg.points` states (with the batch after each) kept for the restores. The next()
+    calls are timed too, apart by whether a state was taken just before."""
     r = Result(c.label)
     it = c.make()
     try:
@@ -222,17 +222,20 @@ def iterate(c: Contender, cfg: argparse.Namespace, tmp: Path) -> Result:
             next(it)
         every_save = max(1, cfg.calls // max(1, cfg.saves))
         keep = {round(k * (cfg.calls - 1) / max(1, cfg.points - 1)) for k in range(cfg.points)}
-        for k in range(cfg.calls):
+        after_state = False
+        for step in range(2 * cfg.calls):
             t0 = time.perf_counter()
-            next(it)  # a plain step: no state taken since the last one
-            r.plain_next_s.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            next(it)  # a step right after a get_state
+            next(it)
+            (r.next_s if after_state else r.plain_next_s).append(time.perf_counter() - t0)
+            # States after steps 1, 2, 5, 6, ...: both kinds of step fall on odd and even
+            # steps alike (with 2 workers taking turns, parity alone changes next's time).
+            after_state = step % 4 in (1, 2)
+            if not after_state:
+                continue
+            k = len(r.get_state_s)
             t1 = time.perf_counter()
             state = c.state(it)
-            t2 = time.perf_counter()
-            r.next_s.append(t1 - t0)
-            r.get_state_s.append(t2 - t1)
+            r.get_state_s.append(time.perf_counter() - t1)
             r.state_bytes.append(c.size(state))
             if k % every_save == 0 and len(r.save_s) < cfg.saves:
                 try:
@@ -242,7 +245,9 @@ def iterate(c: Contender, cfg: argparse.Namespace, tmp: Path) -> Result:
                 except NotImplementedError:
                     pass
             if k in keep:
-                r.points.append((state, next(it)))
+                batch = next(it)  # not timed
+                r.points.append((state, batch))
+                after_state = False
     finally:
         c.close(it)
     return r
@@ -309,8 +314,8 @@ def report(results: dict[str, Result], cfg: argparse.Namespace) -> str:
         rows.append(
             [
                 r.label,
-                f"{statistics.median(r.plain_next_s) * 1e3:.0f} / "
-                f"{statistics.median(r.next_s) * 1e3:.0f}",
+                f"{statistics.mean(r.plain_next_s) * 1e3:.0f} / "
+                f"{statistics.mean(r.next_s) * 1e3:.0f}",
                 ms(r.get_state_s),
                 ms(r.get_state_s, max),
                 f"{max(r.state_bytes):,}",
@@ -323,7 +328,7 @@ def report(results: dict[str, Result], cfg: argparse.Namespace) -> str:
         )
     headers = [
         "library",
-        "next ms plain/after state",
+        "next ms mean: plain/after state",
         "get_state ms med",
         "get_state ms max",
         "state bytes",
@@ -348,10 +353,10 @@ notes:
 - chute/grain rows: seed 003's packed pipeline (first-fit, 30 bins, 128 tokens) with
   mp_prefetch(2 workers). torch rows: padded to 128, no packing (torch has none), the whole
   corpus shuffled (not shard 1 of 16), forkserver workers; state bytes are torch.save's.
-- get_state/state_dict is timed alone, after a next(); each such step alternates with a
-  plain one. "next ms": the median next() of the plain steps / of the steps right after a
-  state was taken (for torchdata both include the worker snapshots it sends with every
-  snapshot_every_n_steps-th batch). chute packs and batches in the main process (its
+- get_state/state_dict is timed alone, after every other next() (in the pattern
+  next, next+state, next+state, next, ...). "next ms": the mean next() of the steps not
+  right after a state / right after one (for torchdata both include the worker snapshots
+  it sends with every snapshot_every_n_steps-th batch). chute packs and batches in the main process (its
   workers compute the per-record maps), Grain's workers run the whole pipeline and buffer
   whole batches: their "next ms" differ for that reason, not for the checkpoints.
 - save: chute.checkpoint.save (JSON, fsync, atomic replace); torch: torch.save to a file
@@ -363,6 +368,19 @@ notes:
 - a shared 2-core machine: compare figures within this run, not across runs."""
 
 
+def configure(args: argparse.Namespace) -> argparse.Namespace:
+    """Sizes for `measure`: `args.quick`, and `lib`/`calls`/`rounds` where not set."""
+    quick = args.quick
+    args.lib = getattr(args, "lib", None) or list(LIBS)
+    args.records = 20_000 if quick else bench_mp.CORPUS_RECORDS
+    args.warmup = 3 if quick else 10
+    args.calls = getattr(args, "calls", None) or (10 if quick else 50)
+    args.saves = 3 if quick else 10
+    args.points = 2 if quick else 3
+    args.rounds = getattr(args, "rounds", None) or (1 if quick else 2)
+    return args
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -371,16 +389,9 @@ def main() -> None:
     p.add_argument("--lib", action="append", choices=LIBS, help="only this contender (repeatable)")
     p.add_argument("--calls", type=int, default=None, help="get_state calls (default 50)")
     p.add_argument("--rounds", type=int, default=None, help="restore rounds (default 2)")
-    args = p.parse_args()
+    args = configure(p.parse_args())
     warnings.filterwarnings("ignore")
     quick = args.quick
-    args.lib = args.lib or list(LIBS)
-    args.records = 20_000 if quick else bench_mp.CORPUS_RECORDS
-    args.warmup = 3 if quick else 10
-    args.calls = args.calls or (10 if quick else 50)
-    args.saves = 3 if quick else 10
-    args.points = 2 if quick else 3
-    args.rounds = args.rounds or (1 if quick else 2)
     print(f"# bench_checkpoint{' --quick' if quick else ''}: what a checkpoint costs")
     print(f"# {machine()}, torchdata {_version('torchdata')}")
     print(f"# chute checkout: {bench_mp.revision()}", flush=True)
