@@ -29,6 +29,10 @@ Workloads (`--only NAME`, repeatable):
   takes, with a background prefetch of 3 batches (chute/Grain:
   `ThreadPrefetchIterDataset(ds, 3)`; torch: `num_workers=1, prefetch_factor=3`) on the
   image pipeline; % of the time spent waiting.
+- `checkpoint`: `bench_checkpoint.py`: seed 003's first-fit packed text pipeline with 2
+  worker processes (torch: padded, torchdata's `StatefulDataLoader`, default
+  `snapshot_every_n_steps=1`): median `get_state()` (`state_dict()`) time, and the time
+  from a fresh iterator with a restored state to its first batch.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import json
 import os
 import platform
 import random
+import statistics
 import struct
 import sys
 import tempfile
@@ -53,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_checkpoint
 import bench_core
 import bench_image
 import bench_torch
@@ -62,7 +68,7 @@ from _harness import machine, rates, table
 
 OUT = Path(__file__).resolve().parents[1] / "bench_out"
 LIBS = ("chute", "grain", "torch")
-SECTIONS = ("overhead", "text", "image", "transfer", "storage", "waiting")
+SECTIONS = ("overhead", "text", "image", "transfer", "storage", "waiting", "checkpoint")
 
 
 @dataclass
@@ -293,6 +299,32 @@ def section_waiting(quick: bool) -> list[Row]:
     ]
 
 
+def section_checkpoint(quick: bool) -> list[Row]:
+    cfg = bench_checkpoint.configure(
+        argparse.Namespace(quick=quick, lib=["chute", "grain", "torch"], rounds=1)
+    )
+    res = bench_checkpoint.measure(cfg)
+    bad = [lib for lib, r in res.items() if r.mismatches]
+    if bad:
+        raise AssertionError(f"checkpoint: restored batches differ for {bad}")
+    return [
+        Row(
+            "checkpoint: get_state(), packed text, 2 workers (median)",
+            "us",
+            {lib: statistics.median(r.get_state_s) * 1e6 for lib, r in res.items()},
+            higher_is_better=False,
+            note="torch: padded, StatefulDataLoader.state_dict()",
+        ),
+        Row(
+            "checkpoint: restore to first batch, packed text, 2 workers",
+            "s",
+            {lib: statistics.median(r.restore_s) for lib, r in res.items()},
+            higher_is_better=False,
+            note="fresh iterator + set_state + next, worker start-up included",
+        ),
+    ]
+
+
 SECTION_FUNCS: dict[str, Callable[[bool], list[Row]]] = {
     "overhead": section_overhead,
     "text": section_text,
@@ -300,6 +332,7 @@ SECTION_FUNCS: dict[str, Callable[[bool], list[Row]]] = {
     "transfer": section_transfer,
     "storage": section_storage,
     "waiting": section_waiting,
+    "checkpoint": section_checkpoint,
 }
 
 

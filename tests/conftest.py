@@ -37,6 +37,19 @@ def shared_data_or_skip() -> Path:
 
 
 @pytest.fixture(scope="session")
+def shared_data_or_skip() -> Path:
+    """`shared/data` with the tokenizer and the corpus script, or the test is skipped."""
+    try:
+        path = shared_data_dir()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    for name in ("bert-base-uncased.tokenizer.json", "make_corpus.py"):
+        if not (path / name).is_file():
+            pytest.skip(f"{path / name} not found (CHUTE_SHARED_DATA or shared/data)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def corpus_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3,000-record corpus made by shared/data/make_corpus.py (real English prose)."""
     out = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
