@@ -28,21 +28,13 @@ def shared_data_dir() -> Path:
     )
 
 
-def shared_data_or_skip() -> Path:
-    """`shared_data_dir()`, or the test is skipped with the reason (a checkout on its own)."""
-    try:
-        return shared_data_dir()
-    except RuntimeError as e:
-        pytest.skip(f"needs the real corpus and tokenizer: {e}")
-
-
-@pytest.fixture(scope="session")
-def shared_data_or_skip() -> Path:
-    """`shared/data` with the tokenizer and the corpus script, or the test is skipped."""
+def shared_data_or_skip_now() -> Path:
+    """`shared/data` with the tokenizer and the corpus script, or the test is skipped with
+    the reason (a checkout on its own)."""
     try:
         path = shared_data_dir()
     except RuntimeError as e:
-        pytest.skip(str(e))
+        pytest.skip(f"needs the real corpus and tokenizer: {e}")
     for name in ("bert-base-uncased.tokenizer.json", "make_corpus.py"):
         if not (path / name).is_file():
             pytest.skip(f"{path / name} not found (CHUTE_SHARED_DATA or shared/data)")
@@ -50,11 +42,17 @@ def shared_data_or_skip() -> Path:
 
 
 @pytest.fixture(scope="session")
+def shared_data_or_skip() -> Path:
+    """The fixture of `shared_data_or_skip_now()`."""
+    return shared_data_or_skip_now()
+
+
+@pytest.fixture(scope="session")
 def corpus_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3,000-record corpus made by shared/data/make_corpus.py (real English prose)."""
     out = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
     subprocess.run(
-        [sys.executable, str(shared_data_or_skip() / "make_corpus.py"), str(out), "3000"],
+        [sys.executable, str(shared_data_or_skip_now() / "make_corpus.py"), str(out), "3000"],
         check=True,
         capture_output=True,
     )
@@ -68,7 +66,7 @@ def corpus_records(corpus_path: Path) -> list[bytes]:
 
 @pytest.fixture(scope="session")
 def tokenizer_path() -> Path:
-    return shared_data_or_skip() / "bert-base-uncased.tokenizer.json"
+    return shared_data_or_skip_now() / "bert-base-uncased.tokenizer.json"
 
 
 def loads(record: bytes) -> dict[str, object]:
