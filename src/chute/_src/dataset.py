@@ -143,6 +143,12 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         counts, nor a user's function (a state restores after a map function is fixed)."""
         return ""
 
+    @property
+    def position_params(self) -> str:
+        """What of this stage's parameters fixes where its elements are, as its state
+        records it (`_fingerprint_params()`, which stages override)."""
+        return self._fingerprint_params()
+
     def cache_identity(self) -> dict[str, Any]:
         """What, besides its parents, decides this stage's elements: named values that
         `IterDataset.cache(path)` hashes into its key, with the stage's type and the same of

@@ -7,7 +7,8 @@ stage's class; it reads `node.role` and calls the methods that role promises:
 - `READER`: `to_iter_dataset`, reading its one MapDataset parent in index order. It has
   `with_executor(executor_factory, computed)`: the same stage, its chunks computed by another
   `ChunkExecutor` (`_src/executors.py`), from `computed` (the parent plus stages moved
-  into it), with the parent's state and fingerprint.
+  into it), with the parent's state and fingerprint; and `allow_nones`: whether it hands
+  filtered elements on as None (then the stages above it must see them).
 - `ELEMENT_WISE`: each output depends on one input alone, whatever its position (`map`,
   `filter`): `as_map_stage(parent)` gives the equivalent MapDataset stage on `parent`, so
   `mp_prefetch` can move it into the workers.

@@ -203,7 +203,8 @@ def _substitute(
         node = node.parents[0]  # type: ignore[assignment]
     if node.role is StageRole.READER:
         kept: list[IterDataset[Any]] = []
-        if getattr(node, "allow_nones", False):
+        # A reader (`_src/protocol.py`, READER) that hands filtered elements on as None:
+        if node.allow_nones:  # type: ignore[attr-defined]
             # The stages above see the Nones: they stay in the main process, as they are.
             hoisted, kept = [], hoisted
         mapped: MapDataset[Any] = node.parents[0]  # type: ignore[assignment]
@@ -221,7 +222,7 @@ def _substitute(
 
         out: IterDataset[Any] = node.with_executor(executor)  # type: ignore[attr-defined]
         for stage in reversed(hoisted):
-            out = _DoneInWorkers(out, stage.stage_name, stage._fingerprint_params())
+            out = _DoneInWorkers(out, stage.stage_name, stage.position_params)
         for stage in reversed(kept):
             out = stage.with_parents([out])
         return out
