@@ -309,3 +309,78 @@ def test_index_sampler_gives_each_shard_a_contiguous_range() -> None:
             data_source=list(range(10)), sampler=chute.SequentialSampler(10, options)
         )
         assert list(seq) == list(range(shard, 10, 3))  # Grain's DataLoader strides
+
+
+# -- 4. worker processes ---------------------------------------------------------------------
+
+
+def _two_workers(ds: chute.IterDataset[Any]) -> chute.IterDataset[Any]:
+    return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+
+
+def test_sys_exit_in_a_worker_is_a_runtime_error_naming_code_and_element() -> None:
+    """Grain: the worker process dies, and `next` raises RuntimeError("Worker process was
+    terminated unexpectedly with exit code 123 ..."). chute's worker lives on; the
+    consumer gets the elements before and a RuntimeError naming the code and element."""
+    import sys
+
+    def exits_at_5(x: int) -> int:
+        if x == 5:
+            sys.exit(123)
+        return x
+
+    it = iter(_two_workers(chute.MapDataset.range(10).map(exits_at_5).to_iter_dataset()))
+    got = []
+    with pytest.raises(RuntimeError, match=r"element at index 5.*exit code 123") as info:
+        for x in it:
+            got.append(x)
+    assert got == [0, 1, 2, 3, 4]
+    assert not isinstance(info.value, SystemExit)
+
+    class ExitsAt5(chute.transforms.MapTransform):
+        def map(self, element: int) -> int:
+            return exits_at_5(element)
+
+    loader = chute.DataLoader(
+        data_source=list(range(10)),
+        sampler=chute.SequentialSampler(10),
+        operations=[ExitsAt5()],
+        worker_count=2,
+    )
+    with pytest.raises(RuntimeError, match=r"element at index 5.*exit code 123"):
+        list(loader)
+
+
+class _Locked:
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, x: int) -> int:
+        return x
+
+
+def test_unpicklable_transform_raises_the_picklers_own_error_with_chutes_note() -> None:
+    """Grain: `TypeError: cannot pickle '_thread.lock' object`, with the note "Dataset:
+    MapMapDataset(...) cannot be pickled!". chute raises the same exception, its note
+    naming the stage and the fix."""
+    ds = _two_workers(chute.MapDataset.range(10).map(_Locked()).to_iter_dataset())
+    with pytest.raises(TypeError, match=r"cannot pickle '_thread\.lock' object") as info:
+        next(iter(ds))
+    assert not isinstance(info.value, chute.multiprocessing.NotPicklableError)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "stage MapMapDataset(transform=" in notes and "cannot be pickled" in notes
+
+
+def test_a_local_worker_init_fn_is_accepted(tmp_path: Any) -> None:
+    """Grain ships `worker_init_fn` to its workers with the dataset; a closure works."""
+    marker = tmp_path
+
+    def init(index: int, count: int) -> None:
+        (marker / f"{index}-of-{count}").touch()
+
+    ds = chute.MapDataset.range(8).to_iter_dataset()
+    out = list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2), worker_init_fn=init))
+    assert out == list(range(8))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0-of-2", "1-of-2"]
