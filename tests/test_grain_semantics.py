@@ -384,3 +384,48 @@ def test_a_local_worker_init_fn_is_accepted(tmp_path: Any) -> None:
     out = list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2), worker_init_fn=init))
     assert out == list(range(8))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0-of-2", "1-of-2"]
+
+
+# -- 5. checks Grain makes -------------------------------------------------------------------
+
+
+def test_user_seeds_of_33_bits_are_rejected_where_grain_rejects_them() -> None:
+    """Grain: `shuffle(seed)` and `IndexSampler(seed=)` take seeds in [0, 2**32)."""
+    with pytest.raises(ValueError, match=r"shuffle: seed=4294967296 .*\[0, 2\*\*32\)"):
+        chute.MapDataset.range(5).shuffle(seed=2**32)
+    with pytest.raises(ValueError, match=r"IndexSampler: seed=4294967296 .*\[0, 2\*\*32\)"):
+        chute.IndexSampler(5, shuffle=True, seed=2**32)
+    assert len(chute.MapDataset.range(5).shuffle(seed=2**32 - 1)) == 5
+    # Where Grain takes any int (the pipeline seed, SequentialSampler), so does chute; and
+    # the 64-bit seeds chute derives from them restore from a state.
+    ds = chute.MapDataset.range(20).seed(2**40).shuffle().to_iter_dataset()
+    chute.SequentialSampler(5, seed=2**40)
+    assert_equal_output_after_checkpoint(ds)
+    g = _grain()
+    with pytest.raises(ValueError, match=r"2\*\*32-1"):
+        g.MapDataset.range(5).shuffle(seed=2**32)
+    with pytest.raises(ValueError, match="32-bit"):
+        g.samplers.IndexSampler(5, shuffle=True, seed=2**32)
+    assert len(g.MapDataset.range(5).seed(2**40).shuffle()) == 5
+
+
+def test_repeat_of_an_infinite_dataset_raises_as_grain() -> None:
+    """Grain: "Repeating already infinite dataset ... does nothing." (ValueError)."""
+    with pytest.raises(ValueError, match="already repeats forever"):
+        chute.MapDataset.range(3).repeat().repeat()
+    assert len(chute.MapDataset.range(3).repeat(2).repeat(2)) == 12
+    g = _grain()
+    with pytest.raises(ValueError, match="infinite"):
+        g.MapDataset.range(3).repeat().repeat()
+
+
+def test_rebatch_to_size_0_raises_as_grain() -> None:
+    """Grain: `ValueError("batch_size must be positive.")`."""
+    batches = chute.MapDataset.range(4).to_iter_dataset().batch(2)
+    with pytest.raises(ValueError, match="batch_size=0 is invalid"):
+        ex.RebatchIterDataset(batches, batch_size=0)
+    g = _grain()
+    with pytest.raises(ValueError, match="positive"):
+        g.experimental.RebatchIterDataset(
+            g.MapDataset.range(4).to_iter_dataset().batch(2), batch_size=0
+        )
