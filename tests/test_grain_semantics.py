@@ -429,3 +429,30 @@ def test_rebatch_to_size_0_raises_as_grain() -> None:
         g.experimental.RebatchIterDataset(
             g.MapDataset.range(4).to_iter_dataset().batch(2), batch_size=0
         )
+
+
+@pytest.mark.parametrize("where", ["iter", "map", "map_in_workers"])
+def test_a_filter_that_drops_everything_warns_as_grain(where: str) -> None:
+    """Grain checks every 1000 elements a filter tests and, at 90 % dropped or more,
+    warns "Transformation ... skipped 100.00 % of the last seen 1000 elements" (with
+    absl logging; chute with `warnings`). A MapDataset filter is checked where
+    `to_iter_dataset` skips what it dropped."""
+    ds = chute.MapDataset.range(3000)
+    if where == "iter":
+        it_ds = ds.to_iter_dataset().filter(lambda x: x < 0)
+    else:
+        it_ds = ds.filter(lambda x: x < 0).to_iter_dataset()
+        if where == "map_in_workers":
+            it_ds = it_ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+    with pytest.warns(UserWarning, match=r"skipped 100\.00 % of the last seen \d+ elements"):
+        assert list(it_ds) == []
+
+
+def test_a_filter_that_keeps_a_fifth_does_not_warn() -> None:
+    import warnings
+
+    ds = chute.MapDataset.range(5000).to_iter_dataset().filter(lambda x: x % 5 == 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(ds)) == 1000
+        assert len(list(chute.MapDataset.range(5000).filter(lambda x: x % 5 == 0))) == 1000
