@@ -456,3 +456,122 @@ def test_a_filter_that_keeps_a_fifth_does_not_warn() -> None:
         warnings.simplefilter("error")
         assert len(list(ds)) == 1000
         assert len(list(chute.MapDataset.range(5000).filter(lambda x: x % 5 == 0))) == 1000
+
+
+# -- 6. subclassing, and the thread prefetch ------------------------------------------------
+
+
+def _subclasses(base: Any) -> tuple[Any, Any]:
+    class Doubled(base.MapDataset):
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parents=parent)  # one dataset, not a list
+
+        def __len__(self) -> int:
+            return len(self.parents[0])
+
+        def __getitem__(self, index: Any) -> Any:
+            return self.parents[0][index] * 2
+
+    class Passed(base.IterDataset):
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parents=parent)
+
+        def __iter__(self) -> Any:
+            return iter(self.parents[0])
+
+    return Doubled, Passed
+
+
+@pytest.mark.parametrize("lib", ["chute", "grain"])
+def test_a_single_dataset_passed_as_parents(lib: str) -> None:
+    """Grain's MapDataset and IterDataset take `parents=ds` as well as a list."""
+    base = chute if lib == "chute" else _grain()
+    doubled, passed = _subclasses(base)
+    ds = doubled(base.MapDataset.range(3))
+    assert len(ds.parents) == 1 and list(ds) == [0, 2, 4]
+    it_ds = passed(base.MapDataset.range(3).to_iter_dataset())
+    assert len(it_ds.parents) == 1 and list(it_ds) == [0, 1, 2]
+    assert list(passed(base.MapDataset.range(3))) == [0, 1, 2]
+
+
+class _Counting(chute.DatasetIterator[int]):
+    """A user's iterator (Grain's way: its own state, no `stage` key) that counts what it
+    has produced."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.i = n, 0
+
+    def __next__(self) -> int:
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        return self.i - 1
+
+    def get_state(self) -> dict[str, Any]:
+        return {"i": self.i}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.i = state["i"]
+
+
+class _CountingDataset(chute.IterDataset[int]):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.made: list[_Counting] = []
+
+    def __iter__(self) -> chute.DatasetIterator[int]:
+        self.made.append(_Counting(self.n))
+        return self.made[-1]
+
+
+@pytest.mark.parametrize("size", [0, 3])
+def test_thread_prefetch_over_a_users_iterator_has_the_users_state(size: int) -> None:
+    """Grain's ThreadPrefetchIterDataset hands out its parent's state unchanged."""
+    ds = ex.ThreadPrefetchIterDataset(_CountingDataset(10), prefetch_buffer_size=size)
+    it = iter(ds)
+    assert [next(it), next(it)] == [0, 1]
+    assert it.get_state() == {"i": 2}
+    assert list(it) == list(range(2, 10))
+    it.set_state({"i": 2})
+    assert list(it) == list(range(2, 10))
+    assert_equal_output_after_checkpoint(ds)
+    assert_equal_output_after_checkpoint(ds.map(lambda x: x + 1).batch(3))
+
+
+def _prefetch_threads() -> int:
+    import threading
+
+    return sum(t.name == "chute-prefetch" for t in threading.enumerate())
+
+
+def test_thread_prefetch_reads_ahead_between_calls_with_an_exact_state() -> None:
+    """As Grain's: a thread fills the buffer while the consumer does other work; the state
+    is the position of the next element the consumer gets, not the thread's."""
+    import gc
+    import time
+
+    source = _CountingDataset(100)
+    ds = ex.ThreadPrefetchIterDataset(source, prefetch_buffer_size=5)
+    before = _prefetch_threads()
+    it = iter(ds)
+    assert next(it) == 0
+    deadline = time.monotonic() + 10
+    while source.made[-1].i < 7 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the consumer is busy; the thread reads on
+    time.sleep(0.1)
+    assert source.made[-1].i == 7  # 1 handed out, 5 buffered, 1 waiting for room; no more
+    assert it.get_state() == {"i": 1}
+    assert _prefetch_threads() == before + 1
+    it.close()
+    assert _prefetch_threads() == before  # close() joins the thread
+    it = iter(ds)
+    next(it)
+    assert _prefetch_threads() == before + 1
+    del it
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _prefetch_threads() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _prefetch_threads() == before  # garbage collection stops it
