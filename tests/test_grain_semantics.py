@@ -309,3 +309,269 @@ def test_index_sampler_gives_each_shard_a_contiguous_range() -> None:
             data_source=list(range(10)), sampler=chute.SequentialSampler(10, options)
         )
         assert list(seq) == list(range(shard, 10, 3))  # Grain's DataLoader strides
+
+
+# -- 4. worker processes ---------------------------------------------------------------------
+
+
+def _two_workers(ds: chute.IterDataset[Any]) -> chute.IterDataset[Any]:
+    return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+
+
+def test_sys_exit_in_a_worker_is_a_runtime_error_naming_code_and_element() -> None:
+    """Grain: the worker process dies, and `next` raises RuntimeError("Worker process was
+    terminated unexpectedly with exit code 123 ..."). chute's worker lives on; the
+    consumer gets the elements before and a RuntimeError naming the code and element."""
+    import sys
+
+    def exits_at_5(x: int) -> int:
+        if x == 5:
+            sys.exit(123)
+        return x
+
+    it = iter(_two_workers(chute.MapDataset.range(10).map(exits_at_5).to_iter_dataset()))
+    got = []
+    with pytest.raises(RuntimeError, match=r"element at index 5.*exit code 123") as info:
+        for x in it:
+            got.append(x)
+    assert got == [0, 1, 2, 3, 4]
+    assert not isinstance(info.value, SystemExit)
+
+    class ExitsAt5(chute.transforms.MapTransform):
+        def map(self, element: int) -> int:
+            return exits_at_5(element)
+
+    loader = chute.DataLoader(
+        data_source=list(range(10)),
+        sampler=chute.SequentialSampler(10),
+        operations=[ExitsAt5()],
+        worker_count=2,
+    )
+    with pytest.raises(RuntimeError, match=r"element at index 5.*exit code 123"):
+        list(loader)
+
+
+class _Locked:
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, x: int) -> int:
+        return x
+
+
+def test_unpicklable_transform_raises_the_picklers_own_error_with_chutes_note() -> None:
+    """Grain: `TypeError: cannot pickle '_thread.lock' object`, with the note "Dataset:
+    MapMapDataset(...) cannot be pickled!". chute raises the same exception, its note
+    naming the stage and the fix."""
+    ds = _two_workers(chute.MapDataset.range(10).map(_Locked()).to_iter_dataset())
+    with pytest.raises(TypeError, match=r"cannot pickle '_thread\.lock' object") as info:
+        next(iter(ds))
+    assert not isinstance(info.value, chute.multiprocessing.NotPicklableError)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "stage MapMapDataset(transform=" in notes and "cannot be pickled" in notes
+
+
+def test_a_local_worker_init_fn_is_accepted(tmp_path: Any) -> None:
+    """Grain ships `worker_init_fn` to its workers with the dataset; a closure works."""
+    marker = tmp_path
+
+    def init(index: int, count: int) -> None:
+        (marker / f"{index}-of-{count}").touch()
+
+    ds = chute.MapDataset.range(8).to_iter_dataset()
+    out = list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2), worker_init_fn=init))
+    assert out == list(range(8))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0-of-2", "1-of-2"]
+
+
+# -- 5. checks Grain makes -------------------------------------------------------------------
+
+
+def test_user_seeds_of_33_bits_are_rejected_where_grain_rejects_them() -> None:
+    """Grain: `shuffle(seed)` and `IndexSampler(seed=)` take seeds in [0, 2**32)."""
+    with pytest.raises(ValueError, match=r"shuffle: seed=4294967296 .*\[0, 2\*\*32\)"):
+        chute.MapDataset.range(5).shuffle(seed=2**32)
+    with pytest.raises(ValueError, match=r"IndexSampler: seed=4294967296 .*\[0, 2\*\*32\)"):
+        chute.IndexSampler(5, shuffle=True, seed=2**32)
+    assert len(chute.MapDataset.range(5).shuffle(seed=2**32 - 1)) == 5
+    # Where Grain takes any int (the pipeline seed, SequentialSampler), so does chute; and
+    # the 64-bit seeds chute derives from them restore from a state.
+    ds = chute.MapDataset.range(20).seed(2**40).shuffle().to_iter_dataset()
+    chute.SequentialSampler(5, seed=2**40)
+    assert_equal_output_after_checkpoint(ds)
+    g = _grain()
+    with pytest.raises(ValueError, match=r"2\*\*32-1"):
+        g.MapDataset.range(5).shuffle(seed=2**32)
+    with pytest.raises(ValueError, match="32-bit"):
+        g.samplers.IndexSampler(5, shuffle=True, seed=2**32)
+    assert len(g.MapDataset.range(5).seed(2**40).shuffle()) == 5
+
+
+def test_repeat_of_an_infinite_dataset_raises_as_grain() -> None:
+    """Grain: "Repeating already infinite dataset ... does nothing." (ValueError)."""
+    with pytest.raises(ValueError, match="already repeats forever"):
+        chute.MapDataset.range(3).repeat().repeat()
+    assert len(chute.MapDataset.range(3).repeat(2).repeat(2)) == 12
+    g = _grain()
+    with pytest.raises(ValueError, match="infinite"):
+        g.MapDataset.range(3).repeat().repeat()
+
+
+def test_rebatch_to_size_0_raises_as_grain() -> None:
+    """Grain: `ValueError("batch_size must be positive.")`."""
+    batches = chute.MapDataset.range(4).to_iter_dataset().batch(2)
+    with pytest.raises(ValueError, match="batch_size=0 is invalid"):
+        ex.RebatchIterDataset(batches, batch_size=0)
+    g = _grain()
+    with pytest.raises(ValueError, match="positive"):
+        g.experimental.RebatchIterDataset(
+            g.MapDataset.range(4).to_iter_dataset().batch(2), batch_size=0
+        )
+
+
+@pytest.mark.parametrize("where", ["iter", "map", "map_in_workers"])
+def test_a_filter_that_drops_everything_warns_as_grain(where: str) -> None:
+    """Grain checks every 1000 elements a filter tests and, at 90 % dropped or more,
+    warns "Transformation ... skipped 100.00 % of the last seen 1000 elements" (with
+    absl logging; chute with `warnings`). A MapDataset filter is checked where
+    `to_iter_dataset` skips what it dropped."""
+    ds = chute.MapDataset.range(3000)
+    if where == "iter":
+        it_ds = ds.to_iter_dataset().filter(lambda x: x < 0)
+    else:
+        it_ds = ds.filter(lambda x: x < 0).to_iter_dataset()
+        if where == "map_in_workers":
+            it_ds = it_ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+    with pytest.warns(UserWarning, match=r"skipped 100\.00 % of the last seen \d+ elements"):
+        assert list(it_ds) == []
+
+
+def test_a_filter_that_keeps_a_fifth_does_not_warn() -> None:
+    import warnings
+
+    ds = chute.MapDataset.range(5000).to_iter_dataset().filter(lambda x: x % 5 == 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(ds)) == 1000
+        assert len(list(chute.MapDataset.range(5000).filter(lambda x: x % 5 == 0))) == 1000
+
+
+# -- 6. subclassing, and the thread prefetch ------------------------------------------------
+
+
+def _subclasses(base: Any) -> tuple[Any, Any]:
+    class Doubled(base.MapDataset):
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parents=parent)  # one dataset, not a list
+
+        def __len__(self) -> int:
+            return len(self.parents[0])
+
+        def __getitem__(self, index: Any) -> Any:
+            return self.parents[0][index] * 2
+
+    class Passed(base.IterDataset):
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parents=parent)
+
+        def __iter__(self) -> Any:
+            return iter(self.parents[0])
+
+    return Doubled, Passed
+
+
+@pytest.mark.parametrize("lib", ["chute", "grain"])
+def test_a_single_dataset_passed_as_parents(lib: str) -> None:
+    """Grain's MapDataset and IterDataset take `parents=ds` as well as a list."""
+    base = chute if lib == "chute" else _grain()
+    doubled, passed = _subclasses(base)
+    ds = doubled(base.MapDataset.range(3))
+    assert len(ds.parents) == 1 and list(ds) == [0, 2, 4]
+    it_ds = passed(base.MapDataset.range(3).to_iter_dataset())
+    assert len(it_ds.parents) == 1 and list(it_ds) == [0, 1, 2]
+    assert list(passed(base.MapDataset.range(3))) == [0, 1, 2]
+
+
+class _Counting(chute.DatasetIterator[int]):
+    """A user's iterator (Grain's way: its own state, no `stage` key) that counts what it
+    has produced."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.i = n, 0
+
+    def __next__(self) -> int:
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        return self.i - 1
+
+    def get_state(self) -> dict[str, Any]:
+        return {"i": self.i}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.i = state["i"]
+
+
+class _CountingDataset(chute.IterDataset[int]):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.made: list[_Counting] = []
+
+    def __iter__(self) -> chute.DatasetIterator[int]:
+        self.made.append(_Counting(self.n))
+        return self.made[-1]
+
+
+@pytest.mark.parametrize("size", [0, 3])
+def test_thread_prefetch_over_a_users_iterator_has_the_users_state(size: int) -> None:
+    """Grain's ThreadPrefetchIterDataset hands out its parent's state unchanged."""
+    ds = ex.ThreadPrefetchIterDataset(_CountingDataset(10), prefetch_buffer_size=size)
+    it = iter(ds)
+    assert [next(it), next(it)] == [0, 1]
+    assert it.get_state() == {"i": 2}
+    assert list(it) == list(range(2, 10))
+    it.set_state({"i": 2})
+    assert list(it) == list(range(2, 10))
+    assert_equal_output_after_checkpoint(ds)
+    assert_equal_output_after_checkpoint(ds.map(lambda x: x + 1).batch(3))
+
+
+def _prefetch_threads() -> int:
+    import threading
+
+    return sum(t.name == "chute-prefetch" for t in threading.enumerate())
+
+
+def test_thread_prefetch_reads_ahead_between_calls_with_an_exact_state() -> None:
+    """As Grain's: a thread fills the buffer while the consumer does other work; the state
+    is the position of the next element the consumer gets, not the thread's."""
+    import gc
+    import time
+
+    source = _CountingDataset(100)
+    ds = ex.ThreadPrefetchIterDataset(source, prefetch_buffer_size=5)
+    before = _prefetch_threads()
+    it = iter(ds)
+    assert next(it) == 0
+    deadline = time.monotonic() + 10
+    while source.made[-1].i < 7 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the consumer is busy; the thread reads on
+    time.sleep(0.1)
+    assert source.made[-1].i == 7  # 1 handed out, 5 buffered, 1 waiting for room; no more
+    assert it.get_state() == {"i": 1}
+    assert _prefetch_threads() == before + 1
+    it.close()
+    assert _prefetch_threads() == before  # close() joins the thread
+    it = iter(ds)
+    next(it)
+    assert _prefetch_threads() == before + 1
+    del it
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _prefetch_threads() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _prefetch_threads() == before  # garbage collection stops it

@@ -125,6 +125,9 @@ def walk() -> list[tuple[str, Any, Any]]:
     seen: dict[int, str] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        for module_name in GRAIN_MODULES:  # submodules as attributes, whatever ran before
+            importlib.import_module(module_name)
+            chute_module(module_name)
         for module_name in GRAIN_MODULES:
             module = importlib.import_module(module_name)
             ours_module = chute_module(module_name)

@@ -254,11 +254,9 @@ def test_breaking_out_and_garbage_collection_leave_nothing() -> None:
 def test_unpicklable_stage_is_named_before_any_worker_starts() -> None:
     ds = chute.MapDataset.range(10).map(mpp.HoldsALock()).to_iter_dataset()
     before = worker_pids()
-    with pytest.raises(
-        chute.multiprocessing.NotPicklableError,
-        match=r"stage MapMapDataset\(transform=HoldsALock.*cannot be pickled",
-    ):
+    with pytest.raises(TypeError, match="cannot pickle") as info:  # the pickler's own, as Grain
         iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+    assert "stage MapMapDataset(transform=HoldsALock" in "\n".join(info.value.__notes__)
     assert not (worker_pids() - before)
 
 

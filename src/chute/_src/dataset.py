@@ -79,8 +79,11 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
     """True for a stage the engine put in the pipeline, not the user (a stand-in for a
     stage moved into worker processes): the debug summary does not show it."""
 
-    def __init__(self, parents: Sequence[_Node] = ()) -> None:
-        self._parents: tuple[_Node, ...] = tuple(parents)
+    def __init__(self, parents: _Node | Sequence[_Node] = ()) -> None:
+        # One dataset may be given alone, as in Grain: `super().__init__(parents=ds)`.
+        self._parents: tuple[_Node, ...] = (
+            (parents,) if isinstance(parents, _Node) else tuple(parents)
+        )
         self._pipeline_seed: int | None = next(
             (p._pipeline_seed for p in self._parents if p._pipeline_seed is not None), None
         )
@@ -263,7 +266,7 @@ class MapDataset(_Node, Generic[T]):
 
     _parents: tuple[MapDataset[Any], ...]
 
-    def __init__(self, parents: Sequence[MapDataset[Any]] = ()) -> None:
+    def __init__(self, parents: MapDataset[Any] | Sequence[MapDataset[Any]] = ()) -> None:
         super().__init__(parents)
         # True when some upstream stage may produce None (a filtered element).
         self._may_be_none: bool = any(p._may_be_none for p in self._parents)

@@ -50,6 +50,8 @@ class IndexSampler:
     (10, [0, 1, 2, 3, 4])
     """
 
+    _seed_bits = 32  # Grain's IndexSampler takes 32-bit seeds
+
     def __init__(
         self,
         num_records: int,
@@ -76,7 +78,7 @@ class IndexSampler:
                 "so that runs are reproducible; pass seed=42 (any int)."
             )
         if seed is not None:
-            seed = validate_seed(seed, "IndexSampler")
+            seed = validate_seed(seed, type(self).__name__, self._seed_bits)
         if shard_options is not None and not isinstance(shard_options, ShardOptions):
             raise TypeError(
                 f"IndexSampler: shard_options={shard_options!r} is not a ShardOptions: pass "
@@ -166,6 +168,8 @@ class SequentialSampler(IndexSampler):
     `num_records`, less the remainder with `drop_remainder`), and a DataLoader on shard
     `s` of `c` reads steps `s, s + c, s + 2c, ...`: records dealt out in turn.
     """
+
+    _seed_bits = 64  # Grain's SequentialSampler does not check its seed
 
     def __init__(
         self,

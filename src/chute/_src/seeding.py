@@ -48,17 +48,20 @@ def mix64_array(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def validate_seed(seed: Any, where: str) -> int:
-    """Returns `seed` as an int, or raises naming `where`, the rule and the fix."""
+def validate_seed(seed: Any, where: str, bits: int = 64) -> int:
+    """Returns `seed` as an int, or raises naming `where`, the rule and the fix.
+
+    `bits=32` where Grain takes only 32-bit seeds (`shuffle(seed)`, `IndexSampler`);
+    seeds chute derives itself are 64-bit and never pass through here."""
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
         raise TypeError(
             f"{where}: seed={seed!r} of type {type(seed).__name__} is invalid: a seed must be "
             "an int; pass an integer such as seed=42."
         )
     seed = operator.index(seed)
-    if seed < 0 or seed > MASK64:
+    if seed < 0 or seed >= 1 << bits:
         raise ValueError(
-            f"{where}: seed={seed} is out of range: a seed must be in [0, 2**64); "
+            f"{where}: seed={seed} is out of range: a seed must be in [0, 2**{bits}); "
             "pass a non-negative integer such as seed=42."
         )
     return seed

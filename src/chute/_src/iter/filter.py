@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import add_stage_note
+from chute._src.filter_check import SkipCounter
 from chute._src.iterator import DatasetIterator
 from chute._src.protocol import StageRole
 from chute._src.transforms import as_filter_fn, describe
@@ -40,6 +41,7 @@ class _FilterIterator(DatasetIterator[T]):
         self._fn = ds._fn
         self._ds = ds
         self._seen = 0  # elements tested, to name the failing one
+        self._counter = SkipCounter(ds)
 
     def __next__(self) -> T:
         parent, fn = self._parent, self._fn
@@ -52,7 +54,9 @@ class _FilterIterator(DatasetIterator[T]):
                 raise
             self._seen += 1
             if keep:
+                self._counter.add(1, 0)
                 return x
+            self._counter.add(0, 1)
 
     def _next_many(self, n: int) -> list[T]:
         out: list[T] = []
@@ -61,6 +65,7 @@ class _FilterIterator(DatasetIterator[T]):
             xs = self._parent._next_many(n - len(out))
             if not xs:
                 break
+            kept = 0
             for j, x in enumerate(xs):
                 try:
                     keep = fn(x)
@@ -69,5 +74,7 @@ class _FilterIterator(DatasetIterator[T]):
                     raise
                 if keep:
                     out.append(x)
+                    kept += 1
             self._seen += len(xs)
+            self._counter.add(kept, len(xs) - kept)
         return out

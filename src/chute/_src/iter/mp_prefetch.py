@@ -382,8 +382,10 @@ class _ChunkWorker:
         failure: RemoteFailure | None = None
         try:
             items = ds._getitems(np.arange(start, start + k, dtype=np.int64))
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             items, exc = _elements_before_failure(ds, start, k, e)
+            if isinstance(exc, SystemExit):
+                exc = _exit_as_error(exc, start + len(items))
             failure = RemoteFailure.capture(exc) if exc is not None else None
         figures = self._take_figures() if self._take_figures is not None else []
         return time.perf_counter() - t0, items, figures, failure
@@ -409,13 +411,30 @@ class _ChunkWorker:
         return "chute worker"
 
 
+class _ShippedInit:
+    """`worker_init_fn` pickled as the pipeline is (by value, so closures and lambdas
+    work), called in each worker."""
+
+    def __init__(self, payload: bytes) -> None:
+        self._payload = payload
+
+    @staticmethod
+    def of(fn: Callable[[int, int], None] | None) -> _ShippedInit | None:
+        if fn is None:
+            return None
+        return _ShippedInit(pipeline_pickle.dumps(fn, [fn], "mp_prefetch: worker_init_fn"))
+
+    def __call__(self, worker_index: int, num_workers: int) -> None:
+        pipeline_pickle.loads(self._payload)(worker_index, num_workers)
+
+
 def _out_of_band(_: pickle.PickleBuffer) -> bool:
     return False  # array data is not copied when checking that an element pickles
 
 
 def _elements_before_failure(
-    ds: MapDataset[Any], start: int, k: int, exc: Exception
-) -> tuple[list[Any], Exception | None]:
+    ds: MapDataset[Any], start: int, k: int, exc: Exception | SystemExit
+) -> tuple[list[Any], Exception | SystemExit | None]:
     """Elements `[start, start + k)` one at a time, up to the first that raises; with its
     exception (None if each element alone succeeds)."""
     if k == 1:
@@ -424,9 +443,21 @@ def _elements_before_failure(
     for i in range(start, start + k):
         try:
             items.extend(ds._getitems(np.array([i], dtype=np.int64)))
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             return items, e
     return items, None
+
+
+def _exit_as_error(exc: SystemExit, index: int) -> RuntimeError:
+    """A `sys.exit()` in a worker, as the main process receives it: a RuntimeError (as
+    Grain's, whose worker process dies) naming the exit code and the element."""
+    error = RuntimeError(
+        f"chute: computing the element at index {index}, the worker process called "
+        f"sys.exit() with exit code {exc.code!r}. A transform cannot end the program from "
+        "a worker; raise an exception instead."
+    )
+    error.__cause__ = exc
+    return error
 
 
 class _Ticket:
@@ -466,7 +497,7 @@ class _ChunkService:
         self._pool: WorkerPool[tuple[int, int, int], Any] = WorkerPool(
             self._workers,
             _ChunkWorker(payload),
-            worker_init_fn=worker_init_fn,
+            worker_init_fn=_ShippedInit.of(worker_init_fn),
             buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding,
         )
         self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]

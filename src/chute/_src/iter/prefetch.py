@@ -16,6 +16,7 @@ from chute._src import observe
 from chute._src.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.errors import CheckpointError
 from chute._src.executors import ChunkExecutor, InProcess, Threads, nbytes
+from chute._src.filter_check import SkipCounter
 from chute._src.iterator import MAX_POSITION, DatasetIterator, check_int, int_at
 from chute._src.options import ReadOptions
 from chute._src.protocol import StageRole
@@ -128,6 +129,7 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         # Filters moved into the workers leave Nones in the computed dataset too.
         self._skip_none = not allow_nones and (ds._may_be_none or executor.ds._may_be_none)
         self._identity = ds.identity
+        self._filtered = SkipCounter(ds, "to_iter_dataset over ")
         self._buf: list[Any] = []
         self._pos = 0
         self._buf_start = 0  # index of _buf[0]
@@ -175,6 +177,9 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
             raise RuntimeError("next() on a closed iterator: create a new one with iter(ds).")
         items = self._executor.next_chunk(start)
         self._buf, self._pos, self._buf_start = items, 0, start
+        if self._skip_none:
+            skipped = sum(1 for x in items if x is None)  # not count(): arrays compare by value
+            self._filtered.add(len(items) - skipped, skipped)
 
     # -- state and lifecycle ---------------------------------------------------------------
 

@@ -24,6 +24,11 @@ class RepeatMapDataset(MapDataset[T]):
                 "None to repeat forever."
             )
         n = len(parent)
+        if n >= INFINITE:  # as Grain
+            raise ValueError(
+                f"repeat of {parent!r}, which already repeats forever, does nothing: remove "
+                "this repeat (or the one before)."
+            )
         self._num_epochs = num_epochs
         if num_epochs is None:
             self._len = INFINITE if n > 0 else 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from chute._src.dataset import INFINITE, SEED_TAG_SHUFFLE, MapDataset
 from chute._src.index_shuffle import IndexShuffle
-from chute._src.seeding import derive_seed
+from chute._src.seeding import derive_seed, validate_seed
 
 T = TypeVar("T")
 
@@ -28,6 +28,8 @@ class ShuffleMapDataset(MapDataset[T]):
                 f"shuffle of {parent!r}, which repeats forever, is invalid: a global shuffle "
                 "needs a finite epoch; shuffle before repeat: ds.shuffle(seed).repeat()."
             )
+        if seed is not None:  # Grain takes a 32-bit seed here (ds.seed(s) takes any)
+            seed = validate_seed(seed, "shuffle", bits=32)
         self._seed = self._op_seed(seed, SEED_TAG_SHUFFLE, "shuffle")
         self._n = len(parent)
         self._perms: dict[int, IndexShuffle] = {}

@@ -162,7 +162,7 @@ def run_worker(spec: WorkerSpec) -> None:
             try:
                 spec.worker_init_fn(index, count)
             except BaseException as e:
-                sender.send_error(-1, e)
+                sender.send_error(-1, _exit_as_error(e, "worker_init_fn"))
                 while tasks.get() is not None:
                     pass  # the main process closes the pool on this error
                 return
@@ -172,7 +172,7 @@ def run_worker(spec: WorkerSpec) -> None:
             try:
                 result = worker_fn(index, count, pickle.loads(frame[9:]))
             except BaseException as e:
-                sender.send_error(seq, e)
+                sender.send_error(seq, _exit_as_error(e, "a task"))
                 continue
             try:
                 sender.send_result(seq, result)
@@ -183,6 +183,19 @@ def run_worker(spec: WorkerSpec) -> None:
             del result
     except (BrokenPipeError, ConnectionError):
         pass  # the main process closed the pool while we were sending
+
+
+def _exit_as_error(exc: BaseException, what: str) -> BaseException:
+    """A `sys.exit()` in a worker reaches the main process as a RuntimeError naming the
+    exit code (as Grain's dead worker does), never as a SystemExit that would end it."""
+    if not isinstance(exc, SystemExit):
+        return exc
+    error = RuntimeError(
+        f"chute: {what} called sys.exit() in a worker process with exit code "
+        f"{exc.code!r}; raise an exception instead."
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _send_unpicklable(
