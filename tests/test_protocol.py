@@ -115,16 +115,6 @@ def _records(it: Any) -> dict[str, tuple[str, bool, bool]]:
     return {r.name: (r.role, r.pass_through, r.internal) for r, _ in it.top.records()}
 
 
-@pytest.fixture
-def debug_mode() -> Any:
-    chute.config.update("py_debug_mode", True)
-    chute.config.update("py_debug_summary_interval_s", 1e9)
-    try:
-        yield
-    finally:
-        chute.config.update("py_debug_mode", False)
-
-
 def test_debug_records_carry_roles_pass_through_and_internal_stages(
     debug_mode: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
