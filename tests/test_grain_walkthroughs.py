@@ -98,8 +98,21 @@ def _chute_params() -> list:
     ]
 
 
+# One script per Grain tutorial topic.
+TOPICS = {
+    "walk_dataset_basics",
+    "walk_dataset_advanced",
+    "walk_data_loader",
+    "walk_samplers",
+    "walk_transformations",
+    "walk_data_sources",
+    "walk_packing",
+    "walk_debugging",
+}
+
+
 def test_every_script_is_found() -> None:
-    assert SCRIPTS, "no walk_*.py scripts found"
+    assert {p.stem for p in SCRIPTS} == TOPICS
 
 
 @pytest.mark.parametrize("script", _chute_params())
