@@ -94,6 +94,15 @@ def get(name: str) -> Any:
     return _values[name]
 
 
+def get_or_default(name: str) -> Any:
+    """The current value of option `name`, as Grain's `config.get_or_default`.
+
+    Grain reads its options from absl flags and falls back to a flag's default while the
+    flags are unparsed; chute's options are not flags, so this is `get`.
+    """
+    return get(name)
+
+
 def instrumented() -> bool:
     """True when new iterators must record statistics or the pipeline graph."""
     return (
