@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         resumed.close()
     same = all(all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(expected, got))
     print(
-        f"resumed in a fresh pipeline ({other} workers instead of {args.workers}): "
+        f"resumed in a fresh pipeline ({other} worker{'s' if other != 1 else ''} instead of {args.workers}): "
         f"next 20 batches {'identical' if same else 'DIFFERENT'}"
     )
     return 0 if same else 1
