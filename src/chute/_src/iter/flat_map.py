@@ -10,7 +10,7 @@ from chute._src.iter.pack_common import (
     ReplayReader,
     check_mark,
     mark_state,
-    replay_error,
+    replay_to_piece,
     restore_parent,
 )
 from chute._src.iterator import MAX_POSITION, DatasetIterator
@@ -94,13 +94,11 @@ class _FlatMapIterator(DatasetIterator[Any]):
         self._reader.seek(mark, path)
         self._parts, self._next, self._mark = [], 0, None
         if mark.piece:
-            try:
+
+            def refill() -> int:
                 self._split_next()
-            except StopIteration:
-                raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
-            if mark.piece >= len(self._parts):
-                raise replay_error(
-                    path, "piece", mark.piece, f"the element there has {len(self._parts)} parts"
-                )
+                return len(self._parts)
+
+            replay_to_piece(mark, path, refill, "the element there has {n} parts")
             self._next = mark.piece
             self._mark = Mark(mark.parent_state, mark.skip)  # the state restored, exactly

@@ -20,7 +20,7 @@ Two ideas keep it fast and its state small:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +154,18 @@ def restore_parent(it: DatasetIterator[Any], mark: Mark, path: str) -> None:
 def replay_error(path: str, key: str, value: Any, what: str) -> CheckpointError:
     """The error for a state whose replay found less upstream than it records."""
     return bad_value(path, key, value, f"{what} (found when re-reading the stream there)")
+
+
+def replay_to_piece(mark: Mark, path: str, refill: Callable[[], int], holds: str) -> None:
+    """After `seek(mark)`, for a mark inside a group (`mark.piece` > 0): `refill()` reads the
+    group the mark points into and returns its size, which must exceed `mark.piece`;
+    `holds` names what the group holds in the error ("the window there has {n} elements")."""
+    try:
+        n = refill()
+    except StopIteration:
+        raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
+    if mark.piece >= n:
+        raise replay_error(path, "piece", mark.piece, holds.format(n=n))
 
 
 # -- the feature spec ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from chute._src.iter.pack_common import (
     ReplayReader,
     check_mark,
     mark_state,
-    replay_error,
+    replay_to_piece,
     restore_parent,
 )
 from chute._src.iterator import MAX_POSITION, DatasetIterator
@@ -114,14 +114,12 @@ class _RebatchIterator(DatasetIterator[Any]):
         self._reader.seek(mark, path)
         self._cur = None
         if mark.piece:
-            try:
+
+            def refill() -> int:
                 self._read()
-            except StopIteration:
-                raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
-            if mark.piece >= self._cur_rows:
-                raise replay_error(
-                    path, "piece", mark.piece, f"the input batch there has {self._cur_rows} rows"
-                )
+                return self._cur_rows
+
+            replay_to_piece(mark, path, refill, "the input batch there has {n} rows")
             self._offset = mark.piece
             self._cur_mark = Mark(mark.parent_state, mark.skip)  # the state restored, exactly
 

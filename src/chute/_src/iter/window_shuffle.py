@@ -18,7 +18,7 @@ from chute._src.iter.pack_common import (
     ReplayReader,
     check_mark,
     mark_state,
-    replay_error,
+    replay_to_piece,
     restore_parent,
     upstream_count,
 )
@@ -144,12 +144,10 @@ class _WindowShuffleIterator(DatasetIterator[T]):
         self._window = window
         self._start = None
         if mark.piece:
-            try:
+
+            def refill() -> int:
                 self._fill()
-            except StopIteration:
-                raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
-            if mark.piece >= len(self._buf):
-                raise replay_error(
-                    path, "piece", mark.piece, f"the window there has {len(self._buf)} elements"
-                )
+                return len(self._buf)
+
+            replay_to_piece(mark, path, refill, "the window there has {n} elements")
             self._pos = mark.piece
