@@ -7,13 +7,22 @@ import abc
 import bisect
 import threading
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._paths import PathsArg, expand_paths
 
 __all__ = ["Concat", "MultiFileSource"]
 
-F = TypeVar("F")
+
+class OpenFile(Protocol):
+    """What `MultiFileSource` needs of one opened file."""
+
+    num_records: int
+    guard: FileGuard
+
+
+F = TypeVar("F", bound=OpenFile)
 
 
 class Concat:
@@ -49,8 +58,10 @@ class Concat:
 class MultiFileSource(abc.ABC, Generic[F]):
     """Files opened on first use (and again after unpickling, in a worker), one global index.
 
-    Subclasses name the options they keep in `_options` (pickled with the paths) and open
-    one file in `_open_file`; the file object must have `num_records`.
+    Subclasses name the options they keep in `_options` (pickled with the paths), open one
+    file in `_open_file` (an `OpenFile`: `num_records`, `guard`) and read record `i` of an
+    opened file in `_record`. Every read first makes sure the file has not shrunk since it
+    was opened (`FileGuard`: a flag test while leased), once per block in `__getitems__`.
     """
 
     _options: tuple[str, ...] = ()
@@ -70,6 +81,24 @@ class MultiFileSource(abc.ABC, Generic[F]):
     def _open_file(self, path: str) -> F:
         """Opens (and indexes) one file."""
 
+    @abc.abstractmethod
+    def _record(self, f: F, i: int) -> Any:
+        """Record `i` of the opened file `f`, its size already checked."""
+
+    def __getitem__(self, index: int) -> Any:
+        f, i = self._locate(index)
+        f.guard.check(i)  # a file that shrank raises here rather than faulting (SIGBUS)
+        return self._record(f, i)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        checked: set[int] = set()
+        out = []
+        for g in indices:
+            f, i = self._locate(g)
+            f.guard.check_once(checked, i)
+            out.append(self._record(f, i))
+        return out
+
     def __getstate__(self) -> dict[str, Any]:
         return {"paths": self._paths, **{n: getattr(self, f"_{n}") for n in self._options}}
 
@@ -83,7 +112,7 @@ class MultiFileSource(abc.ABC, Generic[F]):
         with self._lock:
             if self._files is None:
                 files = [self._open_file(p) for p in self._paths]
-                self._concat = Concat([f.num_records for f in files])  # type: ignore[attr-defined]
+                self._concat = Concat([f.num_records for f in files])
                 self._files = files
             return self._files
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import array
 import mmap
-import os
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,8 +26,6 @@ except ImportError:  # pragma: no cover - orjson is in the test extra
     _loads = json.loads
 
 _CHUNK = 16 << 20
-_lseek = os.lseek
-_SEEK_END = os.SEEK_END
 
 
 def _line_index(path: str) -> np.ndarray:
@@ -122,14 +118,7 @@ class JsonlDataSource(MultiFileSource["_File"]):
     def _open_file(self, path: str) -> _File:
         return _File(path, self._cache)
 
-    def _read(self, index: int) -> Any:
-        f, i = self._locate(index)
-        guard = f.guard
-        if not guard.leased and _lseek(f.fd, 0, _SEEK_END) < f.size:  # a SIGBUS if read
-            raise guard.error(i)
-        return self._decode_line(f, i)
-
-    def _decode_line(self, f: _File, i: int) -> Any:
+    def _record(self, f: _File, i: int) -> Any:
         line = f.line(i)
         if not self._decode:
             return line
@@ -140,18 +129,6 @@ class JsonlDataSource(MultiFileSource["_File"]):
                 f"{f.path}: record {i} (line {f.line_number(i)}) is not valid JSON ({e}): "
                 f"{line[:80]!r}; fix or drop that line, or read raw lines with decode=False"
             ) from None
-
-    def __getitem__(self, index: int) -> Any:
-        return self._read(index)
-
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        checked: set[int] = set()
-        out = []
-        for g in indices:
-            f, i = self._locate(g)
-            f.guard.check_once(checked, i)
-            out.append(self._decode_line(f, i))
-        return out
 
     def __repr__(self) -> str:
         return f"JsonlDataSource({self._shown_paths()}, decode={self._decode})"

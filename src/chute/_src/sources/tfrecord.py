@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import array
 import mmap
-import os
 import struct
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -20,8 +18,6 @@ from chute._src.sources._paths import PathsArg
 __all__ = ["TFRecordDataSource", "masked_crc32c"]
 
 _HEAD = struct.Struct("<QI")
-_lseek = os.lseek
-_SEEK_END = os.SEEK_END
 _FIX = "the file is truncated or corrupt; re-create it or restore a good copy"
 
 
@@ -96,14 +92,7 @@ class TFRecordDataSource(MultiFileSource["_File"]):
     def _open_file(self, path: str) -> _File:
         return _File(path, self._cache)
 
-    def __getitem__(self, index: int) -> bytes:
-        f, i = self._locate(index)
-        guard = f.guard
-        if not guard.leased and _lseek(f.fd, 0, _SEEK_END) < f.size:  # a SIGBUS if read
-            raise guard.error(i)
-        return self._read(f, i)
-
-    def _read(self, f: _File, i: int) -> bytes:
+    def _record(self, f: _File, i: int) -> bytes:
         mm = f.mm
         assert mm is not None
         start = f.spans[2 * i]
@@ -116,15 +105,6 @@ class TFRecordDataSource(MultiFileSource["_File"]):
             if masked_crc32c(data) != stored:
                 raise DataError(f"{f.path}: record {i}: its data fails its CRC32C check; {_FIX}")
         return data
-
-    def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
-        checked: set[int] = set()
-        out = []
-        for g in indices:
-            f, i = self._locate(g)
-            f.guard.check_once(checked, i)
-            out.append(self._read(f, i))
-        return out
 
     def __repr__(self) -> str:
         return f"TFRecordDataSource({self._shown_paths()}, verify_checksums={self._verify})"
