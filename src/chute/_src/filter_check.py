@@ -17,24 +17,23 @@ WARN_INTERVAL_S = 60.0
 
 
 class SkipCounter:
-    """Counts what a filter keeps and drops; warns when it drops `WARN_RATIO` or more."""
+    """Watches a filter's running totals; warns when it drops `WARN_RATIO` or more of the
+    `CHECK_INTERVAL` (or more) elements seen since the last look."""
 
-    __slots__ = ("_kept", "_label", "_last_warning", "_skipped", "_stage")
+    __slots__ = ("_dropped_at", "_label", "_last_warning", "_seen_at", "_stage")
 
     def __init__(self, stage: object, label: str = "") -> None:
         self._stage, self._label = stage, label  # named (repr) only when warning
-        self._kept = 0
-        self._skipped = 0
+        self._seen_at = self._dropped_at = 0  # the totals at the last look
         self._last_warning: float | None = None
 
-    def add(self, kept: int, skipped: int) -> None:
-        self._kept += kept
-        self._skipped += skipped
-        seen = self._kept + self._skipped
-        if seen < CHECK_INTERVAL:
+    def update(self, seen: int, dropped: int) -> None:
+        """`seen`: elements tested so far, `dropped`: how many of them were dropped."""
+        window = seen - self._seen_at
+        if window < CHECK_INTERVAL:
             return
-        ratio = self._skipped / seen
-        self._kept = self._skipped = 0
+        ratio = (dropped - self._dropped_at) / window
+        self._seen_at, self._dropped_at = seen, dropped
         now = time.monotonic()
         if ratio < WARN_RATIO or (
             self._last_warning is not None and now - self._last_warning < WARN_INTERVAL_S
@@ -43,7 +42,7 @@ class SkipCounter:
         self._last_warning = now
         warnings.warn(
             f"Transformation {self._label}{self._stage!r} skipped {ratio * 100:.2f} % of the last seen "
-            f"{seen} elements. Please check the filtering logic. If this is intended, "
+            f"{window} elements. Please check the filtering logic. If this is intended, "
             "consider pre-filtering the input dataset before training.",
             stacklevel=4,
         )

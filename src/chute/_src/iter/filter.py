@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import add_stage_note
-from chute._src.filter_check import SkipCounter
+from chute._src.filter_check import CHECK_INTERVAL, SkipCounter
 from chute._src.iterator import DatasetIterator
 from chute._src.protocol import StageRole
 from chute._src.transforms import as_filter_fn, describe
@@ -41,6 +41,8 @@ class _FilterIterator(DatasetIterator[T]):
         self._fn = ds._fn
         self._ds = ds
         self._seen = 0  # elements tested, to name the failing one
+        self._dropped = 0
+        self._check_at = CHECK_INTERVAL  # when `_seen` reaches it, the counter looks
         self._counter = SkipCounter(ds)
 
     def __next__(self) -> T:
@@ -54,9 +56,14 @@ class _FilterIterator(DatasetIterator[T]):
                 raise
             self._seen += 1
             if keep:
-                self._counter.add(1, 0)
                 return x
-            self._counter.add(0, 1)
+            self._dropped += 1  # only a dropping filter can warn: kept elements cost nothing
+            if self._seen >= self._check_at:
+                self._look()
+
+    def _look(self) -> None:
+        self._counter.update(self._seen, self._dropped)
+        self._check_at = self._seen + CHECK_INTERVAL
 
     def _next_many(self, n: int) -> list[T]:
         out: list[T] = []
@@ -76,5 +83,7 @@ class _FilterIterator(DatasetIterator[T]):
                     out.append(x)
                     kept += 1
             self._seen += len(xs)
-            self._counter.add(kept, len(xs) - kept)
+            self._dropped += len(xs) - kept
+            if self._seen >= self._check_at:
+                self._look()
         return out

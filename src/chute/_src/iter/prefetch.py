@@ -130,6 +130,7 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         self._skip_none = not allow_nones and (ds._may_be_none or executor.ds._may_be_none)
         self._identity = ds.identity
         self._filtered = SkipCounter(ds, "to_iter_dataset over ")
+        self._read = self._nones = 0  # positions read, filtered ones among them (warning)
         self._buf: list[Any] = []
         self._pos = 0
         self._buf_start = 0  # index of _buf[0]
@@ -178,8 +179,9 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         items = self._executor.next_chunk(start)
         self._buf, self._pos, self._buf_start = items, 0, start
         if self._skip_none:
-            skipped = sum(1 for x in items if x is None)  # not count(): arrays compare by value
-            self._filtered.add(len(items) - skipped, skipped)
+            self._read += len(items)
+            self._nones += sum(1 for x in items if x is None)  # not count(): arrays use ==
+            self._filtered.update(self._read, self._nones)
 
     # -- state and lifecycle ---------------------------------------------------------------
 
