@@ -404,3 +404,21 @@ def test_an_input_named_like_a_temporary_file_is_read_not_swept(
     ok("convert", "--from", "crec", odd, one, "--overwrite")
     assert odd.read_bytes() == kept
     assert records_of(one) == records
+
+
+def test_an_empty_leftover_temporary_file_is_swept(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]]
+) -> None:
+    """A writer killed before its first buffered bytes reached the file leaves it empty:
+    it holds nothing, so a later write removes it; a file with other bytes stays."""
+    path, records = jsonl
+    one = tmp_path / "one.crec"
+    ok("convert", path, one)
+    empty = tmp_path / ".one.crec.0123abce.partial"
+    empty.write_bytes(b"")
+    decoy = tmp_path / ".one.crec.0123abcd.partial"
+    decoy.write_bytes(b"a user's file")
+    ok("convert", path, one, "--overwrite")
+    assert not empty.exists()
+    assert decoy.read_bytes() == b"a user's file"
+    assert records_of(one) == records

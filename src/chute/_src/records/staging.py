@@ -5,7 +5,9 @@ Nothing here deletes a file unless it can show chute wrote it and no live writer
 - A temporary file (`.NAME.XXXXXXXX.partial`) is created exclusively and `flock`ed for
   as long as its writer has it open; the lock dies with the process (SIGKILL too). A later
   write removes one only if its name has that pattern, it is a regular file of this user,
-  nobody holds its lock, and it starts with the magic bytes of what chute writes there.
+  nobody holds its lock, and it starts with the magic bytes of what chute writes there (or
+  holds nothing but a beginning of them: a writer killed before its first bytes reached
+  the file leaves it empty).
 - A sharded write keeps a journal (`.PREFIX.TOKEN.writing`, JSON naming the shard names it
   uses), locked for the writer's life. A dead journal proves which complete shards an
   interrupted write left behind: a later write adopts them (`resume`) or removes them.
@@ -98,7 +100,9 @@ def _remove_if_dead(path: Path, magics: tuple[bytes, ...]) -> bool:
         if fd is None:
             return False
         head = os.pread(fd, 64, 0)
-        if not any(head.startswith(m) for m in magics):
+        # A writer killed before its first buffered bytes reached the file leaves it empty
+        # (or holding part of the magic): nothing in it but the start of chute's own output.
+        if not any(head.startswith(m) or m.startswith(head) for m in magics):
             return False
         os.unlink(path)
         return True
