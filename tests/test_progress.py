@@ -38,7 +38,9 @@ def test_draws_counts_and_rate_on_a_terminal() -> None:
     assert items == list(range(20))
     assert "load:" in out and "20/20 elements" in out and "100%" in out
     assert "elements/s" in out
-    assert "\r" in out and out.rstrip("\r\n").endswith("]")
+    # each redraw starts with "\r" and is padded with spaces over a longer earlier line
+    last = out.rstrip("\r\n").split("\r")[-1]
+    assert last.startswith("load: 20/20 elements") and last.rstrip(" ").endswith("]")
 
 
 def test_unknown_total_shows_count_rate_and_elapsed() -> None:
