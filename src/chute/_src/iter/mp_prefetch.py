@@ -683,10 +683,13 @@ class _ChunkService:
 
     def discard(self, ticket: _Ticket) -> None:
         """Drops a ticket whose result is no longer wanted (after `set_state`)."""
+        ticket.discarded = True
         queue = self._queues[ticket.worker]
         while ticket in queue:
             oldest = queue.popleft()
-            self._get(oldest)
+            result = self._get(oldest)
+            if not oldest.discarded:  # another reader's, still wanted: kept for it
+                oldest.result = result
             if oldest is ticket:
                 break
 
