@@ -38,9 +38,9 @@ from chute._src.iterator import (
 class InterleaveIterDataset(IterDataset[Any]):
     """Interleaves `datasets`, `cycle_length` at a time, reading them in parallel threads.
 
-    The rule: `cycle_length` slots, visited in turn, each giving one element of its input;
-    a slot reached empty (at the start, or after its input ended) takes the next input in
-    list order. `parallelism` is how many threads read ahead (tf.data's
+    The rule: `cycle_length` slots, visited in turn. A slot reached empty takes the next
+    input in list order. A slot gives the next element of its input; one whose input has
+    ended gives nothing this turn and is emptied. `parallelism` is how many threads read ahead (tf.data's
     `num_parallel_calls`): by default `cycle_length + num_make_iter_threads`, one per open
     input and per input opened ahead; 0 reads on the consumer's thread. It changes when
     elements are read, never which come out or their order, nor the state.

@@ -5,7 +5,10 @@ Two ways to resume, chosen by what the object offers:
 
 - an object with `get_state()`/`set_state(state)` (or `state_dict()`/`load_state_dict()`,
   as Hugging Face's `IterableDataset` and torch's `Stateful`) resumes exactly: the state
-  holds what the object returns, which must be JSON-serialisable;
+  holds what the object returns, which must be JSON-serialisable. Every iterator starts
+  where the object was when it was given (its state then is set again), and iterating it
+  is `iter(obj)` after `set_state`; the object holds one position, so use one iterator of
+  such a stream at a time;
 - any other re-iterable object (a list, a file-list reader whose `__iter__` starts again)
   or a zero-argument function returning an iterator resumes by counting: the state is the
   number of elements handed out, and restoring creates a fresh iterator and skips that
@@ -79,6 +82,8 @@ class IterableSourceIterDataset(IterDataset[Any]):
         self._source = source
         self._methods = methods
         self._iterable = is_iterable
+        # Where a stateful object is now: every iterator of this stream starts there.
+        self._initial: Any = getattr(source, methods[0])() if methods is not None else None
 
     def make_iterator(self) -> DatasetIterator[Any]:
         if self._methods is not None:
@@ -172,6 +177,7 @@ class _StatefulIterator(DatasetIterator[Any]):
         self._obj: Any = ds._source
         assert ds._methods is not None
         self._get, self._put = ds._methods
+        getattr(self._obj, self._put)(ds._initial)  # a fresh iterator starts at the start
         self._it: Iterator[Any] | None = None
 
     def __next__(self) -> Any:
