@@ -14,7 +14,7 @@ import pytest
 
 import chute
 from chute.experimental import InterleaveIterDataset, JsonlIterDataset
-from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
+from chute.testing import assert_equal_output_after_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 import shard_helpers as sh

@@ -92,9 +92,7 @@ class InterleaveIterDataset(IterDataset[Any]):
         self._cycle = min(cycle_length, max(1, len(parents)))
         self._ahead = make_iter_buffer_size
         self._chunk = iter_buffer_size
-        self._threads = (
-            self._cycle + num_make_iter_threads if parallelism is None else parallelism
-        )
+        self._threads = self._cycle + num_make_iter_threads if parallelism is None else parallelism
 
     reads_shards = True  # each input is one shard, read whole: see `_src/protocol.py`
 

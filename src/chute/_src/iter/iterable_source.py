@@ -59,6 +59,7 @@ class IterableSourceIterDataset(IterDataset[Any]):
     def __init__(self, source: Iterable[Any] | Callable[[], Iterable[Any]]) -> None:
         super().__init__()
         methods = _state_methods(source)
+        given: Any = source
         is_iterable = callable(getattr(source, "__iter__", None))
         if isinstance(source, str | bytes | bytearray | dict):
             raise TypeError(
@@ -66,7 +67,7 @@ class IterableSourceIterDataset(IterDataset[Any]):
                 "stream of elements (iterating it gives its characters, bytes or keys): pass "
                 "a list of elements, or a function that returns an iterator over them."
             )
-        if methods is None and is_iterable and iter(source) is source:  # type: ignore[call-overload]
+        if methods is None and is_iterable and iter(given) is given:
             raise TypeError(
                 f"IterDataset.source: {_short(source)} is an iterator, which can be read only "
                 "once, so a pipeline over it could not restart nor resume from a state: pass "
@@ -79,7 +80,7 @@ class IterableSourceIterDataset(IterDataset[Any]):
                 "neither iterable, nor a function returning an iterator, nor an object with "
                 "get_state()/set_state(): pass one of those."
             )
-        self._source = source
+        self._source: Any = source
         self._methods = methods
         self._iterable = is_iterable
         # Where a stateful object is now: every iterator of this stream starts there.
@@ -92,7 +93,7 @@ class IterableSourceIterDataset(IterDataset[Any]):
 
     def _open(self) -> Iterator[Any]:
         """A fresh iterator over the elements (for the counting and stateful kinds)."""
-        made: Any = iter(self._source) if self._iterable else self._source()  # type: ignore[call-overload, operator]
+        made: Any = iter(self._source) if self._iterable else self._source()
         try:
             return iter(made)
         except TypeError:

@@ -132,9 +132,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
                 stacklevel=2,
             )
             return _MultiprocessIterator(parent._iter(), None)
-        box.service = service = _ChunkService(
-            leaves, streams, self._options, self._worker_init_fn
-        )
+        box.service = service = _ChunkService(leaves, streams, self._options, self._worker_init_fn)
         return _MultiprocessIterator(main_chain._iter(), service)
 
     def __repr__(self) -> str:
@@ -413,7 +411,7 @@ class _ChunkWorker:
                 self._take_figures = observer.worker_start(self._leaves)
         if task[0] == _STREAM:
             assert self._shards is not None
-            return self._shards(worker_index, num_workers, task)  # type: ignore[arg-type]
+            return self._shards(worker_index, num_workers, task)
         leaf, start, k = task
         t0 = time.perf_counter()
         ds = self._leaves[leaf]
@@ -536,7 +534,7 @@ class _ChunkService:
     ) -> None:
         self._shared: list[Any] = []
         leaves = [_for_workers(leaf, self._shared) for leaf in leaves]
-        stages = [n for leaf in leaves for n in stages_sources_first(leaf)]
+        stages: list[Any] = [n for leaf in leaves for n in stages_sources_first(leaf)]
         stages += [shard for stream in streams for shard in stream.shards]
         observer = observe.observing()
         self._merge_figures = observer.figures_merger(leaves) if observer is not None else None
