@@ -6,7 +6,9 @@
     (padded), with 0 and 2 worker processes. The workers read whole files (parse and
     tokenize there); the main process merges them by the interleave rule and batches. The
     output is the same for both (checked). Rates count from the first batch (worker start
-    is reported apart).
+    is reported apart); the CPU seconds of the main process and of the workers show
+    whether the workers got the CPU time a speed-up needs (on a machine shared with
+    other jobs they may not).
 (b) Streaming 64 JSONL shards with interleave (cycle_length 16) and tf.data's
     `interleave(num_parallel_calls=AUTOTUNE)` over the same files, side by side: chute with
     `parallelism` 0 (on the consumer's thread), 1, the default (one thread per open file)
@@ -73,8 +75,24 @@ def seed_002(paths: list[str], workers: int, cycle: int) -> chute.IterDataset[An
     return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
 
 
-def timed(make: Callable[[], Any]) -> tuple[float, float, int, list[Any]]:
-    """(seconds to the first element, elements/s after it, elements, a digest)."""
+def _descendants_cpu() -> float:
+    """CPU seconds of this process's descendants alive now (worker processes)."""
+    import psutil
+
+    total = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def timed(make: Callable[[], Any]) -> tuple[float, float, int, list[Any], float, float]:
+    """(seconds to the first element, elements/s after it, elements, a digest, CPU
+    seconds of this process, CPU seconds of worker processes)."""
+    cpu0, kids0 = time.process_time(), _descendants_cpu()
     t0 = time.perf_counter()
     it = iter(make())
     first = next(it)
@@ -84,10 +102,11 @@ def timed(make: Callable[[], Any]) -> tuple[float, float, int, list[Any]]:
         n += _size(x)
         digest.append(_digest(x))
     t2 = time.perf_counter()
+    cpu, kids = time.process_time() - cpu0, _descendants_cpu() - kids0
     close = getattr(it, "close", None)
     if close is not None:
         close()
-    return t1 - t0, (n - _size(first)) / (t2 - t1), n, digest
+    return t1 - t0, (n - _size(first)) / (t2 - t1), n, digest, cpu, kids
 
 
 def _size(x: Any) -> int:
@@ -185,12 +204,16 @@ def main() -> None:
             f"cycle_length={args.cycle}; parse, tokenize (bert-base-uncased), batch 32 padded"
         )
         results: dict[int, list[tuple[float, float]]] = {0: [], 2: []}
+        cpus: dict[int, list[tuple[float, float]]] = {0: [], 2: []}
         digests: dict[int, list[Any]] = {}
         timed(lambda: seed_002(paths[:2], 2, args.cycle))  # warm-up: forkserver, tokenizer
         for _ in range(args.rounds):
             for workers in (0, 2):
-                start, r, n, digest = timed(lambda w=workers: seed_002(paths, w, args.cycle))
+                start, r, n, digest, cpu, kids = timed(
+                    lambda w=workers: seed_002(paths, w, args.cycle)
+                )
                 results[workers].append((start, r))
+                cpus[workers].append((cpu, kids))
                 digests[workers] = digest
         same = "yes" if _same(digests[0], digests[2]) else "NO"
         base = statistics.median(r for _, r in results[0])
@@ -204,12 +227,22 @@ def main() -> None:
                     f"{med:,.0f}",
                     f"{med / base:.2f}x",
                     f"{statistics.median(s for s, _ in runs):.2f}",
+                    f"{statistics.median(c for c, _ in cpus[workers]):.2f}",
+                    f"{statistics.median(k for _, k in cpus[workers]):.2f}",
                     ", ".join(f"{r:,.0f}" for _, r in runs),
                 ]
             )
         print(
             table(
-                ["workers", "elements/s", "vs 0", "first batch s", "each round"],
+                [
+                    "workers",
+                    "elements/s",
+                    "vs 0",
+                    "first batch s",
+                    "CPU s main",
+                    "CPU s workers",
+                    "each round",
+                ],
                 rows,
             )
         )

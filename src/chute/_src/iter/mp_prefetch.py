@@ -569,11 +569,12 @@ class _ChunkService:
         return ticket
 
     def submit_stream(self, task: tuple[Any, ...]) -> _Ticket:
-        """Asks for steps of a shard (`mp_shards`): from the worker that has it open, or,
-        with a state to start from, the worker with the fewest requests waiting."""
+        """Asks for steps of a shard (`mp_shards`) from the worker that has read it before
+        (which then replaces the copy it has open when the request brings a state to start
+        from), or first from the worker with the fewest requests waiting."""
         key = (task[1], task[2])
         w = self._shard_worker.get(key)
-        if task[3] is not None or w is None:
+        if w is None:
             w = min(range(self._workers), key=lambda i: len(self._queues[i]))
             self._shard_worker[key] = w
         ticket = _Ticket(w, task)
