@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import struct
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import chute
 from chute.experimental import InterleaveIterDataset, JsonlIterDataset
@@ -183,3 +186,16 @@ def test_parquet_and_tfrecord_iter_datasets_as_grain(tmp_path: Path) -> None:
     assert list(records) == [b"0-0", b"1-0", b"0-1", b"1-1", b"0-2", b"1-2"]
     assert list(grain.experimental.TFRecordIterDataset(tf_paths[0])) == [b"0-0", b"0-1", b"0-2"]
     assert_equal_output_after_checkpoint(records.mp_prefetch(_opts(2)), restore_into=records)
+
+
+@given(
+    counts=st.lists(st.integers(0, 9), min_size=1, max_size=7),
+    cycle=st.integers(1, 5),
+)
+@settings(max_examples=20, deadline=None)
+def test_file_streams_follow_the_interleave_rule(counts: list[int], cycle: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        paths = _write_jsonl(Path(d), counts)
+        got = [sh.key(x) for x in JsonlIterDataset(paths, cycle_length=cycle)]
+    shards = [[(f, r) for r in range(n)] for f, n in enumerate(counts)]
+    assert got == sh_interleave(shards, cycle)
