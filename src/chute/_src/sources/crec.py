@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.records.layout import crc32c
+from chute._src.records.checksum import crc32c, read_checked
 from chute._src.records.manifest import MANIFEST_NAME, ShardEntry, read_manifest
 from chute._src.records.reader import CrecFile
 from chute._src.sources._paths import PathsArg, expand_paths
@@ -171,12 +171,17 @@ class RecordFileDataSource:
             # must still be as long as when opened: reading a truncated map is a SIGBUS.
             n, offsets, lengths, crcs, codecs, mm, verify, guard, fd, size = fast
             # While leased, the kernel tells us before the file can shrink: a flag test.
-            if 0 <= index < n and (guard.leased or _lseek(fd, 0, 2) >= size):  # SEEK_END
+            if (
+                0 <= index < n
+                and (guard.leased or _lseek(fd, 0, 2) >= size)  # SEEK_END
+                and (codecs is None or not codecs[index])
+            ):
                 o = offsets[index]
-                data = mm[o : o + lengths[index]]
-                if (codecs is None or not codecs[index]) and (
-                    not verify or crc32c(data) == crcs[index]
-                ):
+                if not verify:
+                    return mm[o : o + lengths[index]]
+                # One call slices the map and checks the CRC (None: a mismatch, raised below).
+                data = read_checked(mm, o, lengths[index], crcs[index])
+                if data is not None:
                     return data
         f, i = self._locate(index)
         return f.read(i)
@@ -197,10 +202,13 @@ class RecordFileDataSource:
                     f, j = self._locate(int(i))
                     raise f.shrunk_error(j)
                 unchecked = False
-            if 0 <= i < n:
+            if 0 <= i < n and (codecs is None or not codecs[i]):
                 o = offsets[i]
-                data = mm[o : o + lengths[i]]
-                if (codecs is None or not codecs[i]) and (not verify or crc32c(data) == crcs[i]):
+                if not verify:
+                    append(mm[o : o + lengths[i]])
+                    continue
+                data = read_checked(mm, o, lengths[i], crcs[i])
+                if data is not None:
                     append(data)
                     continue
             append(self[i])
