@@ -166,7 +166,8 @@ parse_value(PyObject *arg, const char *what, uint32_t *out)
 {
     unsigned long v = PyLong_AsUnsignedLong(arg);
     if (v == (unsigned long)-1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError) ||
+            PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
             PyErr_Format(PyExc_ValueError,
                          "%s=%R is not a CRC32C: it must be an int in [0, 2**32)", what, arg);
@@ -191,7 +192,8 @@ crc_call(PyObject *const *args, Py_ssize_t nargs, const char *name, crc_fn fn)
         return NULL;
     }
     uint32_t value = 0;
-    if (nargs == 2 && parse_value(args[1], "crc32c: value (the CRC of the data before)", &value) < 0) {
+    if (nargs == 2 &&
+        parse_value(args[1], "crc32c: value (the CRC of the data before)", &value) < 0) {
         return NULL;
     }
     PyObject *data = args[0];
@@ -201,7 +203,8 @@ crc_call(PyObject *const *args, Py_ssize_t nargs, const char *name, crc_fn fn)
         Py_ssize_t n = PyBytes_GET_SIZE(data);
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
         if (n >= NOGIL_MIN) {
-            Py_BEGIN_ALLOW_THREADS crc = ~fn(~value, p, (size_t)n);
+            Py_BEGIN_ALLOW_THREADS
+            crc = ~fn(~value, p, (size_t)n);
             Py_END_ALLOW_THREADS
         }
         else {
@@ -216,7 +219,8 @@ crc_call(PyObject *const *args, Py_ssize_t nargs, const char *name, crc_fn fn)
         const unsigned char *p = (const unsigned char *)view.buf;
         size_t n = (size_t)view.len;
         if (view.len >= NOGIL_MIN) {
-            Py_BEGIN_ALLOW_THREADS crc = ~fn(~value, p, n);
+            Py_BEGIN_ALLOW_THREADS
+            crc = ~fn(~value, p, n);
             Py_END_ALLOW_THREADS
         }
         else {
