@@ -119,6 +119,7 @@ class RecordFileDataSource:
                     None if all_raw else f.codecs,  # no per-read codec lookup if all raw
                     f.mm,
                     self._verify,
+                    read_checked if self._verify else None,
                     f.guard,
                     f.guard.fd,
                     f.size,
@@ -169,7 +170,7 @@ class RecordFileDataSource:
             # One file: the common case, inlined. Anything unusual (a compressed record,
             # a bad checksum, an index out of range) goes through CrecFile.read. The file
             # must still be as long as when opened: reading a truncated map is a SIGBUS.
-            n, offsets, lengths, crcs, codecs, mm, verify, guard, fd, size = fast
+            n, offsets, lengths, crcs, codecs, mm, verify, checked, guard, fd, size = fast
             # While leased, the kernel tells us before the file can shrink: a flag test.
             if (
                 0 <= index < n
@@ -177,11 +178,13 @@ class RecordFileDataSource:
                 and (codecs is None or not codecs[index])
             ):
                 o = offsets[index]
-                if not verify:
-                    return mm[o : o + lengths[index]]
-                # One call slices the map and checks the CRC (None: a mismatch, raised below).
-                data = read_checked(mm, o, lengths[index], crcs[index])
-                if data is not None:
+                if checked is not None:  # the native extension slices and checks in one call
+                    data = checked(mm, o, lengths[index], crcs[index])
+                else:
+                    data = mm[o : o + lengths[index]]
+                    if verify and crc32c(data) != crcs[index]:
+                        data = None
+                if data is not None:  # else a bad checksum: CrecFile.read raises
                     return data
         f, i = self._locate(index)
         return f.read(i)
@@ -192,7 +195,7 @@ class RecordFileDataSource:
         fast = self._fast
         if fast is None:
             return self._getitems_files(indices)
-        n, offsets, lengths, crcs, codecs, mm, verify, guard, fd, size = fast
+        n, offsets, lengths, crcs, codecs, mm, verify, checked, guard, fd, size = fast
         out: list[bytes] = []
         append = out.append
         unchecked = True  # the size check, once per block, once the file is not leased
@@ -204,10 +207,12 @@ class RecordFileDataSource:
                 unchecked = False
             if 0 <= i < n and (codecs is None or not codecs[i]):
                 o = offsets[i]
-                if not verify:
-                    append(mm[o : o + lengths[i]])
-                    continue
-                data = read_checked(mm, o, lengths[i], crcs[i])
+                if checked is not None:
+                    data = checked(mm, o, lengths[i], crcs[i])
+                else:
+                    data = mm[o : o + lengths[i]]
+                    if verify and crc32c(data) != crcs[i]:
+                        data = None
                 if data is not None:
                     append(data)
                     continue
