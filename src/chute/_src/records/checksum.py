@@ -14,7 +14,7 @@ Which code runs is decided once, at import, and `IMPLEMENTATION` says which in w
   x86-64 with SSE4.2 (checked at run time), else a table-driven loop. A call on a short
   record costs well under 100 ns.
 - Otherwise the `crc32c` package (a dependency of chute), as fast on long inputs but
-  two to four times as costly per call on short ones.
+  about twice as costly per call on short ones.
 
 The environment variable `CHUTE_CRC32C` overrides the choice: `auto` (the default, as
 above), `package` (the `crc32c` package even when the extension is built) or `portable`
