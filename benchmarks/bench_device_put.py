@@ -117,7 +117,9 @@ def step_seconds(step: Callable[..., Any], params: Any, batch: Any, k: int, n: i
     return statistics.median(times)
 
 
-def calibrate(step: Callable[..., Any], params: Any, device: Any, quick: bool) -> tuple[int, float, float]:
+def calibrate(
+    step: Callable[..., Any], params: Any, device: Any, quick: bool
+) -> tuple[int, float, float]:
     """`k` for a step as long as a batch: (k, batch s, step s at k)."""
     import jax
 
@@ -134,7 +136,13 @@ def calibrate(step: Callable[..., Any], params: Any, device: Any, quick: bool) -
 
 
 def loop(
-    it: Iterator[Any], on_device: bool, step: Callable[..., Any], params: Any, k: int, device: Any, steps: int
+    it: Iterator[Any],
+    on_device: bool,
+    step: Callable[..., Any],
+    params: Any,
+    k: int,
+    device: Any,
+    steps: int,
 ) -> tuple[float, float, float]:
     """(waiting share, ms waited per step, ms per step) over `steps` steps after 3 warm-up."""
     import jax
@@ -203,7 +211,9 @@ def main() -> None:
         share = statistics.median(r[0] for r in rs)
         wait = statistics.median(r[1] for r in rs)
         per = statistics.median(r[2] for r in rs)
-        lines.append(f"{name:<28}  {100 * share:>12.1f}%  {wait:>12.1f}  {per:>8.1f}  {1000 / per:>8.1f}")
+        lines.append(
+            f"{name:<28}  {100 * share:>12.1f}%  {wait:>12.1f}  {per:>8.1f}  {1000 / per:>8.1f}"
+        )
     text = "\n".join(lines) + "\n"
     print(text, end="")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,9 @@ Contenders, each yielding batches of torch tensors, with 2 worker processes:
   shard is a `DistributedSampler(num_replicas=16, rank=1, seed=42)`.
 - `torchdata StatefulDataLoader`: the same Dataset and settings in torchdata's loader.
 
-pin_memory is off: this machine has no CUDA (pinning would be a no-op that warns). Rows
+torch's workers start by forkserver (`multiprocessing_context`), as chute's do: forked
+from this process, which has run the other contenders and holds ArrayRecord readers, a
+worker opening a reader of its own can crash. pin_memory is off: this machine has no CUDA (pinning would be a no-op that warns). Rows
 (text) or images per second after the first batch, contenders interleaved round by round,
 the median over rounds; the machine is shared, so compare ratios within one run.
 
@@ -50,6 +52,10 @@ from bench_torch import TEXT_BATCH, TorchText, rate_after_first, trim_and_pad
 
 RESULTS = Path(__file__).resolve().parent / "results" / "2026-11-23"
 WORKERS = 2
+# torch's workers start by forkserver: forked from this process, which has run the other
+# contenders, a worker that opens an ArrayRecord reader can crash (the C++ library's
+# thread pool does not survive fork).
+CONTEXT = "forkserver"
 
 
 # -- text ------------------------------------------------------------------------------------
@@ -102,6 +108,7 @@ def text_torch(path: Path, loader_cls: Any = None) -> Iterator[Any]:
         num_workers=WORKERS,
         persistent_workers=True,
         pin_memory=False,
+        multiprocessing_context=CONTEXT,
     )
     return _epochs(loader, sampler)
 
@@ -143,6 +150,7 @@ def image_torch(paths: list[str], loader_cls: Any = None) -> Iterator[Any]:
         num_workers=WORKERS,
         persistent_workers=True,
         pin_memory=False,
+        multiprocessing_context=CONTEXT,
     )
     return _epochs(loader, None)
 
@@ -169,7 +177,13 @@ class _tensors:
 def _torch_loader(ds: Any, batch_size: int | None) -> Iterator[Any]:
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(ds, batch_size=batch_size, num_workers=WORKERS, persistent_workers=True)
+    loader = DataLoader(
+        ds,
+        batch_size=batch_size,
+        num_workers=WORKERS,
+        persistent_workers=True,
+        multiprocessing_context=CONTEXT,
+    )
     while True:  # persistent workers: each pass is the adapter's next epoch
         yield from loader
 
@@ -213,7 +227,7 @@ def measure(quick: bool) -> tuple[dict[str, dict[str, list[float]]], dict[str, s
             len,
         ),
     }
-    seconds, rounds = (1.5, 2) if quick else (3.0, 3)
+    seconds, rounds = (1.5, 2) if quick else (5.0, 3)
     out: dict[str, dict[str, list[float]]] = {w: {} for w in workloads}
     for _ in range(rounds):
         for workload, (runs, size) in workloads.items():
