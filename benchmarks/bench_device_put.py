@@ -178,6 +178,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=RESULTS, help="folder for bench_device_put.txt")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--rounds", type=int, default=0)
+    p.add_argument(
+        "--note", default="", help="a line for the result file (e.g. the machine was shared)"
+    )
     args = p.parse_args()
     import jax
 
@@ -203,7 +206,10 @@ def main() -> None:
         f"# batch {BATCH} x {SIDE}x{SIDE}x3 float32 ({BATCH * SIDE * SIDE * 3 * 4 / 2**20:.1f} MiB); "
         f"pipeline alone: {1000 * batch_s:.1f} ms per batch; step: k={k} matmuls of "
         f"{WIDTH}x{WIDTH}, {1000 * step_s:.1f} ms",
+        f"# alone, one after the other: {1000 * (batch_s + step_s):.1f} ms per step; perfectly "
+        f"overlapped: {1000 * max(batch_s, step_s):.1f} ms",
         f"# {rounds} rounds x {steps} steps per contender, interleaved; medians over rounds",
+        *([f"# {args.note}"] if args.note else []),
         "",
         f"{'loop':<28}  {'waiting share':>13}  {'wait ms/step':>12}  {'ms/step':>8}  {'steps/s':>8}",
     ]

@@ -184,6 +184,17 @@ def test_each_epoch_is_a_new_shuffle_and_epochs_advance_by_themselves() -> None:
     assert flat(list(loader)) != flat(list(DataLoader(ds, batch_size=None, num_workers=2)))
 
 
+def test_persistent_workers_move_on_to_the_next_epoch_by_themselves() -> None:
+    ds = ct.IterableDataset(shuffled(30), batch_size=3)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    first, second = flat(list(loader)), flat(list(loader))
+    assert sorted(first) == sorted(second) == list(range(30))
+    assert first != second
+    fresh = ct.IterableDataset(shuffled(30), batch_size=3)
+    fresh.set_epoch(1)
+    assert second == flat(list(DataLoader(fresh, batch_size=None, num_workers=2)))
+
+
 def test_set_epoch_rejects_a_bad_value() -> None:
     with pytest.raises(ValueError, match=r"epoch=-1 is invalid: it must be an int >= 0"):
         ct.IterableDataset(shuffled()).set_epoch(-1)
