@@ -52,9 +52,9 @@ from bench_torch import TEXT_BATCH, TorchText, rate_after_first, trim_and_pad
 
 RESULTS = Path(__file__).resolve().parent / "results" / "2026-11-23"
 WORKERS = 2
-# torch's workers start by forkserver: forked from this process, which has run the other
-# contenders, a worker that opens an ArrayRecord reader can crash (the C++ library's
-# thread pool does not survive fork).
+# torch's workers start by forkserver: forked from this process, which has opened
+# ArrayRecord files, a worker that starts a thread and then opens an ArrayRecord reader
+# crashes with SIGSEGV (array_record's C++ library does not survive fork).
 CONTEXT = "forkserver"
 
 
