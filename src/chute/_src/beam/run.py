@@ -24,7 +24,11 @@ def pipeline_options(num_workers: int, args: Sequence[str] = ()) -> Any:
 
     if num_workers < 1:
         raise ValueError(f"--num-workers {num_workers} is invalid; give 1 or more")
-    local = ["--direct_running_mode=multi_processing", f"--direct_num_workers={num_workers}"]
+    local = [
+        "--direct_running_mode=multi_processing",
+        f"--direct_num_workers={num_workers}",
+        "--default_sdk_harness_log_level=WARNING",  # the workers' own INFO lines are noise
+    ]
     return PipelineOptions([*local, *args])
 
 
@@ -32,8 +36,8 @@ def convert(
     inputs: list[str],
     output: str,
     *,
-    from_format: Format | None = None,
-    to_format: Format | None = None,
+    from_format: Format | str | None = None,
+    to_format: Format | str | None = None,
     shards: int = 1,
     compression: str = "none",
     level: int = 3,
@@ -48,7 +52,11 @@ def convert(
 
     The same conversion as `chute convert` (same records, in the same global order,
     preprocessed by `transforms` the same way), written as `shards` files named
-    `part-00003-of-00016.crec` plus the manifest. Rerunning a failed job finishes it.
+    `part-00003-of-00016.crec` (`to_format="arrayrecord"`: `.array_record`) plus the
+    manifest. Formats are `chute convert`'s names ("tfrecord", "jsonl", ...). The job
+    runs on the DirectRunner with `num_workers` processes unless `beam_args` (Beam
+    pipeline options, e.g. `--runner=DataflowRunner ...`) say otherwise. Rerunning a
+    failed job finishes it: complete shards are kept and only the rest are computed.
     """
     import apache_beam as beam
 
@@ -56,14 +64,14 @@ def convert(
 
     if quiet:
         logging.getLogger("apache_beam").setLevel(logging.WARNING)
-    to = output_format(Path(output), to_format)
+    to = output_format(Path(output), None if to_format is None else Format(to_format))
     paths = expand_paths(inputs, "chute convert")
     check_overlap(paths, Path(output))
     convert_ = ConvertRecords(
         paths,
         output,
         num_shards=shards,
-        format=from_format,
+        format=None if from_format is None else Format(from_format),
         to_format=to.value,
         compression=compression,
         level=level,

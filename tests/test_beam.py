@@ -1,0 +1,319 @@
+"""chute.beam on Beam's DirectRunner with 2 worker processes (multi-processing mode).
+
+Beam starts slowly (~3 s a job), so each job runs once per module (fixtures) and the
+tests check its outputs; the module is marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import numpy as np
+import pytest
+
+pytest.importorskip("apache_beam", reason="chute.beam needs the [beam] extra")
+
+import chute
+import chute.beam
+import chute.cli
+from chute.records import verify, write_manifest
+from chute.sources import ArrayRecordDataSource, RecordFileDataSource
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+import beam_helpers  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _masked(data: bytes) -> int:
+    c = crc32c.crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def write_tfrecord(path: Path, records: list[bytes]) -> Path:
+    with open(path, "wb") as f:
+        for r in records:
+            head = struct.pack("<Q", len(r))
+            f.write(head + struct.pack("<I", _masked(head)) + r + struct.pack("<I", _masked(r)))
+    return path
+
+
+def records_of(src: Any) -> list[bytes]:
+    return [bytes(src[i]) for i in range(len(src))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def workers_import_helpers() -> Iterator[None]:
+    """Beam's worker processes import beam_helpers through PYTHONPATH."""
+    with pytest.MonkeyPatch.context() as mp:
+        old = os.environ.get("PYTHONPATH", "")
+        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(TESTS), old) if p))
+        yield
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("inputs")
+    rng = np.random.default_rng(0)
+    # Seed 001's input: a sharded TFRecord dataset (TFDS-style names).
+    for k in range(3):
+        recs = [rng.bytes(int(rng.integers(0, 200))) for _ in range(700 + 50 * k)]
+        write_tfrecord(d / f"train.tfrecord-{k:05d}-of-00003", recs)
+    words = ["alpha", "beta", "gamma", "delta", "chute", "beam"]
+    with open(d / "text.jsonl", "w") as f:
+        for i in range(1500):
+            text = " ".join(words[(i * j) % 6] for j in range(i % 23))
+            f.write(json.dumps({"i": i, "text": text}) + "\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"i": list(range(900)), "text": [f"row {i} " * (i % 9) for i in range(900)]})
+    pq.write_table(table, d / "rows.parquet", row_group_size=128)
+    return d
+
+
+def beam_convert(inputs: list[Path], out: Path, **kw: Any) -> Any:
+    kw.setdefault("num_workers", 2)
+    kw.setdefault("records_per_range", 256)
+    return chute.beam.convert([str(p) for p in inputs], str(out), **kw)
+
+
+def shard_bytes(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+# -- seed 001: a sharded TFRecord dataset to ArrayRecord, read back with a global shuffle --
+
+
+@pytest.fixture(scope="module")
+def seed001(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    out = tmp_path_factory.mktemp("seed001") / "train"
+    result = beam_convert([data / "train.tfrecord-*"], out, shards=4, to_format="arrayrecord")
+    return out, result
+
+
+def test_seed_001_tfrecord_to_array_record_then_a_global_shuffle(
+    data: Path, seed001: tuple[Path, Any]
+) -> None:
+    out, result = seed001
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["manifest.json"] + [f"part-{k:05d}-of-00004.array_record" for k in range(4)]
+    originals = records_of(chute.sources.TFRecordDataSource(str(data / "train.tfrecord-*")))
+    assert result.records == len(originals) == 2250
+    source = ArrayRecordDataSource(str(out))  # the directory: its manifest lists the shards
+    assert records_of(source) == originals
+    shuffled = chute.MapDataset.source(source).shuffle(seed=42)
+    expected = chute.MapDataset.source(originals).shuffle(seed=42)
+    assert list(shuffled) == list(expected)
+    # Shard k holds positions [k*n//4, (k+1)*n//4), whatever worker wrote it.
+    counts = [len(ArrayRecordDataSource(str(p))) for p in sorted(out.glob("*.array_record"))]
+    assert counts == [562, 563, 562, 563]
+    # `chute verify` reads the directory; its manifest's checksums catch a swapped shard.
+    assert chute.cli.main(["verify", str(out)]) == 0
+
+
+def test_seed_001_shards_match_single_process_convert(
+    data: Path, seed001: tuple[Path, Any], tmp_path: Path
+) -> None:
+    out, _ = seed001
+    local = tmp_path / "local"
+    inputs = sorted(str(p) for p in data.glob("train.tfrecord-*"))
+    assert (
+        chute.cli.main(
+            [
+                "convert",
+                *inputs,
+                str(local),
+                "--shards",
+                "4",
+                "--to",
+                "arrayrecord",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    single = ArrayRecordDataSource(sorted(str(p) for p in local.glob("*.array_record")))
+    assert records_of(single) == records_of(ArrayRecordDataSource(str(out)))
+
+
+# -- JSONL to .crec with a tokenize map, a random crop and a filter ------------------------
+
+
+@pytest.fixture(scope="module")
+def preprocessed(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("prep") / "tokens"
+    beam_convert([data / "text.jsonl"], out, shards=3, transforms=beam_helpers.PREPROCESS, seed=7)
+    return out
+
+
+def online_elements(source: Any, transforms: list[Any], seed: int) -> list[bytes]:
+    ds = chute.MapDataset.source(source).seed(seed).apply(transforms)
+    return list(ds.to_iter_dataset())
+
+
+def test_preprocessing_gives_exactly_the_online_pipelines_elements(
+    data: Path, preprocessed: Path
+) -> None:
+    converted = records_of(RecordFileDataSource(str(preprocessed)))
+    online = online_elements(
+        chute.sources.JsonlDataSource(str(data / "text.jsonl")), beam_helpers.PREPROCESS, 7
+    )
+    assert converted == online
+    # The filter dropped the empty texts (every 23rd line), the crop drew per element.
+    assert len(converted) == 1500 - len(range(0, 1500, 23))
+    assert max(len(r) for r in converted) == 8 * 4
+    other_seed = online_elements(
+        chute.sources.JsonlDataSource(str(data / "text.jsonl")), beam_helpers.PREPROCESS, 8
+    )
+    assert other_seed != online
+
+
+def test_preprocessing_matches_single_process_convert(
+    data: Path, preprocessed: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "local"
+    chute.cli.main(
+        [
+            "convert",
+            str(data / "text.jsonl"),
+            str(out),
+            "--shards",
+            "3",
+            "--seed",
+            "7",
+            "--map",
+            "beam_helpers:PREPROCESS",
+            "--no-progress",
+        ]
+    )
+    assert records_of(RecordFileDataSource(str(out))) == records_of(
+        RecordFileDataSource(str(preprocessed))
+    )
+
+
+def test_tokenize_with_the_real_bert_tokenizer(
+    corpus_path: Path, shared_data_or_skip: Path, tmp_path: Path
+) -> None:
+    tokenize = [
+        beam_helpers.BertTokenize(str(shared_data_or_skip / "bert-base-uncased.tokenizer.json")),
+        beam_helpers.ToBytes(),
+    ]
+    out = tmp_path / "bert"
+    beam_convert([corpus_path], out, shards=2, transforms=tokenize, records_per_range=1000)
+    converted = [np.frombuffer(r, np.int32) for r in records_of(RecordFileDataSource(str(out)))]
+    online = chute.MapDataset.source(chute.sources.JsonlDataSource(str(corpus_path)))
+    online = online.map(tokenize[0])
+    assert len(converted) == len(online) == 3000
+    for i in (0, 1, 1499, 2999):
+        np.testing.assert_array_equal(converted[i], online[i])
+    assert all(len(c) > 0 for c in converted[:100])
+
+
+# -- Parquet to .crec: identical to `chute convert`, byte-identical for any worker count ----
+
+
+@pytest.fixture(scope="module")
+def parquet_runs(data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    base = tmp_path_factory.mktemp("parquet")
+    runs = {}
+    for workers in (1, 2):
+        runs[workers] = base / f"w{workers}"
+        beam_convert(
+            [data / "rows.parquet"],
+            runs[workers],
+            shards=5,
+            num_workers=workers,
+            records_per_range=100 * workers + 37,
+        )
+    return runs
+
+
+def test_parquet_to_crec_is_record_for_record_single_process_convert(
+    data: Path, parquet_runs: dict[int, Path], tmp_path: Path
+) -> None:
+    chute.cli.main(
+        ["convert", str(data / "rows.parquet"), str(tmp_path / "one.crec"), "--no-progress"]
+    )
+    expected = records_of(RecordFileDataSource(str(tmp_path / "one.crec")))
+    assert len(expected) == 900
+    assert records_of(RecordFileDataSource(str(parquet_runs[2]))) == expected
+    assert json.loads(expected[3]) == {"i": 3, "text": "row 3 row 3 row 3 "}
+
+
+def test_the_same_input_gives_the_same_shards_byte_for_byte(
+    parquet_runs: dict[int, Path],
+) -> None:
+    one, two = shard_bytes(parquet_runs[1]), shard_bytes(parquet_runs[2])
+    assert list(one) == ["manifest.json"] + [f"part-{k:05d}-of-00005.crec" for k in range(5)]
+    assert one == two
+    assert verify(str(parquet_runs[2])) == 900
+
+
+# -- a job killed in the middle, then rerun --------------------------------------------
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "chute.cli", *args]
+
+
+def test_a_killed_job_rerun_gives_a_complete_verified_dataset(tmp_path: Path) -> None:
+    records = [b"record %06d " % i * (1 + i % 5) for i in range(4000)]
+    src = write_tfrecord(tmp_path / "in.tfrecord", records)
+    out = tmp_path / "out"
+    cmd = _cli(
+        "convert",
+        str(src),
+        str(out),
+        "--shards",
+        "8",
+        "--runner",
+        "beam",
+        "--num-workers",
+        "2",
+        "--map",
+        "beam_helpers:slow_copy",
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    job = subprocess.Popen(
+        cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not list(out.glob("part-*.crec")):  # some shard committed, others not yet
+            assert job.poll() is None, job.stderr.read().decode()[-2000:] if job.stderr else ""
+            assert time.monotonic() < deadline, "no shard appeared in 120 s"
+            time.sleep(0.02)
+        os.killpg(job.pid, signal.SIGKILL)  # the job and its Beam worker processes
+    finally:
+        job.wait()
+        if job.stderr:
+            job.stderr.close()
+    assert job.returncode == -signal.SIGKILL
+    committed = {p.name: p.stat().st_ino for p in out.glob("part-*.crec")}
+    assert 0 < len(committed) < 8
+    assert not (out / "manifest.json").exists()
+    with pytest.raises(chute.DataError, match="no manifest.json"):
+        RecordFileDataSource(str(out))
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"kept {sum(1 for _ in committed) * 500:,} records" in done.stdout
+    kept = {n: (out / n).stat().st_ino for n in committed}
+    assert kept == committed  # complete shards were not rewritten
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"] + [
+        f"part-{k:05d}-of-00008.crec" for k in range(8)
+    ]
+    assert verify(str(out)) == 4000
+    assert records_of(RecordFileDataSource(str(out))) == records
