@@ -65,7 +65,7 @@ def row_to_bytes(row: dict[str, Any]) -> bytes:
 
 def slow_copy(record: bytes) -> bytes:
     """Identity, slowly: a job long enough to be killed in the middle."""
-    time.sleep(0.002)
+    time.sleep(0.001)
     return record
 
 

@@ -63,7 +63,7 @@ def convert(
     from chute._src.beam.transforms import ConvertRecords
 
     if quiet:
-        logging.getLogger("apache_beam").setLevel(logging.WARNING)
+        logging.getLogger("apache_beam").setLevel(logging.ERROR)  # its workers chatter
     to = output_format(Path(output), None if to_format is None else Format(to_format))
     paths = expand_paths(inputs, "chute convert")
     check_overlap(paths, Path(output))

@@ -35,8 +35,9 @@ class ShardEntry:
     """One shard: its file name (relative to the manifest), records, size, trailer CRC.
 
     For a `.crec` shard `trailer_crc32c` is the trailer's own CRC (a checksum of the whole
-    file); for an ArrayRecord shard it is the CRC32C of the file's last 4096 bytes (its
-    footer: the chunk index), which tells a swapped or rewritten shard from the listed one.
+    file); for an ArrayRecord shard it is the CRC32C of the file's last 4096 bytes before
+    its zero padding (its footer: the chunk index), which tells a swapped or rewritten
+    shard from the listed one.
     """
 
     name: str

@@ -2,7 +2,8 @@
 
 Shared by everything that writes or adopts shards (`chute.beam`, `write_manifest`) and
 by the sources that open a dataset directory. A `.crec` shard's checksum is its
-trailer's CRC; an ArrayRecord shard's is the CRC32C of its last `TAIL` bytes.
+trailer's CRC; an ArrayRecord shard's is the CRC32C of its last `TAIL` bytes before
+its zero padding (`tail_crc32c`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ from chute._src.sources._paths import PathsArg, expand_paths
 __all__ = ["TAIL", "array_record_count", "dataset_paths", "shard_entry", "tail_crc32c"]
 
 TAIL = 4096
+_PADDING = 1 << 17  # at most two riegeli blocks of zeros end a file
 
 
 def tail_crc32c(path: str | os.PathLike[str], size: int) -> int:
-    """The CRC32C of the last `min(size, TAIL)` bytes of the file at `path`."""
+    """The CRC32C of the last `TAIL` bytes of the file at `path` before its zero padding
+    (ArrayRecord pads a file with zeros to a 64 KiB block; the footer lies before them)."""
+    span = min(size, _PADDING + TAIL)
     with open(path, "rb") as f:
-        f.seek(max(0, size - TAIL))
-        return int(crc32c(f.read(TAIL)))
+        f.seek(size - span)
+        data = f.read(span).rstrip(b"\0")
+    return int(crc32c(data[-TAIL:]))
 
 
 def array_record_count(path: str | os.PathLike[str]) -> int:
