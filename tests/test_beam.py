@@ -26,7 +26,7 @@ pytest.importorskip("apache_beam", reason="chute.beam needs the [beam] extra")
 import chute
 import chute.beam
 import chute.cli
-from chute.records import verify, write_manifest
+from chute.records import verify
 from chute.sources import ArrayRecordDataSource, RecordFileDataSource
 
 TESTS = Path(__file__).resolve().parent
@@ -304,7 +304,7 @@ def test_a_killed_job_rerun_gives_a_complete_verified_dataset(tmp_path: Path) ->
     committed = {p.name: p.stat().st_ino for p in out.glob("part-*.crec")}
     assert 0 < len(committed) < 32  # each shard is written (and fsynced) after the last read
     assert not (out / "manifest.json").exists()
-    with pytest.raises(chute.DataError, match="no manifest.json"):
+    with pytest.raises(chute.DataError, match=r"no manifest.json"):
         RecordFileDataSource(str(out))
     kept_records = sum(len(RecordFileDataSource(str(out / n))) for n in committed)
 

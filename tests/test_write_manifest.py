@@ -51,7 +51,7 @@ def test_crec_shards_written_by_other_processes_become_a_dataset(tmp_path: Path)
     (tmp_path / "README.md").write_text("notes\n")
     (tmp_path / "_SUCCESS").write_text("")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(DataError, match="no manifest.json"):
+    with pytest.raises(DataError, match=r"no manifest.json"):
         RecordFileDataSource(str(tmp_path))
     path = write_manifest(tmp_path)
     assert path == tmp_path / "manifest.json"
@@ -79,12 +79,12 @@ def test_array_record_shards_and_the_cli(
     assert doc["shard_format"] == "arrayrecord" and doc["num_records"] == 100
     src = ArrayRecordDataSource(str(tmp_path))
     assert src[0] == b"0-0" and src[99] == b"1-49"
-    with pytest.raises(DataError, match="lists arrayrecord shards.*ArrayRecordDataSource"):
+    with pytest.raises(DataError, match=r"lists arrayrecord shards.*ArrayRecordDataSource"):
         RecordFileDataSource(str(tmp_path))
     # A shard replaced after the manifest was written is refused by name.
     _array_record(tmp_path / "data.array_record-00001-of-00002", [b"other"] * 50)
     with pytest.raises(
-        DataError, match="00001-of-00002: the shard is not the file the manifest lists"
+        DataError, match=r"00001-of-00002: the shard is not the file the manifest lists"
     ):
         ArrayRecordDataSource(str(tmp_path))
 
@@ -104,34 +104,34 @@ def test_a_truncated_shard_is_named(tmp_path: Path) -> None:
     _crec_shards_by_other_processes(tmp_path, 2)
     bad = tmp_path / "part-00001.crec"
     os.truncate(bad, bad.stat().st_size - 10)
-    with pytest.raises(DataError, match="part-00001.crec.*truncated"):
+    with pytest.raises(DataError, match=r"part-00001.crec.*truncated"):
         write_manifest(tmp_path)
     assert not (tmp_path / "manifest.json").exists()
     assert chute.cli.main(["verify", "--write-manifest", str(tmp_path)]) == 1
 
 
 def test_other_files_and_manifests_are_never_replaced(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="not a directory"):
+    with pytest.raises(FileNotFoundError, match=r"not a directory"):
         write_manifest(tmp_path / "missing")
     (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(DataError, match="no shards to list"):
+    with pytest.raises(DataError, match=r"no shards to list"):
         write_manifest(tmp_path)
     (tmp_path / "rows.jsonl").write_text('{"a": 1}\n')
     with pytest.raises(
-        ValueError, match="holds jsonl files; a manifest lists .crec or ArrayRecord"
+        ValueError, match=r"holds jsonl files; a manifest lists .crec or ArrayRecord"
     ):
         write_manifest(tmp_path)
     (tmp_path / "rows.jsonl").unlink()
     _crec_shards_by_other_processes(tmp_path, 1)
     (tmp_path / "manifest.json").write_text('{"mine": true}')
-    with pytest.raises(FileExistsError, match="not a chute manifest.*will not replace it"):
+    with pytest.raises(FileExistsError, match=r"not a chute manifest.*will not replace it"):
         write_manifest(tmp_path)
     assert (tmp_path / "manifest.json").read_text() == '{"mine": true}'
     (tmp_path / "manifest.json").unlink()
     write_manifest(tmp_path)
     with RecordWriter(tmp_path / "part-00001.crec") as w:
         w.write(b"new")
-    with pytest.raises(FileExistsError, match="lists other shards.*overwrite=True"):
+    with pytest.raises(FileExistsError, match=r"lists other shards.*overwrite=True"):
         write_manifest(tmp_path)
     write_manifest(tmp_path, overwrite=True)
     assert len(RecordFileDataSource(str(tmp_path))) == 101

@@ -83,13 +83,38 @@ class _ReadRange(beam.DoFn):  # type: ignore[misc]
         yield from self._opened.records(lo, hi)
 
 
-def _read(pbegin: Any, job: RecordJob, ranges: list[tuple[int, int]], label: str) -> Any:
-    return (
-        pbegin
-        | f"{label}Ranges" >> beam.Create(ranges)
-        | f"{label}Spread" >> beam.Reshuffle()
-        | f"{label}Records" >> beam.ParDo(_ReadRange(job))
-    )
+def _read(pbegin: Any, job: RecordJob, ranges: list[tuple[int, int]]) -> Any:
+    # Create spreads its elements over the workers (it reshuffles them) by itself.
+    return pbegin | "Ranges" >> beam.Create(ranges) | "Records" >> beam.ParDo(_ReadRange(job))
+
+
+class _ReadBlock(beam.DoFn):  # type: ignore[misc]
+    """(lo, hi), inside one shard -> (shard, (lo, the records of [lo, hi))): one element
+    per range, so the shuffle moves a few large elements rather than one per record."""
+
+    def __init__(self, job: RecordJob, spec: ShardSpec) -> None:
+        self._job = job
+        self._spec = spec
+        self._opened: Any = None
+
+    def setup(self) -> None:
+        self._opened = self._job.open()
+        self._starts = self._spec.starts()
+
+    def process(self, element: tuple[int, int]) -> Iterator[tuple[int, tuple[int, list[bytes]]]]:
+        lo, hi = element
+        block = [r for _, r in self._opened.records(lo, hi)]
+        yield self._spec.shard_of(lo, self._starts), (lo, block)
+
+
+class _WriteBlocks(beam.DoFn):  # type: ignore[misc]
+    def __init__(self, spec: ShardSpec) -> None:
+        self._spec = spec
+
+    def process(self, element: tuple[int, Iterable[tuple[int, list[bytes]]]]) -> Iterator[Any]:
+        k, blocks = element
+        ordered = sorted(blocks, key=lambda b: b[0])
+        yield k, write_shard(self._spec, k, (r for _, block in ordered for r in block))
 
 
 class ReadRecords(beam.PTransform):  # type: ignore[misc]
@@ -122,7 +147,7 @@ class ReadRecords(beam.PTransform):  # type: ignore[misc]
         self.num_positions, self._ranges = split_ranges(self.job, (), records_per_range)
 
     def expand(self, pbegin: Any) -> Any:
-        return _read(pbegin, self.job, self._ranges, "")
+        return _read(pbegin, self.job, self._ranges)
 
 
 class _WriteShard(beam.DoFn):  # type: ignore[misc]
@@ -151,15 +176,18 @@ def _finish(spec: ShardSpec) -> Any:
     return run
 
 
+def _commit(written: Any, spec: ShardSpec) -> Any:
+    return written | "AllShards" >> beam.combiners.ToList() | "Manifest" >> beam.Map(_finish(spec))
+
+
 def _write(pcoll: Any, spec: ShardSpec) -> Any:
-    return (
+    written = (
         pcoll
         | "KeyByShard" >> beam.Map(_key_by_shard(spec))
         | "GroupByShard" >> beam.GroupByKey()
         | "WriteShard" >> beam.ParDo(_WriteShard(spec))
-        | "AllShards" >> beam.combiners.ToList()
-        | "Manifest" >> beam.Map(_finish(spec))
     )
+    return _commit(written, spec)
 
 
 class WriteShards(beam.PTransform):  # type: ignore[misc]
@@ -258,4 +286,11 @@ class ConvertRecords(beam.PTransform):  # type: ignore[misc]
         self._ranges = [r for r in ranges if spec.shard_of(r[0], starts) not in done]
 
     def expand(self, pbegin: Any) -> Any:
-        return _write(_read(pbegin, self.job, self._ranges, "Read"), self.spec)
+        written = (
+            pbegin
+            | "Ranges" >> beam.Create(self._ranges)
+            | "ReadBlocks" >> beam.ParDo(_ReadBlock(self.job, self.spec))
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(_WriteBlocks(self.spec))
+        )
+        return _commit(written, self.spec)
