@@ -6,6 +6,7 @@ tests check its outputs; the module is marked slow.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -317,3 +318,85 @@ def test_a_killed_job_rerun_gives_a_complete_verified_dataset(tmp_path: Path) ->
     ]
     assert verify(str(out)) == 2000
     assert records_of(RecordFileDataSource(str(out))) == records
+
+
+# -- what the driver refuses before any worker starts (no Beam job runs) -------------------
+
+
+def test_shard_positions_are_contiguous_balanced_ranges(tmp_path: Path) -> None:
+    src = write_tfrecord(tmp_path / "in.tfrecord", [b"x"] * 10)
+    for shards in (1, 3, 4, 10, 13):
+        c = chute.beam.ConvertRecords([str(src)], str(tmp_path / f"o{shards}"), num_shards=shards)
+        spec = c.spec
+        bounds = [spec.bounds(k) for k in range(shards)]
+        assert bounds[0][0] == 0 and bounds[-1][1] == 10
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+        assert max(hi - lo for lo, hi in bounds) - min(hi - lo for lo, hi in bounds) <= 1
+        for i in range(10):
+            lo, hi = bounds[spec.shard_of(i)]
+            assert lo <= i < hi
+
+
+def test_output_directories_that_are_not_this_jobs_are_refused(tmp_path: Path) -> None:
+    src = write_tfrecord(tmp_path / "in.tfrecord", [b"a", b"b", b"c"])
+    other = write_tfrecord(tmp_path / "other.tfrecord", [b"d"])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(
+        FileExistsError, match=r"holds files that are not shards of this conversion \(notes.txt\)"
+    ):
+        chute.beam.ConvertRecords([str(src)], str(mine), num_shards=2)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    out = tmp_path / "out"
+    chute.beam.ConvertRecords([str(src)], str(out), num_shards=2)  # claims the directory
+    assert (out / ".chute-job.json").exists()
+    with pytest.raises(
+        FileExistsError, match=r"an unfinished conversion with other inputs or options"
+    ):
+        chute.beam.ConvertRecords([str(other)], str(out), num_shards=2)
+    with pytest.raises(FileExistsError, match=r"unfinished conversion"):
+        chute.beam.ConvertRecords([str(src)], str(out), num_shards=3)
+    chute.beam.ConvertRecords([str(src)], str(out), num_shards=2)  # the same job: a rerun
+    (out / "part-00001-of-00002.crec").write_bytes(b"not a shard")
+    with pytest.raises(
+        FileExistsError,
+        match=r"part-00001-of-00002.crec exists and is not a complete shard of this job",
+    ):
+        chute.beam.ConvertRecords([str(src)], str(out), num_shards=2)
+    assert (out / "part-00001-of-00002.crec").read_bytes() == b"not a shard"
+
+
+def test_bad_arguments_name_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = write_tfrecord(tmp_path / "in.tfrecord", [b"a"])
+    with pytest.raises(TypeError, match=r"only element-wise transformations apply"):
+        chute.beam.ReadRecords([str(src)], transforms=[chute.transforms.Batch(2)])
+    with pytest.raises(
+        TypeError, match=r"returned str, not bytes.*end them with a Map that encodes"
+    ):
+        chute.beam.ReadRecords([str(src)], transforms=[lambda r: r.decode()]).job.open().records(
+            0, 1
+        ).__next__()
+    with pytest.raises(ValueError, match=r"random_map has no seed.*ds.seed\(42\)"):
+        chute.beam.ReadRecords([str(src)], transforms=[beam_helpers.Crop()])
+    assert (
+        chute.cli.main(["convert", str(src), str(tmp_path / "o"), "--", "--runner=DataflowRunner"])
+        == 1
+    )
+    assert "are Beam pipeline options: add --runner beam" in capsys.readouterr().err
+    assert (
+        chute.cli.main(["convert", str(src), str(tmp_path / "o"), "--runner", "beam", "--resume"])
+        == 1
+    )
+    assert "a rerun of the same job finishes it" in capsys.readouterr().err
+    assert chute.cli.main(["convert", str(src), str(tmp_path / "o"), "--map", "nocolon"]) == 1
+    assert "give MODULE:NAME" in capsys.readouterr().err
+
+
+def test_importing_chute_does_not_import_beam() -> None:
+    code = "import sys, chute, chute.records, chute.cli; assert 'apache_beam' not in sys.modules"
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )

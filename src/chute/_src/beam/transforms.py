@@ -67,7 +67,7 @@ def split_ranges(
     return n, [r for r in ranges if r[1] > r[0]]
 
 
-class _ReadRange(beam.DoFn):  # type: ignore[misc]
+class _ReadRange(beam.DoFn):
     """(lo, hi) -> the (position, record) pairs of those positions; the source is opened
     once per worker."""
 
@@ -88,7 +88,7 @@ def _read(pbegin: Any, job: RecordJob, ranges: list[tuple[int, int]]) -> Any:
     return pbegin | "Ranges" >> beam.Create(ranges) | "Records" >> beam.ParDo(_ReadRange(job))
 
 
-class _ReadBlock(beam.DoFn):  # type: ignore[misc]
+class _ReadBlock(beam.DoFn):
     """(lo, hi), inside one shard -> (shard, (lo, the records of [lo, hi))): one element
     per range, so the shuffle moves a few large elements rather than one per record."""
 
@@ -107,7 +107,7 @@ class _ReadBlock(beam.DoFn):  # type: ignore[misc]
         yield self._spec.shard_of(lo, self._starts), (lo, block)
 
 
-class _WriteBlocks(beam.DoFn):  # type: ignore[misc]
+class _WriteBlocks(beam.DoFn):
     def __init__(self, spec: ShardSpec) -> None:
         self._spec = spec
 
@@ -117,7 +117,7 @@ class _WriteBlocks(beam.DoFn):  # type: ignore[misc]
         yield k, write_shard(self._spec, k, (r for _, block in ordered for r in block))
 
 
-class ReadRecords(beam.PTransform):  # type: ignore[misc]
+class ReadRecords(beam.PTransform):
     """Reads the records of `paths` as a PCollection of `(position, record)`.
 
     `position` is the record's index in the inputs' global order (files in the order
@@ -150,7 +150,7 @@ class ReadRecords(beam.PTransform):  # type: ignore[misc]
         return _read(pbegin, self.job, self._ranges)
 
 
-class _WriteShard(beam.DoFn):  # type: ignore[misc]
+class _WriteShard(beam.DoFn):
     def __init__(self, spec: ShardSpec) -> None:
         self._spec = spec
 
@@ -190,7 +190,7 @@ def _write(pcoll: Any, spec: ShardSpec) -> Any:
     return _commit(written, spec)
 
 
-class WriteShards(beam.PTransform):  # type: ignore[misc]
+class WriteShards(beam.PTransform):
     """Writes a PCollection of `(position, record)` as `num_shards` shards and a manifest.
 
     Shard `k` holds the records whose positions lie in `[k*n//S, (k+1)*n//S)` (`n` =
@@ -238,7 +238,7 @@ class WriteShards(beam.PTransform):  # type: ignore[misc]
         return _write(pcoll, self.spec)
 
 
-class ConvertRecords(beam.PTransform):  # type: ignore[misc]
+class ConvertRecords(beam.PTransform):
     """`ReadRecords` then `WriteShards`: converts `paths` into a sharded dataset at
     `output`, the records optionally preprocessed by `transforms` (see `ReadRecords`).
 
