@@ -253,6 +253,13 @@ def test_parquet_to_crec_is_record_for_record_single_process_convert(
     assert json.loads(expected[3]) == {"i": 3, "text": "row 3 row 3 row 3 "}
 
 
+def test_no_worker_process_outlives_its_job(parquet_runs: dict[int, Path]) -> None:
+    import psutil
+
+    alive = [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
 def test_the_same_input_gives_the_same_shards_byte_for_byte(
     parquet_runs: dict[int, Path],
 ) -> None:

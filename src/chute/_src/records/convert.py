@@ -18,7 +18,12 @@ from chute._src.progress import Progress
 from chute._src.records import staging
 from chute._src.records.inputs import Format, detect_format
 from chute._src.records.layout import HEADER_MAGIC, crc32c
-from chute._src.records.manifest import MANIFEST_NAME, existing_shards, read_manifest
+from chute._src.records.manifest import (
+    MANIFEST_NAME,
+    existing_shards,
+    manifest_shard_format,
+    read_manifest,
+)
 from chute._src.records.prepare import RecordJob, check_transforms
 from chute._src.records.writer import RecordWriter, ShardedRecordWriter
 from chute._src.sources._paths import expand_paths
@@ -59,7 +64,8 @@ def _read_paths(paths: list[str]) -> tuple[list[str], list[str]]:
             manifest = Path(directory) / MANIFEST_NAME
             files.append(str(manifest))
             try:
-                files.extend(os.path.realpath(s) for s, _ in read_manifest(manifest))
+                listed = read_manifest(manifest, manifest_shard_format(manifest))
+                files.extend(os.path.realpath(s) for s, _ in listed)
             except DataError:
                 pass  # opening the source reports it
         else:

@@ -24,7 +24,7 @@ from chute._src.sources._paths import PathsArg, expand_paths
 __all__ = ["TAIL", "array_record_count", "dataset_paths", "shard_entry", "tail_crc32c"]
 
 TAIL = 4096
-_PADDING = 1 << 17  # at most two riegeli blocks of zeros end a file
+_PADDING = 1 << 16  # riegeli pads a file with zeros to its 64 KiB block boundary
 
 
 def tail_crc32c(path: str | os.PathLike[str], size: int) -> int:
