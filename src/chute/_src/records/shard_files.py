@@ -92,8 +92,8 @@ def dataset_paths(paths: PathsArg, shard_format: str, who: str) -> list[str]:
     out: list[str] = []
     for p in expand_paths(paths, who):
         path = Path(p)
-        if path.is_dir():
-            path = path / MANIFEST_NAME
+        if path.is_dir() and os.path.lexists(path / MANIFEST_NAME):
+            path = path / MANIFEST_NAME  # (a directory without one: the reader names it)
         if path.name != MANIFEST_NAME:
             out.append(p)
             continue
