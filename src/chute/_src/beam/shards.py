@@ -133,7 +133,7 @@ def complete_entry(spec: ShardSpec, k: int) -> ShardEntry | None:
 
 
 def _crec_options(spec: ShardSpec) -> dict[str, Any]:
-    from chute._src.records.convert import _crec_options as options
+    from chute._src.records.convert import crec_options as options
 
     return options(spec.compression, spec.level)
 

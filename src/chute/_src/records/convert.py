@@ -28,7 +28,7 @@ from chute._src.records.prepare import RecordJob, check_transforms
 from chute._src.records.writer import RecordWriter, ShardedRecordWriter
 from chute._src.sources._paths import expand_paths
 
-__all__ = ["ConvertResult", "check_overlap", "convert", "output_format"]
+__all__ = ["ConvertResult", "check_overlap", "convert", "crec_options", "output_format"]
 
 COMPRESSIONS = ("none", "zstd", "zstd-dict")
 
@@ -165,7 +165,7 @@ def _check_output(
         )
 
 
-def _crec_options(compression: str, level: int) -> dict[str, Any]:
+def crec_options(compression: str, level: int) -> dict[str, Any]:
     if compression not in COMPRESSIONS:
         raise ValueError(f"--compress {compression!r} is unknown; use one of {COMPRESSIONS}")
     if compression == "none":
@@ -336,14 +336,14 @@ def convert(
     elif single_file:
         pattern = staging.temp_pattern(re.escape(out.name))
         staging.sweep_temps(out.parent, pattern, (HEADER_MAGIC,), _read_set(paths))
-        writer = RecordWriter(out, metadata=metadata, **_crec_options(compression, level))
+        writer = RecordWriter(out, metadata=metadata, **crec_options(compression, level))
     else:
         writer = ShardedRecordWriter(
             out,
             records_per_shard=per_shard,
             metadata=metadata,
             resume=resume,
-            **_crec_options(compression, level),
+            **crec_options(compression, level),
         )
     skip = len(writer) if isinstance(writer, ShardedRecordWriter) else 0
     start = time.perf_counter()
