@@ -408,3 +408,24 @@ def test_importing_chute_does_not_import_beam() -> None:
         check=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
+
+
+def test_read_records_reads_array_record_crec_and_numpy(
+    seed001: tuple[Path, Any], parquet_runs: dict[int, Path], tmp_path: Path
+) -> None:
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    rows = np.arange(60, dtype=np.int16).reshape(20, 3)
+    np.save(tmp_path / "rows.npy", rows)
+    inputs = {
+        "arrayrecord": (str(seed001[0]), records_of(ArrayRecordDataSource(str(seed001[0])))),
+        "crec": (str(parquet_runs[2]), records_of(RecordFileDataSource(str(parquet_runs[2])))),
+        "numpy": (str(tmp_path / "rows.npy"), [r.tobytes() for r in rows]),
+    }
+    with beam.Pipeline(options=chute.beam.pipeline_options(num_workers=2)) as pipeline:
+        for name, (path, expected) in inputs.items():
+            read = chute.beam.ReadRecords(path, records_per_range=97)
+            assert read.num_positions == len(expected)
+            pairs = pipeline | f"Read{name}" >> read
+            assert_that(pairs, equal_to(list(enumerate(expected))), label=f"Check{name}")
