@@ -6,8 +6,10 @@ Each contender converts the JSONL corpus (built by ../shared/data/make_corpus.py
 at conversion time (`--map`, the same transformation objects the online pipeline uses).
 Contenders alternate round by round; the table gives the median of the rounds, in
 records/s and input MB/s, and each one's ratio to single-process convert. A tiny job (100
-records) gives Beam's fixed start-up cost. Every output is checked to hold the same
-records as the single-process one.
+records) gives Beam's fixed start-up cost. "CPU s" is the CPU time of the benchmark
+process and of the worker processes it reaped (Beam's): on a shared machine, wall time
+also depends on how much of the contended CPU each contender's processes get. Every
+output is checked to hold the same records as the single-process one.
 
     python benchmarks/bench_beam.py [--sizes 120000 1200000] [--rounds 3 1]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -34,6 +37,15 @@ from chute._src.records.convert import convert  # noqa: E402
 from chute.sources import RecordFileDataSource  # noqa: E402
 
 SHARDS = 8
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its reaped children (Beam's workers)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def contenders(transforms: list[object]) -> dict[str, Callable[[Path, Path], float]]:
@@ -70,25 +82,36 @@ def measure(n: int, rounds: int, runs: dict[str, Callable[[Path, Path], float]])
     src = corpus_jsonl(n) if n > 1000 else _tiny(n)
     mb = src.stat().st_size / 1e6
     times: dict[str, list[float]] = {name: [] for name in runs}
+    cpus: dict[str, list[float]] = {name: [] for name in runs}
     reference: list[bytes] | None = None
     for r in range(rounds):
         for name, run in runs.items():
             out = OUT / "beam_bench_out"
             shutil.rmtree(out, ignore_errors=True)
+            cpu = _cpu()
             times[name].append(run(src, out))
+            cpus[name].append(_cpu() - cpu)
             got = records(out)
             if reference is None:
                 reference = got
             assert got == reference, f"{name} wrote other records"
-            print(f"  n={n:,} round {r + 1}: {name}: {times[name][-1]:.2f} s", flush=True)
+            print(
+                f"  n={n:,} round {r + 1}: {name}: {times[name][-1]:.2f} s, "
+                f"{cpus[name][-1]:.2f} CPU s",
+                flush=True,
+            )
     base = statistics.median(times[next(iter(runs))])
     lines = [f"{n:,} records, {mb:.1f} MB of JSONL, {rounds} round(s), median:"]
     lines.append(
         f"  {'contender':<30} {'seconds':>8} {'records/s':>10} {'MB/s':>7} {'vs convert':>10}"
+        f" {'CPU s':>7}"
     )
     for name, ts in times.items():
         t = statistics.median(ts)
-        lines.append(f"  {name:<30} {t:>8.2f} {n / t:>10,.0f} {mb / t:>7.2f} {base / t:>9.2f}x")
+        c = statistics.median(cpus[name])
+        lines.append(
+            f"  {name:<30} {t:>8.2f} {n / t:>10,.0f} {mb / t:>7.2f} {base / t:>9.2f}x {c:>7.1f}"
+        )
     return lines
 
 
