@@ -429,3 +429,26 @@ def test_read_records_reads_array_record_crec_and_numpy(
             assert read.num_positions == len(expected)
             pairs = pipeline | f"Read{name}" >> read
             assert_that(pairs, equal_to(list(enumerate(expected))), label=f"Check{name}")
+
+
+def test_options_after_the_double_dash_go_to_beam(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    opts = chute.beam.pipeline_options(2, ["--direct_num_workers=1", "--runner=FlinkRunner"])
+    assert opts.view_as(DirectOptions).direct_num_workers == 1  # the user's options win
+    assert opts.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    assert opts.view_as(StandardOptions).runner == "FlinkRunner"
+    src = write_tfrecord(tmp_path / "in.tfrecord", [b"a"])
+    argv = [
+        "convert",
+        str(src),
+        str(tmp_path / "o"),
+        "--runner",
+        "beam",
+        "--",
+        "--runner=NoSuchRunner",
+    ]
+    assert chute.cli.main(argv) == 1
+    assert "NoSuchRunner" in capsys.readouterr().err
