@@ -219,7 +219,7 @@ class WriteShards(beam.PTransform):
     ) -> None:
         super().__init__()
         key = json.dumps([output, num_shards, num_positions, format, compression, level])
-        from chute._src.records.layout import crc32c
+        from chute._src.records.checksum import crc32c
 
         self.spec = ShardSpec(
             output=str(output),

@@ -16,8 +16,9 @@ from typing import Any
 from chute._src.errors import DataError
 from chute._src.progress import Progress
 from chute._src.records import staging
+from chute._src.records.checksum import crc32c
 from chute._src.records.inputs import Format, detect_format
-from chute._src.records.layout import HEADER_MAGIC, crc32c
+from chute._src.records.layout import HEADER_MAGIC
 from chute._src.records.manifest import (
     MANIFEST_NAME,
     existing_shards,

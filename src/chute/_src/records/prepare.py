@@ -20,8 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chute._src.records.checksum import crc32c
 from chute._src.records.inputs import Format, as_bytes_source, open_source
-from chute._src.records.layout import crc32c
 from chute._src.transforms import (
     FilterTransform,
     MapTransform,

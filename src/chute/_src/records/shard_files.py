@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from chute._src.errors import DataError
-from chute._src.records.layout import crc32c
+from chute._src.records.checksum import crc32c
 from chute._src.records.manifest import (
     MANIFEST_NAME,
     ShardEntry,

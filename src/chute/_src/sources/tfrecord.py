@@ -9,7 +9,7 @@ import struct
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.records.layout import crc32c
+from chute._src.records.checksum import crc32c
 from chute._src.sources._concat import MultiFileSource
 from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._index_cache import cached_index
