@@ -30,6 +30,7 @@ PUBLIC_MODULES = [
     "chute.multiprocessing",
     "chute.records",
     "chute.torch",
+    "chute.beam",
 ]
 
 

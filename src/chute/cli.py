@@ -86,7 +86,51 @@ def _convert_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="sharded output: keep the complete shards of an interrupted run of the same job",
     )
+    p.add_argument(
+        "--map",
+        dest="maps",
+        action="append",
+        default=[],
+        metavar="MODULE:NAME",
+        help="preprocess each record with this transformation (a chute.transforms.Map, "
+        "RandomMap, Filter, a list of them, or a function), imported from MODULE; "
+        "repeatable, applied in order; the last must return bytes",
+    )
+    p.add_argument("--seed", type=int, help="the pipeline seed RandomMap transformations draw from")
+    p.add_argument(
+        "--runner",
+        choices=("local", "beam"),
+        default="local",
+        help="local: this process (default); beam: an Apache Beam job writing "
+        "part-NNNNN-of-NNNNN shards (locally the DirectRunner; Beam options after --)",
+    )
+    p.add_argument(
+        "--num-workers",
+        type=int,
+        default=2,
+        help="--runner beam: DirectRunner worker processes (default 2)",
+    )
     _progress_flags(p)
+
+
+def _load_transforms(specs: list[str]) -> list[object]:
+    import importlib
+
+    out: list[object] = []
+    for spec in specs:
+        module, _, name = spec.partition(":")
+        if not module or not name:
+            raise ValueError(
+                f"--map {spec!r} is invalid; give MODULE:NAME, e.g. mypkg.prep:tokenize"
+            )
+        obj: object = importlib.import_module(module)
+        for part in name.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                raise ValueError(f"--map {spec!r}: {module} has no {name!r}") from None
+        out.extend(obj if isinstance(obj, list | tuple) else [obj])
+    return out
 
 
 def _run_convert(args: argparse.Namespace) -> int:
@@ -96,18 +140,49 @@ def _run_convert(args: argparse.Namespace) -> int:
         print("chute convert: give at least one INPUT and an OUTPUT", file=sys.stderr)
         return 2
     *inputs, output = args.paths
-    r = convert(
-        inputs,
-        output,
-        from_format=args.from_format,
-        to_format=args.to_format,
-        shards=args.shards,
-        compression=args.compress,
-        level=args.level,
-        overwrite=args.overwrite,
-        resume=args.resume,
-        progress=args.progress,
-    )
+    transforms = _load_transforms(args.maps)
+    if args.runner == "beam":
+        if args.overwrite or args.resume:
+            raise ValueError(
+                "--runner beam writes into a new directory and a rerun of the same job "
+                "finishes it (no --resume needed); --overwrite is not supported: write to "
+                "a new directory"
+            )
+        from chute._src.beam.run import convert as beam_convert
+
+        r = beam_convert(
+            inputs,
+            output,
+            from_format=args.from_format,
+            to_format=args.to_format,
+            shards=args.shards,
+            compression=args.compress,
+            level=args.level,
+            transforms=transforms,
+            seed=args.seed,
+            num_workers=args.num_workers,
+            beam_args=args.beam_options,
+        )
+    else:
+        if args.beam_options:
+            raise ValueError(
+                f"options after -- ({' '.join(args.beam_options)}) are Beam pipeline "
+                "options: add --runner beam"
+            )
+        r = convert(
+            inputs,
+            output,
+            from_format=args.from_format,
+            to_format=args.to_format,
+            shards=args.shards,
+            compression=args.compress,
+            level=args.level,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            progress=args.progress,
+            transforms=transforms,
+            seed=args.seed,
+        )
     if r.resumed_records:
         print(f"resumed: kept {r.resumed_records:,} records already converted")
     rate = r.bytes_in / max(r.seconds, 1e-9) / 1e6
@@ -145,12 +220,30 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
         type=_format,
         help="the format, if the extension does not tell",
     )
+    p.add_argument(
+        "--write-manifest",
+        action="store_true",
+        help="PATH is a directory of .crec or ArrayRecord shards written by any engine: "
+        "check them, write its manifest.json, then verify the dataset",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="--write-manifest: replace a chute manifest that lists other shards",
+    )
     _progress_flags(p)
 
 
 def _run_verify(args: argparse.Namespace) -> int:
     from chute._src.progress import Progress
     from chute._src.records.summary import verify_any
+
+    if args.write_manifest:
+        from chute._src.records.adopt import write_manifest
+
+        if len(args.paths) != 1:
+            raise ValueError("--write-manifest takes one directory")
+        print(f"wrote {write_manifest(args.paths[0], overwrite=args.overwrite)}")
 
     bar: Progress[object] = Progress(desc="verify", force=args.progress)
     try:
@@ -179,7 +272,8 @@ def _run_bench(args: argparse.Namespace) -> int:
 COMMANDS: list[Command] = [
     Command(
         "convert",
-        "convert JSONL, ArrayRecord, Parquet, TFRecord or NumPy files to .crec",
+        "convert JSONL, ArrayRecord, Parquet, TFRecord or NumPy files to .crec or "
+        "ArrayRecord, in this process or as an Apache Beam job",
         _convert_args,
         _run_convert,
     ),
@@ -220,10 +314,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the `chute` command line; returns the exit status.
 
     Errors in the data (`chute.DataError`), missing files and bad arguments print one
-    line to stderr and return 1 instead of a traceback.
+    line to stderr and return 1 instead of a traceback. Arguments after `--` are Beam
+    pipeline options (`chute convert ... --runner beam -- --runner=DataflowRunner ...`).
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:  # what follows is for Beam (`chute convert ... --runner beam -- ...`)
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
+    args.beam_options = extra
     try:
+        if extra and args.command != "convert":
+            raise ValueError(
+                f"options after -- are for `chute convert --runner beam`, not {args.command}"
+            )
         status: int = args._run(args)
     except (DataError, FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
         print(f"chute {args.command}: error: {e}", file=sys.stderr)

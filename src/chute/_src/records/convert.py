@@ -8,6 +8,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,19 +17,19 @@ from chute._src.errors import DataError
 from chute._src.progress import Progress
 from chute._src.records import staging
 from chute._src.records.checksum import crc32c
-from chute._src.records.inputs import (
-    Format,
-    as_bytes_source,
-    detect_format,
-    iter_blocks,
-    open_source,
-)
+from chute._src.records.inputs import Format, detect_format
 from chute._src.records.layout import HEADER_MAGIC
-from chute._src.records.manifest import MANIFEST_NAME, existing_shards, read_manifest
+from chute._src.records.manifest import (
+    MANIFEST_NAME,
+    existing_shards,
+    manifest_shard_format,
+    read_manifest,
+)
+from chute._src.records.prepare import RecordJob, check_transforms
 from chute._src.records.writer import RecordWriter, ShardedRecordWriter
 from chute._src.sources._paths import expand_paths
 
-__all__ = ["ConvertResult", "convert"]
+__all__ = ["ConvertResult", "check_overlap", "convert", "crec_options", "output_format"]
 
 COMPRESSIONS = ("none", "zstd", "zstd-dict")
 
@@ -64,7 +65,8 @@ def _read_paths(paths: list[str]) -> tuple[list[str], list[str]]:
             manifest = Path(directory) / MANIFEST_NAME
             files.append(str(manifest))
             try:
-                files.extend(os.path.realpath(s) for s, _ in read_manifest(manifest))
+                listed = read_manifest(manifest, manifest_shard_format(manifest))
+                files.extend(os.path.realpath(s) for s, _ in listed)
             except DataError:
                 pass  # opening the source reports it
         else:
@@ -77,7 +79,7 @@ def _read_set(paths: list[str]) -> frozenset[str]:
     return frozenset(files + dirs)
 
 
-def _check_overlap(paths: list[str], output: Path) -> None:
+def check_overlap(paths: list[str], output: Path) -> None:
     """Refuses when the output is, contains or lies inside what is read."""
     out = os.path.realpath(output)
     files, dirs = _read_paths(paths)
@@ -164,7 +166,7 @@ def _check_output(
         )
 
 
-def _crec_options(compression: str, level: int) -> dict[str, Any]:
+def crec_options(compression: str, level: int) -> dict[str, Any]:
     if compression not in COMPRESSIONS:
         raise ValueError(f"--compress {compression!r} is unknown; use one of {COMPRESSIONS}")
     if compression == "none":
@@ -247,6 +249,18 @@ class _ArrayRecordOut:
         self._unlock()
 
 
+def output_format(out: Path, to_format: Format | None) -> Format:
+    """The format to write: `to_format`, else the one `out`'s suffix names, else crec."""
+    if to_format is None:
+        try:
+            to_format = detect_format(out) if out.suffix else Format.CREC
+        except ValueError:
+            to_format = Format.CREC
+    if to_format not in (Format.CREC, Format.ARRAY_RECORD):
+        raise ValueError(f"chute convert writes crec or arrayrecord, not {to_format.value}")
+    return to_format
+
+
 def convert(
     inputs: list[str],
     output: str,
@@ -259,6 +273,8 @@ def convert(
     overwrite: bool = False,
     resume: bool = False,
     progress: bool | None = None,
+    transforms: Sequence[Any] = (),
+    seed: int | None = None,
 ) -> ConvertResult:
     """Converts `inputs` (all of one format) into `output`; see `chute convert --help`.
 
@@ -270,6 +286,12 @@ def convert(
     `resume=True` a sharded `.crec` conversion keeps the complete shards an interrupted
     run of the same job (same inputs, unchanged, and options) left behind and writes
     only the rest.
+
+    `transforms` (element-wise: `chute.transforms.Map`, `RandomMap`, `Filter`,
+    `MapWithIndex`, or plain functions) preprocess every record as the online pipeline
+    `MapDataset.source(source).seed(seed).apply(transforms)` would (see
+    `_src/records/prepare.py`); the last must return bytes, and a filtered position
+    writes nothing.
     """
     if shards < 1:
         raise ValueError(f"--shards {shards} is invalid; give 1 or more")
@@ -281,28 +303,32 @@ def convert(
             raise ValueError(f"the inputs mix formats ({names}); convert them separately")
         from_format = found.pop()
     out = Path(output)
-    if to_format is None:
-        try:
-            to_format = detect_format(out) if out.suffix else Format.CREC
-        except ValueError:
-            to_format = Format.CREC
-    if to_format not in (Format.CREC, Format.ARRAY_RECORD):
-        raise ValueError(f"chute convert writes crec or arrayrecord, not {to_format.value}")
+    to_format = output_format(out, to_format)
     single_file = shards == 1 and out.suffix in (".crec", ".array_record", ".arrayrecord")
     if resume and (single_file or to_format is not Format.CREC):
         raise ValueError(
             "--resume works for sharded .crec output (a directory, with --shards N); a "
             "single file is written atomically, so just run the conversion again"
         )
-    _check_overlap(paths, out)
+    check_overlap(paths, out)
     _check_output(out, single_file, to_format, overwrite, resume)
-    source, metadata = as_bytes_source(open_source(paths, from_format), from_format)
+    record_job = RecordJob(tuple(paths), from_format, check_transforms(transforms), seed)
+    if resume and record_job.filters:
+        raise ValueError(
+            "--resume cannot skip what an interrupted run wrote when a Filter drops records "
+            "(written records no longer count input positions); convert again into a new "
+            "directory, or use the Beam runner, whose shards are fixed by input position"
+        )
+    source = record_job.open()
+    metadata = source.metadata
     n = len(source)
     per_shard = max(1, math.ceil(n / shards))
     if not single_file and to_format is Format.CREC:
         job = [[os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in paths]
-        key = json.dumps([job, from_format.value, compression, level, per_shard]).encode()
-        metadata = {**metadata, "job": f"{crc32c(key):08x}"}
+        parts: list[Any] = [job, from_format.value, compression, level, per_shard]
+        if transforms:
+            parts.append(record_job.fingerprint())
+        metadata = {**metadata, "job": f"{crc32c(json.dumps(parts).encode()):08x}"}
     writer: Any
     if to_format is Format.ARRAY_RECORD:
         writer = _ArrayRecordOut(
@@ -311,14 +337,14 @@ def convert(
     elif single_file:
         pattern = staging.temp_pattern(re.escape(out.name))
         staging.sweep_temps(out.parent, pattern, (HEADER_MAGIC,), _read_set(paths))
-        writer = RecordWriter(out, metadata=metadata, **_crec_options(compression, level))
+        writer = RecordWriter(out, metadata=metadata, **crec_options(compression, level))
     else:
         writer = ShardedRecordWriter(
             out,
             records_per_shard=per_shard,
             metadata=metadata,
             resume=resume,
-            **_crec_options(compression, level),
+            **crec_options(compression, level),
         )
     skip = len(writer) if isinstance(writer, ShardedRecordWriter) else 0
     start = time.perf_counter()
@@ -326,13 +352,13 @@ def convert(
     bar: Progress[Any] = Progress(total=n, desc="convert", force=progress)
     bar.update(skip)
     try:
-        for block in iter_blocks(source, start=skip):
+        for count, block in source.blocks(skip, n):
             nbytes = 0
             for record in block:
                 writer.write(record)
                 nbytes += len(record)
             bytes_in += nbytes
-            bar.update(len(block), nbytes)
+            bar.update(count, nbytes)
         writer.close()
     except BaseException as e:
         if isinstance(writer, ShardedRecordWriter):

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.records.manifest import MANIFEST_NAME
+from chute._src.records.manifest import MANIFEST_NAME, manifest_shard_format
 
 __all__ = ["Format", "as_bytes_source", "detect_format", "iter_blocks", "open_source"]
 
@@ -51,7 +51,8 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
     p = Path(path)
     if p.is_dir() or p.name == MANIFEST_NAME:
         if (p / MANIFEST_NAME).exists() or p.name == MANIFEST_NAME:
-            return Format.CREC
+            manifest = p if p.name == MANIFEST_NAME else p / MANIFEST_NAME
+            return Format(manifest_shard_format(manifest)) if manifest.exists() else Format.CREC
         if p.is_dir():
             raise DataError(
                 f"{p}: a directory without {MANIFEST_NAME}; give its files (or a glob), "
@@ -68,14 +69,15 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
     )
 
 
-def open_source(paths: Sequence[str], fmt: Format) -> Any:
-    """The chute source reading `paths` as `fmt` (records as that source returns them)."""
+def open_source(paths: Sequence[str], fmt: Format, *, decoded: bool = False) -> Any:
+    """The chute source reading `paths` as `fmt` (records as that source returns them;
+    JSONL lines as bytes unless `decoded`, then as that source's default gives them)."""
     from chute import sources
 
     if fmt is Format.CREC:
         return sources.RecordFileDataSource(list(paths))
     if fmt is Format.JSONL:
-        return sources.JsonlDataSource(list(paths), decode=False)
+        return sources.JsonlDataSource(list(paths), decode=decoded)
     if fmt is Format.ARRAY_RECORD:
         return sources.ArrayRecordDataSource(list(paths))
     if fmt is Format.PARQUET:

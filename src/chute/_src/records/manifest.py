@@ -6,24 +6,39 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from chute._src.errors import DataError
 
 __all__ = [
     "MANIFEST_NAME",
+    "SHARD_FORMATS",
     "ShardEntry",
     "existing_shards",
+    "manifest_shard_format",
     "read_manifest",
     "write_manifest",
 ]
 
 MANIFEST_NAME = "manifest.json"
 _FORMAT = "chute-records"
+# What the shards of a manifest are: `.crec` files (the default, no key written) or
+# ArrayRecord files (`"shard_format": "arrayrecord"`), and the source that reads each.
+SHARD_FORMATS = {
+    "crec": "chute.sources.RecordFileDataSource",
+    "arrayrecord": "chute.sources.ArrayRecordDataSource",
+}
 
 
 @dataclass(frozen=True)
 class ShardEntry:
-    """One shard: its file name (relative to the manifest), records, size, trailer CRC."""
+    """One shard: its file name (relative to the manifest), records, size, trailer CRC.
+
+    For a `.crec` shard `trailer_crc32c` is the trailer's own CRC (a checksum of the whole
+    file); for an ArrayRecord shard it is the CRC32C of the file's last 4096 bytes before
+    its zero padding (its footer: the chunk index), which tells a swapped or rewritten
+    shard from the listed one.
+    """
 
     name: str
     num_records: int
@@ -31,14 +46,16 @@ class ShardEntry:
     trailer_crc32c: int
 
 
-def write_manifest(directory: Path, shards: list[ShardEntry]) -> Path:
+def write_manifest(directory: Path, shards: list[ShardEntry], shard_format: str = "crec") -> Path:
     """Writes `manifest.json` atomically into `directory`."""
-    doc = {
+    doc: dict[str, object] = {
         "format": _FORMAT,
         "version": 1,
         "num_records": sum(s.num_records for s in shards),
         "shards": [asdict(s) for s in shards],
     }
+    if shard_format != "crec":
+        doc["shard_format"] = shard_format
     from chute._src.records import staging
 
     path = directory / MANIFEST_NAME
@@ -71,24 +88,61 @@ def existing_shards(directory: Path) -> list[ShardEntry] | None:
         ) from None
 
 
-def read_manifest(path: Path) -> list[tuple[Path, ShardEntry]]:
-    """Reads a manifest; returns each shard's absolute path and entry."""
-    fix = "re-create the dataset with chute.records.ShardedRecordWriter or `chute convert`"
+_FIX = (
+    "re-create the dataset with chute.records.ShardedRecordWriter or `chute convert`, or "
+    "write the manifest of a directory of shards with `chute verify --write-manifest DIR`"
+)
+
+
+def _load(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise DataError(
-            f"{path.parent}: no {MANIFEST_NAME}: a sharded .crec dataset needs its manifest; "
-            f"the write was interrupted or this is not a chute dataset; {fix}"
+            f"{path.parent}: no {MANIFEST_NAME}: a sharded dataset needs its manifest; the "
+            f"write was interrupted or this is not a chute dataset; {_FIX}"
         ) from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: the manifest is not valid JSON ({e}); {fix}") from None
+        raise DataError(f"{path}: the manifest is not valid JSON ({e}); {_FIX}") from None
+    if not isinstance(doc, dict) or doc.get("format") != _FORMAT or doc.get("version") != 1:
+        got = doc if not isinstance(doc, dict) else doc.get("format")
+        version = doc.get("version") if isinstance(doc, dict) else None
+        raise DataError(
+            f"{path}: not a chute manifest (format={got!r}, version={version!r}, expected "
+            f"{_FORMAT!r} version 1); {_FIX}"
+        )
+    return doc
+
+
+def manifest_shard_format(path: Path) -> str:
+    """What the shards the manifest at `path` lists are: "crec" or "arrayrecord"."""
+    return _shard_format(_load(path), path)
+
+
+def _shard_format(doc: dict[str, Any], path: Path) -> str:
+    fmt = doc.get("shard_format", "crec")
+    if fmt not in SHARD_FORMATS:
+        raise DataError(
+            f"{path}: shard_format {fmt!r} is unknown (this chute reads "
+            f"{', '.join(SHARD_FORMATS)}); upgrade chute or {_FIX}"
+        )
+    return str(fmt)
+
+
+def read_manifest(path: Path, shard_format: str = "crec") -> list[tuple[Path, ShardEntry]]:
+    """Reads a manifest; returns each shard's absolute path and entry.
+
+    Raises `DataError` if its shards are not `shard_format`, naming the source to use.
+    """
+    fix = _FIX
+    doc = _load(path)
+    fmt = _shard_format(doc, path)
+    if fmt != shard_format:
+        raise DataError(
+            f"{path}: the manifest lists {fmt} shards, not {shard_format}; open the "
+            f"directory with {SHARD_FORMATS[fmt]}"
+        )
     try:
-        if doc.get("format") != _FORMAT or doc.get("version") != 1:
-            raise DataError(
-                f"{path}: not a chute manifest (format={doc.get('format')!r}, "
-                f"version={doc.get('version')!r}, expected {_FORMAT!r} version 1); {fix}"
-            )
         out = []
         for s in doc["shards"]:
             entry = ShardEntry(

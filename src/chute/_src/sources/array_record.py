@@ -16,7 +16,7 @@ from chute._src.sources._concat import Concat
 from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._index_cache import cached_index
 from chute._src.sources._index_checks import riegeli_spans_agree
-from chute._src.sources._paths import PathsArg, expand_paths
+from chute._src.sources._paths import PathsArg
 from chute._src.sources._riegeli import decode_record, scan_single_record_chunks
 
 __all__ = ["ArrayRecordDataSource"]
@@ -52,6 +52,10 @@ def _group_size(options: str) -> int:
 class ArrayRecordDataSource:
     """Records of ArrayRecord files, as bytes, by global index across files.
 
+    `paths` is a file, a glob, a list of them, or a dataset directory whose
+    `manifest.json` lists ArrayRecord shards (written by `chute.beam` or
+    `chute.records.write_manifest`); each listed shard is checked against its entry.
+
     A drop-in for `grain.sources.ArrayRecordDataSource(paths, reader_options)`, built for
     random access: each thread keeps its own reader per file and reads one record with
     `seek` + `read` (microseconds, where `read([i])` costs hundreds), a batch of at
@@ -80,7 +84,9 @@ class ArrayRecordDataSource:
         direct: bool = True,
     ) -> None:
         _module()
-        self._paths = expand_paths(paths, "ArrayRecordDataSource")
+        from chute._src.records.shard_files import dataset_paths
+
+        self._paths = dataset_paths(paths, "arrayrecord", "ArrayRecordDataSource")
         self._extra = ",".join(f"{k}:{v}" for k, v in (reader_options or {}).items())
         self._batch_threshold = batch_threshold
         self._chunk_cache_size = chunk_cache_size
