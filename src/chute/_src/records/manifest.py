@@ -8,12 +8,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chute._src.errors import DataError
+from chute._src.remote.urls import StorageOptions
 
 __all__ = [
     "MANIFEST_NAME",
     "ShardEntry",
     "existing_shards",
     "read_manifest",
+    "read_remote_manifest",
     "write_manifest",
 ]
 
@@ -73,14 +75,33 @@ def existing_shards(directory: Path) -> list[ShardEntry] | None:
 
 def read_manifest(path: Path) -> list[tuple[Path, ShardEntry]]:
     """Reads a manifest; returns each shard's absolute path and entry."""
-    fix = "re-create the dataset with chute.records.ShardedRecordWriter or `chute convert`"
     try:
-        doc = json.loads(path.read_bytes())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise DataError(
             f"{path.parent}: no {MANIFEST_NAME}: a sharded .crec dataset needs its manifest; "
-            f"the write was interrupted or this is not a chute dataset; {fix}"
+            f"the write was interrupted or this is not a chute dataset; {_FIX}"
         ) from None
+    return [(path.parent / name, entry) for name, entry in _parse(raw, str(path))]
+
+
+def read_remote_manifest(url: str, storage_options: StorageOptions) -> list[tuple[str, ShardEntry]]:
+    """`read_manifest` for a manifest at a URL: each shard's URL and entry."""
+    from chute._src.remote.file import RemoteFile
+
+    f = RemoteFile(url, storage_options, "a chute manifest")
+    parent = url.rsplit("/", 1)[0]
+    return [(f"{parent}/{name}", entry) for name, entry in _parse(f[:], url)]
+
+
+_FIX = "re-create the dataset with chute.records.ShardedRecordWriter or `chute convert`"
+
+
+def _parse(raw: bytes, path: str) -> list[tuple[str, ShardEntry]]:
+    """Each shard's name (relative to the manifest's directory) and entry."""
+    fix = _FIX
+    try:
+        doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: the manifest is not valid JSON ({e}); {fix}") from None
     try:
@@ -99,7 +120,7 @@ def read_manifest(path: Path) -> list[tuple[Path, ShardEntry]]:
                     f"{path}: shard name {entry.name!r} leaves the dataset directory; "
                     f"shard names must be relative; {fix}"
                 )
-            out.append((path.parent / entry.name, entry))
+            out.append((entry.name, entry))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         if isinstance(e, DataError):
             raise
