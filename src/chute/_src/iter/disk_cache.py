@@ -38,6 +38,7 @@ from chute._src.dataset import IterDataset, _Node
 from chute._src.errors import DataError
 from chute._src.iter.cache import check_pass_position
 from chute._src.iterator import DatasetIterator, bad_value, check_int, check_state
+from chute._src.remote.urls import is_url, local_path
 from chute._src.tree_codec import decode, encode
 
 T = TypeVar("T")
@@ -148,7 +149,13 @@ class DiskCacheIterDataset(IterDataset[T]):
                 f"cache: path={path!r} is invalid: pass a directory (str or Path) to hold the "
                 "cache, or no path for an in-memory cache."
             )
-        self._root = Path(path)
+        if is_url(path):
+            raise ValueError(
+                f"cache: path={path!r} is a URL; the cache is a local directory that chute "
+                "owns and checks (owner, mode), which a remote store cannot prove: pass a "
+                "local directory (file:// URLs are fine)"
+            )
+        self._root = Path(local_path(path))
         self._key = cache_key(parent)
 
     @property

@@ -18,6 +18,8 @@ from chute._src.dataset import IterDataset
 from chute._src.errors import CheckpointError, DataError
 from chute._src.iterator import DatasetIterator, bad_value, check_int
 from chute._src.protocol import StageRole
+from chute._src.remote.urls import StorageOptions
+from chute._src.sources._open import open_binary
 from chute._src.sources._paths import expand_paths
 from chute._src.transforms import describe
 
@@ -49,9 +51,12 @@ class FileLinesIterDataset(IterDataset[Any]):
         self,
         paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         parse: Callable[[bytes], Any] | None = None,
+        *,
+        storage_options: StorageOptions = None,
     ) -> None:
         super().__init__()
-        self._paths = expand_paths(paths, self._where)
+        self._storage = dict(storage_options or {})
+        self._paths = expand_paths(paths, self._where, self._storage)
         if parse is not None and not callable(parse):
             raise TypeError(f"{self._where}: parse={parse!r} is not callable: pass a function.")
         self._parse: Callable[[bytes], Any] = parse or _utf8
@@ -90,8 +95,10 @@ class JsonlIterDataset(FileLinesIterDataset):
         self,
         paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         parse: Callable[[bytes], Any] | None = None,
+        *,
+        storage_options: StorageOptions = None,
     ) -> None:
-        super().__init__(paths, parse or json.loads)
+        super().__init__(paths, parse or json.loads, storage_options=storage_options)
 
 
 class _LinesIterator(DatasetIterator[Any]):
@@ -108,11 +115,14 @@ class _LinesIterator(DatasetIterator[Any]):
         self._lines: list[bytes] = []  # read ahead, not yet handed out
         self._pos = 0
 
+    def _open(self, name: str) -> io.BufferedReader:
+        return open_binary(name, "a text file", self._ds._storage)
+
     def _fill(self) -> bool:
         """Reads more lines; False at the end of the last file."""
         while self._file < len(self._paths):
             if self._fh is None:
-                self._fh = open(self._paths[self._file], "rb")  # noqa: SIM115
+                self._fh = self._open(self._paths[self._file])
                 self._fh.seek(self._offset)
             lines = self._fh.readlines(_READ_HINT)
             if lines:
@@ -174,14 +184,17 @@ class _LinesIterator(DatasetIterator[Any]):
             raise bad_value(path, "offset", offset, "past the last file, the offset is 0")
         if file < len(self._paths):
             name = self._paths[file]
-            size = os.path.getsize(name)
+            with self._open(name) as fh:
+                size = fh.seek(0, io.SEEK_END)
+                fh.seek(max(0, offset - 1))
+                before = fh.read(1)
             if offset > size:
                 raise CheckpointError(
                     f"{path}['offset'] = {offset} is past the end of {name} ({size} bytes): "
                     "the file changed since the state was taken, or the state is from other "
                     "files; restore it into the stream it was taken from."
                 )
-            if 0 < offset < size and not _after_newline(name, offset):
+            if 0 < offset < size and before != b"\n":
                 raise CheckpointError(
                     f"{path}['offset'] = {offset} is not the start of a line of {name} (the "
                     "byte before it is not a newline): the file changed since the state was "
@@ -196,8 +209,3 @@ class _LinesIterator(DatasetIterator[Any]):
             self._fh.close()
             self._fh = None
 
-
-def _after_newline(name: str, offset: int) -> bool:
-    with open(name, "rb") as f:
-        f.seek(offset - 1)
-        return f.read(1) == b"\n"
