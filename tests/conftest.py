@@ -90,8 +90,9 @@ def debug_mode() -> Iterator[None]:
 class S3Server:
     """A real S3-compatible server (moto) on 127.0.0.1, and the storage options for it."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, port: int) -> None:
         self.endpoint = endpoint
+        self.port = port
         self.options: dict[str, object] = {"client_kwargs": {"endpoint_url": endpoint}}
 
     def fs(self) -> object:
@@ -121,10 +122,13 @@ def s3_server() -> Iterator[S3Server]:
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         os.environ.setdefault(key, value)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     try:
-        yield S3Server(f"http://{host}:{port}")
+        yield S3Server(f"http://{host}:{port}", port)
     finally:
         server.stop()

@@ -47,7 +47,10 @@ def _expand_url(p: str, who: str, storage_options: StorageOptions) -> list[str]:
                 "and the storage options"
             )
         return files
-    call(p, "find it", lambda: fs.info(path))  # MissingFileError when it is not there
+    try:
+        call(p, "find it", lambda: fs.info(path))
+    except MissingFileError as e:
+        raise MissingFileError(f"{who}: {e}") from e.__cause__
     return [p]
 
 
@@ -68,10 +71,7 @@ def expand_paths(paths: PathsArg, who: str, storage_options: StorageOptions = No
     for item in items:
         p = _check_item(item, who)
         if is_url(p):
-            try:
-                out.extend(_expand_url(p, who, storage_options))
-            except MissingFileError as e:
-                raise MissingFileError(f"{who}: {e}") from e.__cause__
+            out.extend(_expand_url(p, who, storage_options))
             continue
         p = local_path(p)
         if glob.has_magic(p):

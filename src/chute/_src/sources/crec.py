@@ -34,7 +34,8 @@ _SEEK_END = os.SEEK_END
 
 def _resolve(paths: PathsArg, options: StorageOptions) -> list[tuple[str, ShardEntry | None]]:
     out: list[tuple[str, ShardEntry | None]] = []
-    items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    single = isinstance(paths, str | os.PathLike) or hasattr(paths, "read")
+    items = [paths] if single else list(paths)
     for item in items:
         if isinstance(item, str) and is_url(item) and not glob.has_magic(item):
             # A dataset directory (a prefix holding manifest.json) or its manifest.
