@@ -37,7 +37,9 @@ def _resolve(paths: PathsArg, options: StorageOptions) -> list[tuple[str, ShardE
     single = isinstance(paths, str | os.PathLike) or hasattr(paths, "read")
     items = [paths] if single else list(paths)
     for item in items:
-        if isinstance(item, str) and is_url(item) and not glob.has_magic(item):
+        name = str(item).rstrip("/").rsplit("/", 1)[-1]
+        looks_dir = name == MANIFEST_NAME or "." not in name
+        if isinstance(item, str) and is_url(item) and looks_dir and not glob.has_magic(item):
             # A dataset directory (a prefix holding manifest.json) or its manifest.
             url = item.rstrip("/")
             manifest = url if url.endswith("/" + MANIFEST_NAME) else f"{url}/{MANIFEST_NAME}"
