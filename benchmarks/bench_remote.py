@@ -24,12 +24,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _harness import machine  # noqa: E402
-from remote_helpers import TcpProxy  # noqa: E402
-
-import chute  # noqa: E402
-from chute import sources  # noqa: E402
-from chute.records import ShardedRecordWriter  # noqa: E402
+import chute
+from _harness import machine
+from chute import sources
+from chute.records import ShardedRecordWriter
+from remote_helpers import TcpProxy
 
 BATCH = 512
 
@@ -91,9 +90,10 @@ def main() -> None:
     lines: list[str] = []
     try:
         _, port = server.get_host_and_port()
-        with tempfile.TemporaryDirectory() as tmp, TcpProxy(
-            port, delay_s=args.latency_ms / 1000
-        ) as proxy:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            TcpProxy(port, delay_s=args.latency_ms / 1000) as proxy,
+        ):
             d = Path(tmp)
             os.environ["CHUTE_CACHE_DIR"] = str(d / "cache")
             _write(d, args.records, args.shards)
@@ -117,7 +117,7 @@ def main() -> None:
                 ),
             }
             results: dict[tuple[str, str, str], list[float]] = {}
-            for fmt, (loc, rem) in contenders.items():
+            for loc, rem in contenders.values():
                 len(loc), len(rem)  # open and index outside the timing
             rng = np.random.default_rng(1)
             for r in range(args.rounds):
@@ -149,9 +149,7 @@ def main() -> None:
                 for how in ("__getitems__", "pipeline"):
                     lo = statistics.median(results[fmt, how, "local"])
                     re_ = statistics.median(results[fmt, how, "s3 +20ms"])
-                    lines.append(
-                        f"{fmt:<12} {how:<14} {lo:>12,.0f} {re_:>12,.0f} {re_ / lo:>9.3f}"
-                    )
+                    lines.append(f"{fmt:<12} {how:<14} {lo:>12,.0f} {re_:>12,.0f} {re_ / lo:>9.3f}")
     finally:
         server.stop()
     text = "\n".join(lines)

@@ -98,7 +98,7 @@ class S3Server:
     def fs(self) -> object:
         import s3fs
 
-        return s3fs.S3FileSystem(**self.options)  # type: ignore[arg-type]
+        return s3fs.S3FileSystem(**self.options)
 
     def bucket(self, name: str) -> str:
         """A new empty bucket; its URL prefix (`s3://name`)."""

@@ -20,7 +20,7 @@ from chute import sources
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
-from remote_helpers import TcpProxy  # noqa: E402
+from remote_helpers import TcpProxy
 
 
 def _options(port: int) -> dict[str, Any]:
@@ -86,7 +86,10 @@ def test_object_changed_after_indexing(s3_server: Any, tmp_path: Path) -> None:
 
 
 def test_dropped_connections_are_retried_and_logged(
-    s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    s3_server: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     url = _upload(s3_server, tmp_path)
     monkeypatch.setenv("CHUTE_REMOTE_RETRIES", "5")
@@ -107,7 +110,10 @@ def test_dropped_connections_are_retried_and_logged(
 
 
 def test_retries_are_bounded(
-    s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    s3_server: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     url = _upload(s3_server, tmp_path, n=20000)
     monkeypatch.setenv("CHUTE_REMOTE_RETRIES", "1")

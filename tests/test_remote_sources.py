@@ -8,7 +8,7 @@ import json
 import os
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ def _write_local(d: Path) -> None:
 @pytest.fixture(params=["memory", "s3"])
 def store(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[str, dict[str, Any], Callable[[Path, str], None]]:
+) -> Iterator[tuple[str, dict[str, Any], Callable[[Path, str], None]]]:
     """(URL prefix, storage options, upload(local file, name)) of an empty place."""
     monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
     if request.param == "memory":
@@ -94,7 +94,9 @@ def test_every_format_reads_from_the_store(store: Any, tmp_path: Path, cls: Any,
     local = cls(str(tmp_path / name))
     remote = cls(f"{prefix}/{name}", storage_options=options)
     assert len(remote) == len(local) == 300
-    assert all(_same(a, b) for a, b in zip(remote.__getitems__(INDICES), local.__getitems__(INDICES)))
+    assert all(
+        _same(a, b) for a, b in zip(remote.__getitems__(INDICES), local.__getitems__(INDICES))
+    )
     assert all(_same(remote[i], local[i]) for i in (0, 5, 299))
     # A glob over the bucket expands sorted, like a local one.
     again = cls(f"{prefix}/a*{os.path.splitext(name)[1]}", storage_options=options)
@@ -117,7 +119,7 @@ def test_file_objects_are_refused_with_the_fix(tmp_path: Path) -> None:
     _write_local(tmp_path)
     with (
         open(tmp_path / "a.crec", "rb") as f,
-        pytest.raises(TypeError, match="file object.*pass the path or URL"),
+        pytest.raises(TypeError, match=r"file object.*pass the path or URL"),
     ):
         sources.RecordFileDataSource(f)  # type: ignore[arg-type]
 
@@ -130,7 +132,9 @@ def test_convert_verify_inspect_from_and_to_the_store(
     upload(tmp_path / "a.jsonl", "in/a.jsonl")
     so = ["--storage-options", json.dumps(options)] if options else []
     out = f"{prefix}/ds"
-    assert main(["convert", f"{prefix}/in/*.jsonl", out, "--shards", "3", "--no-progress", *so]) == 0
+    assert (
+        main(["convert", f"{prefix}/in/*.jsonl", out, "--shards", "3", "--no-progress", *so]) == 0
+    )
     assert main(["verify", out, "--no-progress", *so]) == 0
     assert "OK: 300 records" in capsys.readouterr().out
     assert main(["inspect", out, *so]) == 0
@@ -180,6 +184,6 @@ def test_cache_refuses_a_url() -> None:
     import chute
 
     ds = chute.MapDataset.range(3).to_iter_dataset()
-    with pytest.raises(ValueError, match="is a URL.*local directory"):
-        ds.cache("memory://x/cache")  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=r"is a URL.*local directory"):
+        ds.cache("memory://x/cache")
     assert os.environ.get("CHUTE_NEVER_SET") is None

@@ -208,4 +208,3 @@ class _LinesIterator(DatasetIterator[Any]):
         if self._fh is not None:
             self._fh.close()
             self._fh = None
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -417,7 +418,7 @@ def _convert_to_url(
             rel = os.path.relpath(f, local) if is_dir else ""
             target = f"{output.rstrip('/')}/{rel}" if rel else output
             tpath = f"{fspath.rstrip('/')}/{rel}" if rel else fspath
-            call(target, "upload it", lambda f=f, tpath=tpath: fs.put_file(str(f), tpath))
+            call(target, "upload it", functools.partial(fs.put_file, str(f), tpath))
         outputs = [
             f"{output.rstrip('/')}/{os.path.relpath(o, local)}" if is_dir and o != local else output
             for o in r.outputs

@@ -16,8 +16,6 @@ from typing import IO, Any
 from chute._src.records import manifest as _manifest
 from chute._src.records import staging
 from chute._src.records.codecs import Compression, Encoder, train_dictionary
-from chute._src.remote.calls import call
-from chute._src.remote.urls import StorageOptions, filesystem, is_url, local_path
 from chute._src.records.layout import (
     HEADER_MAGIC,
     MAX_ALIGNMENT,
@@ -27,6 +25,8 @@ from chute._src.records.layout import (
     align_up,
     crc32c,
 )
+from chute._src.remote.calls import call
+from chute._src.remote.urls import StorageOptions, filesystem, is_url, local_path
 
 __all__ = ["RecordWriter", "ShardedRecordWriter"]
 

@@ -94,6 +94,12 @@ class RemoteFile:
     def check(self, record: int | None = None) -> None:
         pass
 
+    def error(self, record: int | None = None) -> DataError:
+        """Why a read failed: the object changed or went away, or the store failed."""
+        return self.changed_error() or DataError(
+            f"{self.url}: a read failed; the store is failing; reopen the source"
+        )
+
     def mapping(self) -> RemoteFile:
         """What readers slice for bytes: a local file's map, this object itself."""
         return self

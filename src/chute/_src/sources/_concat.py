@@ -116,11 +116,7 @@ class MultiFileSource(abc.ABC, Generic[F]):
         block cache), then reads the records as usual."""
         located = [self._locate(g) for g in indices]
         read_many(
-            [
-                (f.guard, *self._span(f, i))
-                for f, i in located
-                if isinstance(f.guard, RemoteFile)
-            ]
+            [(f.guard, *self._span(f, i)) for f, i in located if isinstance(f.guard, RemoteFile)]
         )
         return [self._record(f, i) for f, i in located]
 

@@ -29,4 +29,4 @@ def open_binary(path: str, what: str, storage_options: StorageOptions = None) ->
     """A seekable binary file object over `path` (buffered reads for streams)."""
     if is_url(path):
         return RemoteFile(path, storage_options, what).reader()
-    return open(local_path(path), "rb")  # noqa: SIM115 - the caller closes it
+    return open(local_path(path), "rb")

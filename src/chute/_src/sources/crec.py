@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import glob
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -35,7 +36,7 @@ _SEEK_END = os.SEEK_END
 def _resolve(paths: PathsArg, options: StorageOptions) -> list[tuple[str, ShardEntry | None]]:
     out: list[tuple[str, ShardEntry | None]] = []
     single = isinstance(paths, str | os.PathLike) or hasattr(paths, "read")
-    items = [paths] if single else list(paths)
+    items: list[Any] = [paths] if single else list(cast(Sequence[Any], paths))
     for item in items:
         name = str(item).rstrip("/").rsplit("/", 1)[-1]
         looks_dir = name == MANIFEST_NAME or "." not in name
@@ -44,7 +45,8 @@ def _resolve(paths: PathsArg, options: StorageOptions) -> list[tuple[str, ShardE
             url = item.rstrip("/")
             manifest = url if url.endswith("/" + MANIFEST_NAME) else f"{url}/{MANIFEST_NAME}"
             fs, fspath = filesystem(manifest, options)
-            if url == manifest or call(manifest, "look for it", lambda: fs.exists(fspath)):
+            exists = functools.partial(fs.exists, fspath)
+            if url == manifest or call(manifest, "look for it", exists):
                 out.extend((s, e) for s, e in read_remote_manifest(manifest, options))
                 continue
         out.extend(_resolve_local(item, options))

@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.sources._concat import MultiFileSource
 from chute._src.remote.file import RemoteFile
 from chute._src.remote.urls import StorageOptions
+from chute._src.sources._concat import MultiFileSource
 from chute._src.sources._file_guard import open_error
-from chute._src.sources._open import open_data
 from chute._src.sources._index_cache import cached_index, cached_remote_index
+from chute._src.sources._open import open_data
 from chute._src.sources._paths import PathsArg
 
 __all__ = ["JsonlDataSource"]
@@ -164,9 +164,7 @@ class JsonlDataSource(MultiFileSource["_File"]):
         cache_index: bool = True,
         storage_options: StorageOptions = None,
     ) -> None:
-        super().__init__(
-            paths, decode=decode, cache=cache_index, storage_options=storage_options
-        )
+        super().__init__(paths, decode=decode, cache=cache_index, storage_options=storage_options)
 
     def _open_file(self, path: str) -> _File:
         return _File(path, self._cache, self._storage)

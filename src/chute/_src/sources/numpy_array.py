@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.sources._concat import Concat
 from chute._src.remote.file import RemoteFile
 from chute._src.remote.urls import StorageOptions, is_url
+from chute._src.sources._concat import Concat
 from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._paths import expand_paths
 

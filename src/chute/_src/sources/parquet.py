@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from chute._src.errors import DataError
-from chute._src.sources._concat import Concat
 from chute._src.remote.file import RemoteFile
 from chute._src.remote.urls import StorageOptions
+from chute._src.sources._concat import Concat
 from chute._src.sources._open import open_data
 from chute._src.sources._paths import PathsArg, expand_paths
 

@@ -10,11 +10,11 @@ import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.records.layout import crc32c
-from chute._src.sources._concat import MultiFileSource
 from chute._src.remote.file import RemoteFile
 from chute._src.remote.urls import StorageOptions
-from chute._src.sources._open import open_data
+from chute._src.sources._concat import MultiFileSource
 from chute._src.sources._index_cache import cached_index, cached_remote_index
+from chute._src.sources._open import open_data
 from chute._src.sources._paths import PathsArg
 
 __all__ = ["TFRecordDataSource", "masked_crc32c"]
