@@ -36,7 +36,7 @@ class TcpProxy:
         self._loop.close()
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _stop(self) -> None:
@@ -76,3 +76,33 @@ class TcpProxy:
         finally:
             with contextlib.suppress(Exception):
                 dst.close()
+
+
+def serve_s3(latencies_ms: list[float]) -> None:
+    """Runs moto's S3 server and one latency proxy per entry of `latencies_ms` in front of
+    it, in this process (a process of their own, so the server's work does not share a GIL
+    with the client measured); prints `moto_port proxy_port...` and serves until stdin
+    closes."""
+    import logging
+    import os
+    import sys
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(key, "testing")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(TcpProxy(port, delay_s=ms / 1000)) for ms in latencies_ms]
+        print(port, *(p.port for p in proxies), flush=True)
+        sys.stdin.read()
+    server.stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve_s3([float(x) for x in sys.argv[1:]] or [20.0])

@@ -21,16 +21,17 @@ import io
 import os
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from chute._src.errors import DataError
 from chute._src.remote import blocks
 from chute._src.remote.calls import call, failure, is_transient, logger, max_retries
-from chute._src.remote.urls import StorageOptions, filesystem
+from chute._src.remote.urls import StorageOptions, filesystem, is_url
 
-__all__ = ["RemoteFile", "RemoteReader"]
+__all__ = ["RemoteFile", "RemoteReader", "open_concurrently", "read_many"]
+T = TypeVar("T")
 
 _GAP_BLOCKS = 2  # missing blocks this close together are fetched in one request
 _MAX_RUN = 16 << 20  # the longest request a run grows to
@@ -54,6 +55,29 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def open_concurrently(open_one: Callable[[int], T], paths: Sequence[str]) -> list[T]:
+    """`[open_one(k) for k in range(len(paths))]`, run concurrently when several paths are
+    URLs (opening one costs a few round trips); closes what opened when one fails (objects
+    with a `close`) and raises the first error."""
+    if sum(map(is_url, paths)) < 2:
+        return [open_one(k) for k in range(len(paths))]
+    futures = [_thread_pool().submit(open_one, k) for k in range(len(paths))]
+    out: list[T] = []
+    error: BaseException | None = None
+    for fut in futures:
+        try:
+            out.append(fut.result())
+        except BaseException as e:
+            error = error or e
+    if error is not None:
+        for f in out:
+            close = getattr(f, "close", None)
+            if close is not None:
+                close()
+        raise error
+    return out
 
 
 def _identity(info: dict[str, Any]) -> tuple[int, str]:

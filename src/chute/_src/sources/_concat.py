@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from chute._src.remote.file import RemoteFile, read_many
+from chute._src.remote.file import RemoteFile, open_concurrently, read_many
 from chute._src.remote.urls import StorageOptions
 from chute._src.sources._open import DataFile
 from chute._src.sources._paths import PathsArg, expand_paths
@@ -134,7 +134,7 @@ class MultiFileSource(abc.ABC, Generic[F]):
     def _open(self) -> list[F]:
         with self._lock:
             if self._files is None:
-                files = [self._open_file(p) for p in self._paths]
+                files = open_concurrently(lambda k: self._open_file(self._paths[k]), self._paths)
                 self._concat = Concat([f.num_records for f in files])
                 self._remote = any(isinstance(f.guard, RemoteFile) for f in files)
                 self._files = files

@@ -16,7 +16,7 @@ import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.remote.calls import call
-from chute._src.remote.file import RemoteFile, read_many
+from chute._src.remote.file import RemoteFile, open_concurrently, read_many
 from chute._src.remote.urls import StorageOptions, is_url
 from chute._src.sources._concat import Concat
 from chute._src.sources._file_guard import FileGuard
@@ -218,9 +218,12 @@ class ArrayRecordDataSource:
         with self._lock:
             if self._concat is None:
                 counts = []
-                for k in range(len(self._paths)):
-                    if is_url(self._paths[k]):
-                        entry = self._remote_entry(k)
+                remote = open_concurrently(
+                    lambda k: self._remote_entry(k) if is_url(self._paths[k]) else None,
+                    self._paths,
+                )
+                for k, entry in enumerate(remote):
+                    if entry is not None:
                         counts.append(len(entry[0]) // 4)
                         self._groups.append(1)
                         continue

@@ -23,7 +23,7 @@ from chute._src.records.manifest import (
 )
 from chute._src.records.reader import CrecFile
 from chute._src.remote.calls import call
-from chute._src.remote.file import read_many
+from chute._src.remote.file import open_concurrently, read_many
 from chute._src.remote.urls import StorageOptions, filesystem, is_url
 from chute._src.sources._paths import PathsArg, expand_paths
 
@@ -134,14 +134,16 @@ class RecordFileDataSource:
         with self._lock:
             if self._files is not None:
                 return self._files
-            files: list[CrecFile] = []
+            files = open_concurrently(
+                lambda k: CrecFile(
+                    self._entries[k][0], verify=self._verify, storage_options=self._options
+                ),
+                [p for p, _ in self._entries],
+            )
             base = 0
             try:
-                for path, entry in self._entries:
-                    f = CrecFile(
-                        path, verify=self._verify, base=base, storage_options=self._options
-                    )
-                    files.append(f)
+                for f, (_, entry) in zip(files, self._entries):
+                    f.base = base
                     if entry is not None:
                         self._check_entry(f, entry)
                     base += f.num_records
