@@ -153,6 +153,32 @@ def test_convert_verify_inspect_from_and_to_the_store(
     assert main(["verify", single, "--no-progress", *so]) == 0
 
 
+@pytest.mark.parametrize(
+    "name", ["a.crec", "a.tfrecord", "a.npy", "a.parquet", "a.array_record", "a.jsonl"]
+)
+def test_every_format_converts_from_the_store_and_to_it(
+    store: Any, tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix, options, upload = store
+    _write_local(tmp_path)
+    upload(tmp_path / name, f"in/{name}")
+    so = ["--storage-options", json.dumps(options)] if options else []
+    out = f"{prefix}/out-{name}.crec"
+    assert main(["convert", f"{prefix}/in/{name}", out, "--no-progress", *so]) == 0
+    assert main(["verify", out, "--no-progress", *so]) == 0
+    assert "OK: 300 records" in capsys.readouterr().out
+    # The same conversion from the local file gives the same records.
+    local = tmp_path / f"{name}.crec"
+    assert main(["convert", str(tmp_path / name), str(local), "--no-progress"]) == 0
+    a = sources.RecordFileDataSource(out, storage_options=options)
+    b = sources.RecordFileDataSource(str(local))
+    assert a.__getitems__(list(range(300))) == b.__getitems__(list(range(300)))
+    # And to ArrayRecord in the bucket, verified there.
+    ar = f"{prefix}/out-{name}.array_record"
+    assert main(["convert", f"{prefix}/in/{name}", ar, "--no-progress", *so]) == 0
+    assert main(["verify", ar, "--no-progress", *so]) == 0
+
+
 def test_record_writer_uploads_whole_on_close(store: Any) -> None:
     prefix, options, _ = store
     url = f"{prefix}/w.crec"
@@ -180,10 +206,26 @@ def test_file_streams_read_urls(store: Any, tmp_path: Path) -> None:
     assert [x["i"] for x in it2] == rest == list(range(5, 300))
 
 
-def test_cache_refuses_a_url() -> None:
+def test_cache_in_the_store(store: Any) -> None:
     import chute
 
-    ds = chute.MapDataset.range(3).to_iter_dataset()
-    with pytest.raises(ValueError, match=r"is a URL.*local directory"):
-        ds.cache("memory://x/cache")
-    assert os.environ.get("CHUTE_NEVER_SET") is None
+    prefix, options, _ = store
+    calls: list[int] = []
+
+    def slow(x: int) -> int:
+        calls.append(x)
+        return x * 3
+
+    ds = chute.MapDataset.range(50).to_iter_dataset().map(slow)
+    cached = ds.cache(f"{prefix}/cache", storage_options=options)
+    assert list(cached) == [3 * i for i in range(50)]  # computed, uploaded at the end
+    assert len(calls) == 50
+    again = ds.cache(f"{prefix}/cache", storage_options=options)
+    it = iter(again)
+    assert [next(it) for _ in range(10)] == [3 * i for i in range(10)]
+    state = it.get_state()
+    assert len(calls) == 50  # read from the bucket, not computed
+    it2 = iter(again)
+    it2.set_state(state)
+    assert list(it2) == [3 * i for i in range(10, 50)]
+    assert cached.location.startswith(f"{prefix}/cache/")  # type: ignore[attr-defined]
