@@ -155,6 +155,11 @@ def main() -> None:
                                 n = _pipeline(src, 1000 * r + 10 * k, args.batches)
                             rate = n / (time.perf_counter() - t0)
                             results.setdefault((fmt, how, where), []).append(rate)
+                            print(
+                                f"round {r}: {fmt} {how} {where}: {rate:,.0f} rec/s",
+                                file=sys.stderr,
+                                flush=True,
+                            )
             lines.append(
                 f"bench_remote: {args.records:,} records of 1 KiB in {args.shards} shards "
                 f"(.crec {size / 1e6:.0f} MB, more than the default 128 MiB block cache), "
