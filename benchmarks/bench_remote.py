@@ -40,7 +40,7 @@ def _write(d: Path, n: int, shards: int) -> None:
             w.write(row.tobytes())
     from array_record.python import array_record_module
 
-    (d / "ar").mkdir()
+    (d / "ar").mkdir(parents=True)
     per = n // shards
     for s in range(shards):
         aw = array_record_module.ArrayRecordWriter(
@@ -69,9 +69,9 @@ def _pipeline(src: Any, seed: int, nbatches: int) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=160_000)
-    ap.add_argument("--shards", type=int, default=40)
-    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--records", type=int, default=256_000)
+    ap.add_argument("--shards", type=int, default=64)
+    ap.add_argument("--batches", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--out", type=Path)
@@ -79,119 +79,124 @@ def main() -> None:
     for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
         os.environ.setdefault(k, v)
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    # The server and the proxy run in a process of their own (tests/remote_helpers.py), so
-    # their Python work does not compete for this process's GIL.
-    helper = Path(__file__).resolve().parents[1] / "tests" / "remote_helpers.py"
-    server = subprocess.Popen(
-        [sys.executable, str(helper), str(args.latency_ms), "0"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdout is not None and server.stdin is not None
-    port, proxy_port, plain_port = map(int, server.stdout.readline().split())
-    lines: list[str] = []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            d = Path(tmp)
-            os.environ["CHUTE_CACHE_DIR"] = str(d / "cache")
-            _write(d, args.records, args.shards)
-            direct = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
-            import s3fs
-
-            fs = s3fs.S3FileSystem(**direct)
-            fs.mkdir("bench")
-            fs.put(str(d / "crec") + "/", "bench/crec/", recursive=True)
-            fs.put(str(d / "ar") + "/", "bench/ar/", recursive=True)
-            opts = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{proxy_port}"}}
-            # The same server through a proxy that adds no latency: what the server and the
-            # client can serve at all; 20 ms / 0 ms shows how much latency is hidden.
-            plain = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{plain_port}"}}
-            size = sum(f.stat().st_size for f in (d / "crec").iterdir())
-            contenders = {
-                ".crec": {
-                    "local": sources.RecordFileDataSource(str(d / "crec")),
-                    "s3 +0ms": sources.RecordFileDataSource(
-                        "s3://bench/crec", storage_options=plain
-                    ),
-                    "s3 +20ms": sources.RecordFileDataSource(
-                        "s3://bench/crec", storage_options=opts
-                    ),
-                },
-                "ArrayRecord": {
-                    "local": sources.ArrayRecordDataSource(
-                        sorted(str(p) for p in (d / "ar").iterdir())
-                    ),
-                    "s3 +0ms": sources.ArrayRecordDataSource(
-                        "s3://bench/ar/*", storage_options=plain
-                    ),
-                    "s3 +20ms": sources.ArrayRecordDataSource(
-                        "s3://bench/ar/*", storage_options=opts
-                    ),
-                },
-            }
-            wheres = ("local", "s3 +0ms", "s3 +20ms")
-            results: dict[tuple[str, str, str], list[float]] = {}
-            for group in contenders.values():
-                for src in group.values():
-                    len(src)  # open and index outside the timing
-            rng = np.random.default_rng(1)
-            for r in range(args.rounds):
-                for fmt, group in contenders.items():
-                    for k, where in enumerate(wheres):
-                        src = group[where]
-                        for how in ("__getitems__", "pipeline"):
-                            # Each contender draws its own indices: none reads blocks that
-                            # another one just fetched into the shared block cache.
-                            t0 = time.perf_counter()
-                            if how == "__getitems__":
-                                batches = [
-                                    rng.integers(0, args.records, BATCH).tolist()
-                                    for _ in range(args.batches)
-                                ]
-                                t0 = time.perf_counter()
-                                n = _getitems(src, batches)
-                            else:
-                                n = _pipeline(src, 1000 * r + 10 * k, args.batches)
-                            rate = n / (time.perf_counter() - t0)
-                            results.setdefault((fmt, how, where), []).append(rate)
-                            print(
-                                f"round {r}: {fmt} {how} {where}: {rate:,.0f} rec/s",
-                                file=sys.stderr,
-                                flush=True,
-                            )
-            lines.append(
-                f"bench_remote: {args.records:,} records of 1 KiB in {args.shards} shards "
-                f"(.crec {size / 1e6:.0f} MB, more than the default 128 MiB block cache), "
-                f"random batches of {BATCH}, {args.rounds} rounds x {args.batches} batches "
-                "per contender, contenders alternated, medians"
-            )
-            lines.append(
-                "moto S3 server and latency proxies in a separate process; 's3 +20ms' adds "
-                f"{args.latency_ms:.0f} ms to every request, 's3 +0ms' is the same server "
-                "with no added latency"
-            )
-            lines.append(f"machine: {machine()}; SHARED with other engineers' test runs")
-            lines.append("")
-            lines.append(
-                f"{'format':<12} {'read':<13} {'local rec/s':>11} {'s3+0ms':>8} {'s3+20ms':>8} "
-                f"{'20ms/local':>10} {'20ms/0ms':>8}"
-            )
-            for fmt in contenders:
-                for how in ("__getitems__", "pipeline"):
-                    lo, zero, slow = (statistics.median(results[fmt, how, w]) for w in wheres)
-                    lines.append(
-                        f"{fmt:<12} {how:<13} {lo:>11,.0f} {zero:>8,.0f} {slow:>8,.0f} "
-                        f"{slow / lo:>10.3f} {slow / zero:>8.2f}"
-                    )
-    finally:
-        server.stdin.close()
-        server.wait(timeout=30)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        os.environ["CHUTE_CACHE_DIR"] = str(d / "cache")
+        root = d / "served"
+        _write(root / "bench", args.records, args.shards)
+        # moto, a latency proxy in front of it, and the range server (with and without
+        # added latency) run in a process of their own (tests/remote_helpers.py), so their
+        # Python work does not compete for this process's GIL.
+        helper = Path(__file__).resolve().parents[1] / "tests" / "remote_helpers.py"
+        server = subprocess.Popen(
+            [sys.executable, str(helper), f"--root={root}", str(args.latency_ms), "0"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert server.stdout is not None and server.stdin is not None
+        try:
+            lines = _run(args, root / "bench", *map(int, server.stdout.readline().split()))
+        finally:
+            server.stdin.close()
+            server.wait(timeout=60)
     text = "\n".join(lines)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
+
+
+def _endpoint(port: int) -> dict[str, Any]:
+    return {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+
+
+def _run(
+    args: argparse.Namespace,
+    d: Path,
+    moto: int,
+    moto_slow: int,
+    _moto_fast: int,
+    range_slow: int,
+    range_fast: int,
+) -> list[str]:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**_endpoint(moto))
+    fs.mkdir("bench")
+    fs.put(str(d / "crec") + "/", "bench/crec/", recursive=True)
+    fs.put(str(d / "ar") + "/", "bench/ar/", recursive=True)
+    size = sum(f.stat().st_size for f in (d / "crec").iterdir())
+    ar_names = sorted(p.name for p in (d / "ar").iterdir())
+    ms = f"{args.latency_ms:.0f}ms"
+    where = {
+        f"moto +{ms}": _endpoint(moto_slow),
+        "fast +0ms": _endpoint(range_fast),
+        f"fast +{ms}": _endpoint(range_slow),
+    }
+    contenders: dict[str, dict[str, Any]] = {
+        ".crec": {"local": sources.RecordFileDataSource(str(d / "crec"))},
+        "ArrayRecord": {
+            "local": sources.ArrayRecordDataSource([str(d / "ar" / n) for n in ar_names])
+        },
+    }
+    for name, opts in where.items():
+        contenders[".crec"][name] = sources.RecordFileDataSource(
+            "s3://bench/crec", storage_options=opts
+        )
+        contenders["ArrayRecord"][name] = sources.ArrayRecordDataSource(
+            [f"s3://bench/ar/{n}" for n in ar_names], storage_options=opts
+        )
+    wheres = ["local", *where]
+    results: dict[tuple[str, str, str], list[float]] = {}
+    per = args.records // args.shards
+    for group in contenders.values():
+        for src in group.values():  # open and index every shard outside the timing
+            src.__getitems__([k * per for k in range(args.shards)])
+    rng = np.random.default_rng(1)
+    for r in range(args.rounds):
+        for fmt, group in contenders.items():
+            for k, w in enumerate(wheres):
+                for how in ("__getitems__", "pipeline"):
+                    # Each contender draws its own indices: none reads blocks another one
+                    # just fetched into the shared block cache.
+                    if how == "__getitems__":
+                        batches = [
+                            rng.integers(0, args.records, BATCH).tolist()
+                            for _ in range(args.batches)
+                        ]
+                        t0 = time.perf_counter()
+                        n = _getitems(group[w], batches)
+                    else:
+                        t0 = time.perf_counter()
+                        n = _pipeline(group[w], 1000 * r + 10 * k, args.batches)
+                    rate = n / (time.perf_counter() - t0)
+                    results.setdefault((fmt, how, w), []).append(rate)
+                    print(f"round {r}: {fmt} {how} {w}: {rate:,.0f} rec/s", file=sys.stderr)
+    lines = [
+        f"bench_remote: {args.records:,} records of 1 KiB in {args.shards} shards (.crec "
+        f"{size / 1e6:.0f} MB, more than the default 128 MiB block cache), random batches of "
+        f"{BATCH}, {args.rounds} rounds x {args.batches} batches per contender, contenders "
+        "alternated, medians; default settings everywhere",
+        f"'moto +{ms}': moto's S3 server behind a proxy adding {ms} per request; moto closes "
+        "the connection after every answer and runs a thread per request, so it serves a few "
+        "hundred requests/s on this machine",
+        f"'fast +0ms' / 'fast +{ms}': a minimal keep-alive range server (tests/remote_helpers.py"
+        f" RangeServer) answering S3 GET/HEAD, with 0 and {ms} added per request: what the "
+        "client side does when the server is not the limit",
+        "servers run in a process of their own",
+        f"machine: {machine()}; SHARED with other engineers' test runs (load average 10+)",
+        "",
+        f"{'format':<12} {'read':<13} " + " ".join(f"{w:>11}" for w in wheres) + "   vs local",
+    ]
+    for fmt in contenders:
+        for how in ("__getitems__", "pipeline"):
+            med = [statistics.median(results[fmt, how, w]) for w in wheres]
+            fracs = " ".join(f"{m / med[0]:.3f}" for m in med[1:])
+            lines.append(
+                f"{fmt:<12} {how:<13} " + " ".join(f"{m:>11,.0f}" for m in med) + f"   {fracs}"
+            )
+    return lines
 
 
 if __name__ == "__main__":

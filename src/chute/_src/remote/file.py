@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from chute._src.errors import DataError
 from chute._src.remote import blocks
 from chute._src.remote.calls import call, failure, is_transient, logger, max_retries
-from chute._src.remote.urls import StorageOptions, filesystem, is_url
+from chute._src.remote.urls import StorageOptions, filesystem, is_url, options_key
 
 __all__ = ["RemoteFile", "RemoteReader", "open_concurrently", "read_many"]
 T = TypeVar("T")
@@ -112,7 +112,8 @@ class RemoteFile:
             )
         self.identity = _identity(info)
         self.size = self.identity[0]
-        self.key: Hashable = (url, self.identity)
+        # Blocks are shared by readers of the same object through the same store only.
+        self.key: Hashable = (url, options_key(storage_options), self.identity)
 
     # -- the FileGuard reading interface -------------------------------------------------
     def check(self, record: int | None = None) -> None:
