@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import socket
 import sys
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -93,17 +92,23 @@ def test_dropped_connections_are_retried_and_logged(
 ) -> None:
     url = _upload(s3_server, tmp_path)
     monkeypatch.setenv("CHUTE_REMOTE_RETRIES", "5")
-    # The store drops every connection for 2.5 s: longer than s3fs's own retries (5 tries,
-    # about 2 s), so chute sees the failure, logs, retries, and succeeds once it is back.
+    # The store drops every connection until chute logs its first retry (s3fs's own tries
+    # are spent by then), then serves again: chute's retry succeeds.
     with TcpProxy(s3_server.port, drop_first=10**6) as proxy:
-        back = threading.Timer(2.5, lambda: setattr(proxy, "drop_remaining", 0))
-        back.start()
+
+        class StoreBack(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if "retry" in record.getMessage():
+                    proxy.drop_remaining = 0
+
+        back = StoreBack()
+        logging.getLogger("chute").addHandler(back)
         try:
             with caplog.at_level(logging.WARNING, logger="chute"):
                 src = sources.RecordFileDataSource(url, storage_options=_options(proxy.port))
                 assert src[5] == b"r5"
         finally:
-            back.cancel()
+            logging.getLogger("chute").removeHandler(back)
         assert proxy.dropped > 0
     retries = [r.getMessage() for r in caplog.records if "retry 1 of 5" in r.getMessage()]
     assert retries and url in retries[0]
