@@ -93,7 +93,13 @@ class S3Server:
     def __init__(self, endpoint: str, port: int) -> None:
         self.endpoint = endpoint
         self.port = port
-        self.options: dict[str, object] = {"client_kwargs": {"endpoint_url": endpoint}}
+        # Credentials in the options, not only the environment: they travel with a source
+        # to worker processes, whose environment is the forkserver's (started earlier).
+        self.options: dict[str, object] = {
+            "client_kwargs": {"endpoint_url": endpoint},
+            "key": "testing",
+            "secret": "testing",
+        }
 
     def fs(self) -> object:
         import s3fs

@@ -112,6 +112,14 @@ def failure(url: str, e: BaseException, what: str) -> DataError:
             f"{url}: no such object: cannot {what}; check the URL (bucket and key), or "
             "that every file of the dataset was uploaded"
         )
+    elif any(
+        type(x).__name__ in ("NoCredentialsError", "PartialCredentialsError") for x in _chain(e)
+    ):
+        err = DataError(
+            f"{url}: no credentials for the store: cannot {what}; pass them in "
+            "storage_options= (they travel with the source to worker processes), or set the "
+            "store's environment variables (AWS_ACCESS_KEY_ID, ...) before any worker starts"
+        )
     elif any(isinstance(x, PermissionError) for x in _chain(e)):
         err = DataError(
             f"{url}: access denied: cannot {what}; check the credentials and the "
