@@ -8,7 +8,10 @@ records of ~100 KB, warm page cache, one process, everything in one run:
   size check a read makes when chute holds no lease on the file (one `os.lseek`, so a
   file truncated while open raises instead of crashing with SIGBUS; with a lease, the
   default on Linux, a read tests a flag instead; `CHUTE_FILE_LEASES=0` turns leases
-  off, and the output says which was in effect);
+  off, and the output says which was in effect), and the cost of one CRC32C call on a
+  record alone. The output names the CRC32C code in effect: chute's native extension
+  (built by `pip install -e .` with a C compiler) or the `crc32c` package;
+  `CHUTE_CRC32C=package` forces the package, to compare the two in one sitting;
 - random single-record reads: chute's `ArrayRecordDataSource` against
   `grain.sources.ArrayRecordDataSource` on the same ArrayRecord file;
 - gathering 100 KB records into a reused buffer (`read_into`, checksums on) against a
@@ -38,6 +41,7 @@ import numpy as np
 
 import chute.cli
 from _harness import machine, rates, table
+from chute._src.records import checksum
 from chute.records import RecordWriter
 from chute.sources import ArrayRecordDataSource, JsonlDataSource, RecordFileDataSource
 
@@ -173,7 +177,8 @@ def main() -> None:
         for i in range(0, n, 7):
             src[i]
 
-    print(f"# file leases: {lease_state(crec['none'])}\n")
+    print(f"# file leases: {lease_state(crec['none'])}")
+    print(f"# CRC32C: {checksum.IMPLEMENTATION}\n")
 
     def bare() -> int:
         for i in idx:
@@ -188,6 +193,14 @@ def main() -> None:
             lseek(fd, 0, end)
         return len(idx)
 
+    records = [mm[offs[i] : offs[i] + lens[i]] for i in idx[:10_000]] * (len(idx) // 10_000)
+
+    def crc_alone() -> int:
+        crc = checksum.crc32c
+        for r in records:
+            crc(r)
+        return len(records)
+
     def loop(src: object, indices: list[int]):  # type: ignore[no-untyped-def]
         def run() -> int:
             get = src.__getitem__  # type: ignore[attr-defined]
@@ -201,6 +214,7 @@ def main() -> None:
         {
             "bare": bare,
             "size_check": size_check,
+            "crc": crc_alone,
             "crec": loop(on, idx),
             "crec_nocrc": loop(off, idx),
             "crec_zstd_dict": loop(zd, idx),
@@ -217,6 +231,12 @@ def main() -> None:
         [
             "the size check alone (os.lseek per read)",
             f"{1e9 / r['size_check']:.0f} ns/read",
+            "",
+            "",
+        ],
+        [
+            "the CRC32C alone (one call on a record)",
+            f"{1e9 / r['crc']:.0f} ns/read",
             "",
             "",
         ],

@@ -29,6 +29,7 @@ PUBLIC_MODULES = [
     "chute.experimental",
     "chute.multiprocessing",
     "chute.records",
+    "chute.torch",
 ]
 
 

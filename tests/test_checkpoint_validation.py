@@ -203,8 +203,8 @@ ONE_PAST = [
     ("interleave", 3, ("slots", 0, "skip"), 4, "iter_buffer_size=3"),
     ("interleave", 3, ("slots", 0, "input"), 2, "already opened"),
     ("interleave", 3, ("slots", 1, "input"), 0, "also in slot 0"),
-    ("file_lines", 3, ("offset",), None, "not the start of a line"),
-    ("file_lines", 3, ("file",), 2, "of the 1 files"),
+    ("file_lines", 3, ("slots", 0, "parent", "offset"), None, "not the start of a line"),
+    ("file_lines", 3, ("next_input",), 2, "of the 1 inputs to open"),
 ]
 
 

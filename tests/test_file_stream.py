@@ -1,4 +1,5 @@
-"""Resumable JSONL and multi-file line streams: state is (file, offset), restore seeks."""
+"""Resumable JSONL and multi-file line streams: each file is a shard whose state is a byte
+offset; the files are merged by the interleave rule; restore seeks."""
 
 from __future__ import annotations
 
@@ -49,11 +50,13 @@ def test_state_is_file_and_offset_and_restore_seeks(tmp_path: Path) -> None:
     for _ in range(6):
         next(it)
     state = it.get_state()
+    # File 1 is open in the one slot of the cycle; its first read started at byte 0 and
+    # one line of it was handed out.
     assert state == {
-        "stage": "file_lines",
-        "file": 1,
-        "offset": len(paths[1].read_bytes().splitlines(keepends=True)[0]),
-        "files": 3,
+        "stage": "interleave",
+        "cycle_pos": 0,
+        "next_input": 2,
+        "slots": [{"input": 1, "skip": 1, "parent": {"stage": "file_lines", "offset": 0}}],
     }
     # Restoring does not read the lines before the offset: corrupt them and it still works.
     paths[0].write_text("not json\n" * 5)
@@ -78,10 +81,22 @@ def test_errors_name_the_file_and_the_fix(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="matches no file"):
         JsonlIterDataset(str(tmp_path / "*.missing"))
     it = iter(JsonlIterDataset(bad))
-    with pytest.raises(chute.CheckpointError, match=r"\['files'\] = 2, but this stream reads 1"):
-        it.set_state({"stage": "file_lines", "file": 0, "offset": 0, "files": 2})
+
+    def state(input: int, offset: int, next_input: int = 1) -> dict[str, Any]:
+        slot = {"input": input, "skip": 0, "parent": {"stage": "file_lines", "offset": offset}}
+        return {
+            "stage": "interleave",
+            "cycle_pos": 0,
+            "next_input": next_input,
+            "slots": [slot],
+        }
+
+    with pytest.raises(chute.CheckpointError, match=r"\['next_input'\] = 2 is invalid.* of the 1"):
+        it.set_state(state(1, 0, next_input=2))
     with pytest.raises(chute.CheckpointError, match=r"\['offset'\] = 999 is past the end"):
-        it.set_state({"stage": "file_lines", "file": 0, "offset": 999, "files": 1})
+        it.set_state(state(0, 999))
+    with pytest.raises(chute.CheckpointError, match=r"\['offset'\] = 3 is not the start of a"):
+        it.set_state(state(0, 3))
 
 
 def _interleaved(paths: list[Path], workers: int) -> chute.IterDataset[Any]:

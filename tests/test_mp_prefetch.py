@@ -386,7 +386,9 @@ class CountStream(chute.IterDataset[int]):
 def test_stream_without_random_access_part_runs_in_process_and_says_so() -> None:
     ds = CountStream(10).map(mpp.double)
     before = worker_pids()
-    with pytest.warns(UserWarning, match=r"no random-access part.*runs in this process"):
+    with pytest.warns(
+        UserWarning, match=r"cannot be split.*no random-access part.*runs in this process"
+    ):
         it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
     assert list(it) == [2 * i for i in range(10)]
     assert not (worker_pids() - before)

@@ -7,6 +7,7 @@ from chute._src.dataset_options import DatasetOptions as DatasetOptions
 from chute._src.dataset_options import ExecutionTrackingMode as ExecutionTrackingMode
 from chute._src.dataset_options import WithOptionsIterDataset as WithOptionsIterDataset
 from chute._src.device_put import device_put as device_put
+from chute._src.device_put import make_global_arrays as make_global_arrays
 from chute._src.elastic import ElasticIterator as ElasticIterator
 from chute._src.element_spec import ShapeDtypeStruct as ShapeDtypeStruct
 from chute._src.element_spec import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
@@ -89,6 +90,7 @@ __all__ = [
     "get_element_spec",
     "get_next_index",
     "index_shuffle",
+    "make_global_arrays",
     "multithread_prefetch",
     "set_next_index",
 ]

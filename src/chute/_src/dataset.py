@@ -18,7 +18,7 @@ import copy
 import hashlib
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -78,6 +78,11 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
     internal: bool = False
     """True for a stage the engine put in the pipeline, not the user (a stand-in for a
     stage moved into worker processes): the debug summary does not show it."""
+
+    reads_shards: bool = False
+    """True for a stage whose parents are the shards of one stream, each read whole, from
+    its start or a saved state, on its own, and merged by this stage's own rule
+    (`InterleaveIterDataset`): `mp_prefetch` then reads each shard in a worker process."""
 
     def __init__(self, parents: _Node | Sequence[_Node] = ()) -> None:
         # One dataset may be given alone, as in Grain: `super().__init__(parents=ds)`.
@@ -586,6 +591,23 @@ class IterDataset(_Node, Generic[T]):
 
     def __repr__(self) -> str:
         return type(self).__name__
+
+    @staticmethod
+    def source(source: Iterable[U] | Callable[[], Iterable[U]]) -> IterDataset[U]:
+        """A stream of the elements of `source`: an iterable (a list, an object whose
+        `__iter__` starts again), a function returning an iterator, or an object with
+        `get_state()`/`set_state()` (or `state_dict()`/`load_state_dict()`, such as a
+        Hugging Face `IterableDataset`).
+
+        An object with state methods resumes exactly from its own state. The others resume
+        by counting: the state is how many elements were handed out, and restoring creates
+        a fresh iterator and skips that many (exact when it gives the same elements each
+        time). One such stream is one unsplittable input: for worker processes, give one
+        per shard to `experimental.InterleaveIterDataset`.
+        """
+        from chute._src.iter.iterable_source import IterableSourceIterDataset
+
+        return IterableSourceIterDataset(source)
 
     @staticmethod
     def mix(

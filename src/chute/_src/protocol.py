@@ -19,6 +19,11 @@ stage's class; it reads `node.role` and calls the methods that role promises:
   marks a stage the engine inserted (the stand-in): the summary hides it.
 - `ORDER_DEPENDENT`: everything else (batch, packing, mixing, shuffles of a stream, user
   stages): what it produces depends on the order of its input. The default.
+
+Besides its role, a node says `reads_shards`: True for a stage (an interleave) whose
+parents are the shards of one stream, each read whole and on its own, and merged by the
+stage's own rule. `mp_prefetch` replaces each such parent (`with_parents`) by one fed by a
+worker process that reads the shard and the element-wise stages above the merge.
 """
 
 from __future__ import annotations

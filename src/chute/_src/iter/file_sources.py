@@ -1,25 +1,33 @@
-"""`ParquetIterDataset` and `TFRecordIterDataset`: the records of files, in order.
+"""`ParquetIterDataset` and `TFRecordIterDataset` (Grain's names): the records of files.
 
-Each is `to_iter_dataset()` over the matching random-access source, so it checkpoints
-as an index, runs under `mp_prefetch` and reads with threads like any reader.
+Each file is one shard, read by `to_iter_dataset()` over the matching random-access
+source (so it checkpoints as an index, and under `mp_prefetch` its records are computed by
+the workers in chunks of indices); several files are merged by the interleave rule
+(`InterleaveIterDataset`). Grain's `ParquetIterDataset` interleaves several files 16 at a
+time, and so does chute's, in the same order.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from chute._src.dataset import MapDataset
-from chute._src.iter.prefetch import PrefetchIterDataset
+from chute._src.iter.interleave import InterleaveIterDataset
+from chute._src.sources._paths import expand_paths
+
+_PARQUET_CYCLE = 16  # Grain's: files of a ParquetIterDataset read at a time
 
 
-class ParquetIterDataset(PrefetchIterDataset[dict[str, Any]]):
+class ParquetIterDataset(InterleaveIterDataset):
     """The rows of the Parquet file(s) at `path`, one dict of column values per row.
 
-    `read_kwargs` may name `columns` to read only those.
+    Several files are interleaved, 16 at a time (as Grain). `read_kwargs` may name
+    `columns` to read only those.
     """
 
-    def __init__(self, path: str | Sequence[str], **read_kwargs: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str] | Sequence[str], **read_kwargs: Any) -> None:
         from chute._src.sources.parquet import ParquetDataSource
 
         columns = read_kwargs.pop("columns", None)
@@ -28,13 +36,23 @@ class ParquetIterDataset(PrefetchIterDataset[dict[str, Any]]):
                 f"ParquetIterDataset: unsupported read options {sorted(read_kwargs)}: chute "
                 "reads Parquet its own way and takes only columns=[...]; drop the others."
             )
-        super().__init__(MapDataset.source(ParquetDataSource(path, columns)))
+        files = expand_paths(path, "ParquetIterDataset")
+        shards = [MapDataset.source(ParquetDataSource(p, columns)) for p in files]
+        super().__init__(shards, cycle_length=_PARQUET_CYCLE)
 
 
-class TFRecordIterDataset(PrefetchIterDataset[bytes]):
-    """The records of the TFRecord file at `path`, as bytes."""
+class TFRecordIterDataset(InterleaveIterDataset):
+    """The records of the TFRecord file(s) at `path`, as bytes.
 
-    def __init__(self, path: str) -> None:
+    Several files are read `cycle_length` at a time by the interleave rule (the default 1:
+    one after the other).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | Sequence[str], *, cycle_length: int = 1
+    ) -> None:
         from chute._src.sources.tfrecord import TFRecordDataSource
 
-        super().__init__(MapDataset.source(TFRecordDataSource(path)))
+        files = expand_paths(path, "TFRecordIterDataset")
+        shards = [MapDataset.source(TFRecordDataSource(p)) for p in files]
+        super().__init__(shards, cycle_length=cycle_length)

@@ -2,9 +2,14 @@
 
 As tf.data's parallel interleave: `cycle_length` inputs are open at a time and the output
 takes one element from each in turn; an exhausted input is replaced by the next one. Each
-open input (and the next ones to open) is read ahead on its own thread, `iter_buffer_size`
-elements at a time, so per-read latency (remote storage) overlaps across inputs while the
-output order stays a fixed function of the inputs: Grain's order, whatever the timing.
+open input (and the next ones to open) is read ahead, `iter_buffer_size` elements at a
+time (one read in flight and one chunk buffered per input), on a pool of `parallelism`
+threads (by default one per open input), so per-read latency (remote storage) overlaps
+across inputs while the output order stays a fixed function of the inputs: Grain's order,
+whatever the timing or the number of threads.
+
+The inputs are the shards of one stream, each read whole and on its own (`reads_shards`,
+`_src/protocol.py`): under `mp_prefetch`, worker processes read them (docs/design.md).
 
 The state holds, for every slot of the cycle, which input is there and its position: the
 input's state before the chunk being consumed plus how many of the chunk were taken. An
@@ -33,6 +38,13 @@ from chute._src.iterator import (
 class InterleaveIterDataset(IterDataset[Any]):
     """Interleaves `datasets`, `cycle_length` at a time, reading them in parallel threads.
 
+    The rule: `cycle_length` slots, visited in turn. A slot reached empty takes the next
+    input in list order. A slot gives the next element of its input; one whose input has
+    ended gives nothing this turn and is emptied. `parallelism` is how many threads read ahead (tf.data's
+    `num_parallel_calls`): by default `cycle_length + num_make_iter_threads`, one per open
+    input and per input opened ahead; 0 reads on the consumer's thread. It changes when
+    elements are read, never which come out or their order, nor the state.
+
     >>> import chute
     >>> files = [chute.MapDataset.range(10 * i, 10 * i + 3) for i in range(4)]
     >>> ds = chute.experimental.InterleaveIterDataset(files, cycle_length=2)
@@ -48,6 +60,7 @@ class InterleaveIterDataset(IterDataset[Any]):
         num_make_iter_threads: int = 1,
         make_iter_buffer_size: int = 1,
         iter_buffer_size: int = 8,
+        parallelism: int | None = None,
     ) -> None:
         where = "InterleaveIterDataset"
         inputs = list(datasets)
@@ -66,12 +79,27 @@ class InterleaveIterDataset(IterDataset[Any]):
                 raise ValueError(
                     f"{where}: {name}={value!r} is invalid: it must be a positive int."
                 )
+        if parallelism is not None and (
+            isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 0
+        ):
+            raise ValueError(
+                f"{where}: parallelism={parallelism!r} is invalid: it must be an int >= 0 "
+                "(threads reading ahead; 0 reads on the consumer's thread), or None for one "
+                "thread per open input."
+            )
         parents = [d.to_iter_dataset() if isinstance(d, MapDataset) else d for d in inputs]
         super().__init__(parents)
         self._cycle = min(cycle_length, max(1, len(parents)))
         self._ahead = make_iter_buffer_size
         self._chunk = iter_buffer_size
-        self._threads = self._cycle + num_make_iter_threads
+        self._threads = self._cycle + num_make_iter_threads if parallelism is None else parallelism
+
+    reads_shards = True  # each input is one shard, read whole: see `_src/protocol.py`
+
+    @property
+    def parallelism(self) -> int:
+        """Threads reading the inputs ahead (0: on the consumer's thread)."""
+        return self._threads
 
     def make_iterator(self) -> DatasetIterator[Any]:
         its = [self._parent_iter(i) for i in range(len(self._parents))]
@@ -92,6 +120,23 @@ def _read(it: DatasetIterator[Any], skip: int, k: int) -> tuple[dict[str, Any], 
     return it.get_state(), it._next_many(skip + k)
 
 
+class _Deferred:
+    """A read done on the consumer's thread when its result is first asked for."""
+
+    __slots__ = ("_args", "_out")
+
+    def __init__(self, it: DatasetIterator[Any], skip: int, k: int) -> None:
+        self._args: tuple[DatasetIterator[Any], int, int] | None = (it, skip, k)
+        self._out: tuple[dict[str, Any], list[Any]] | None = None
+
+    def result(self) -> tuple[dict[str, Any], list[Any]]:
+        if self._out is None:
+            assert self._args is not None
+            args, self._args = self._args, None
+            self._out = _read(*args)
+        return self._out
+
+
 class _Feed:
     """One input being read: the chunk being consumed and the read of the next one."""
 
@@ -101,7 +146,7 @@ class _Feed:
         self.state = state  # the input's state before `items`
         self.items: list[Any] = []
         self.pos = skip  # consumed position in `items` (skip until a chunk arrives)
-        self.future: concurrent.futures.Future[Any] | None = None
+        self.future: concurrent.futures.Future[Any] | _Deferred | None = None
 
 
 class _InterleaveIterator(DatasetIterator[Any]):
@@ -125,28 +170,24 @@ class _InterleaveIterator(DatasetIterator[Any]):
     # -- reading ---------------------------------------------------------------------------
 
     def _inline(self) -> list[bool]:
-        """Inputs fed by worker processes are read on the calling thread: the workers
-        already compute them in parallel, and their service is not shared across threads."""
+        """Inputs fed by worker processes are read on the calling thread, when their
+        elements are needed: the workers already compute them ahead, and their service is
+        not shared across threads. With `parallelism=0` every input is."""
         if self._inline_reads is None:
-            self._inline_reads = [_fed_by_workers(it) for it in self._its]
+            self._inline_reads = [not self._threads or _fed_by_workers(it) for it in self._its]
         return self._inline_reads
 
     def _submit(self, j: int, feed: _Feed, skip: int) -> None:
         if self._closed:
             raise RuntimeError("next() on a closed iterator: create a new one with iter(ds).")
+        if self._inline()[j]:
+            feed.future = _Deferred(self._its[j], skip, self._chunk)
+            return
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 self._threads, thread_name_prefix="chute-interleave"
             )
             weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
-        if self._inline()[j]:
-            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            try:
-                future.set_result(_read(self._its[j], skip, self._chunk))
-            except Exception as e:
-                future.set_exception(e)
-            feed.future = future
-            return
         feed.future = self._pool.submit(_read, self._its[j], skip, self._chunk)
 
     def _open(self, j: int, state: dict[str, Any] | None = None, skip: int = 0) -> _Feed:
@@ -226,7 +267,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
     def _drain(self) -> None:
         """Waits for reads in flight, so no thread touches an input any more."""
         for feed in self._feeds.values():
-            if feed.future is not None:
+            if isinstance(feed.future, concurrent.futures.Future):
                 concurrent.futures.wait([feed.future])
         self._feeds.clear()
 

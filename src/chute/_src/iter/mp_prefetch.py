@@ -30,6 +30,13 @@ import numpy as np
 from chute._src import config, observe, pipeline_pickle
 from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
 from chute._src.executors import ChunkExecutor, nbytes
+from chute._src.iter.mp_shards import (
+    DropHoles,
+    ShardReader,
+    ShardStream,
+    WorkerShard,
+    has_reader,
+)
 from chute._src.iterator import DatasetIterator
 from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
 from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
@@ -49,6 +56,7 @@ _DIED_AT_START = (
 _TARGET_CHUNK_S = 0.02  # a worker's chunk should take about this long to compute
 _MAX_CHUNK = 4096
 _CHUNK_BYTES = 4 << 20
+_STREAM = -1  # the first item of a task for a shard of a stream (`mp_shards`)
 
 
 class MultiprocessPrefetchIterDataset(IterDataset[T]):
@@ -109,17 +117,22 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         if self._options.num_workers == 0:
             return _MultiprocessIterator(parent._iter(), None)
         leaves: list[MapDataset[Any]] = []
+        streams: list[ShardStream] = []
         box = _ServiceBox()
-        main_chain = _substitute(parent, leaves, box)
-        if not leaves:
+        main_chain = _substitute(parent, leaves, streams, box)
+        if not leaves and not streams:
             warnings.warn(
-                f"mp_prefetch: {parent!r} has no random-access part (a MapDataset turned into "
-                "an IterDataset with to_iter_dataset) for workers to compute, so it runs in "
-                "this process; build the expensive steps on a MapDataset to use workers.",
+                f"mp_prefetch: {parent!r} is one stream that cannot be split: it has no "
+                "random-access part (a MapDataset turned into an IterDataset with "
+                "to_iter_dataset) and no stream of shards (InterleaveIterDataset, "
+                "JsonlIterDataset, FileLinesIterDataset) for workers to read, so it runs in "
+                "this process. To use workers, give one IterDataset per shard (file) to "
+                "experimental.InterleaveIterDataset (IterDataset.source(lambda: "
+                "read(shard)) for each), or build the expensive steps on a MapDataset.",
                 stacklevel=2,
             )
             return _MultiprocessIterator(parent._iter(), None)
-        box.service = service = _ChunkService(leaves, self._options, self._worker_init_fn)
+        box.service = service = _ChunkService(leaves, streams, self._options, self._worker_init_fn)
         return _MultiprocessIterator(main_chain._iter(), service)
 
     def __repr__(self) -> str:
@@ -192,15 +205,30 @@ class _ServiceBox:
 
 
 def _substitute(
-    ds: IterDataset[Any], leaves: list[MapDataset[Any]], box: _ServiceBox
+    ds: IterDataset[Any],
+    leaves: list[MapDataset[Any]],
+    streams: list[ShardStream],
+    box: _ServiceBox,
 ) -> IterDataset[Any]:
-    """A copy of `ds` whose readers (`to_iter_dataset`) get their chunks from workers, with
-    the element-wise stages directly above them moved into the workers (see module doc)."""
+    """A copy of `ds` whose readers (`to_iter_dataset`) get their chunks from workers, and
+    whose streams of shards have their shards read by workers, with the element-wise
+    stages directly above them moved into the workers (see module doc)."""
     hoisted: list[IterDataset[Any]] = []
     node: IterDataset[Any] = ds
     while node.role is StageRole.ELEMENT_WISE:
         hoisted.append(node)
         node = node.parents[0]  # type: ignore[assignment]
+    shards: list[IterDataset[Any]] = list(node.parents)  # type: ignore[arg-type]
+    if node.reads_shards and not any(has_reader(p) for p in shards):
+        # A stream of shards (`_src/iter/mp_shards.py`): each shard read whole in a worker.
+        streams.append(ShardStream(shards, hoisted))
+        s = len(streams) - 1
+        merged = node.with_parents([WorkerShard(p, s, j, box) for j, p in enumerate(shards)])
+        if hoisted:
+            merged = DropHoles(merged)
+        for stage in reversed(hoisted):
+            merged = _DoneInWorkers(merged, stage.stage_name, stage.position_params)
+        return merged
     if node.role is StageRole.READER:
         kept: list[IterDataset[Any]] = []
         # A reader (`_src/protocol.py`, READER) that hands filtered elements on as None:
@@ -227,7 +255,10 @@ def _substitute(
             out = stage.with_parents([out])
         return out
     return ds.with_parents(
-        [_substitute(p, leaves, box) if isinstance(p, IterDataset) else p for p in ds.parents]
+        [
+            _substitute(p, leaves, streams, box) if isinstance(p, IterDataset) else p
+            for p in ds.parents
+        ]
     )
 
 
@@ -366,16 +397,21 @@ class _ChunkWorker:
     def __init__(self, payload: bytes) -> None:
         self._payload = payload
         self._leaves: list[MapDataset[Any]] | None = None
+        self._shards: ShardReader | None = None
         self._take_figures: Callable[[], list[Any]] | None = None
 
-    def __call__(self, worker_index: int, num_workers: int, task: tuple[int, int, int]) -> Any:
+    def __call__(self, worker_index: int, num_workers: int, task: tuple[Any, ...]) -> Any:
         if self._leaves is None:
-            self._leaves = pipeline_pickle.loads(self._payload)
+            self._leaves, streams = pipeline_pickle.loads(self._payload)
+            self._shards = ShardReader(streams)
             self._payload = b""  # the unpickled pipeline is all a worker needs from now on
             # Unpickling a pipeline built in debug mode installed the debug layer's observer.
             observer = observe.current()
             if observer is not None:
                 self._take_figures = observer.worker_start(self._leaves)
+        if task[0] == _STREAM:
+            assert self._shards is not None
+            return self._shards(worker_index, num_workers, task)
         leaf, start, k = task
         t0 = time.perf_counter()
         ds = self._leaves[leaf]
@@ -390,9 +426,22 @@ class _ChunkWorker:
         figures = self._take_figures() if self._take_figures is not None else []
         return time.perf_counter() - t0, items, figures, failure
 
-    def not_picklable(self, task: tuple[int, int, int], result: Any, exc: BaseException) -> Any:
+    def not_picklable(self, task: tuple[Any, ...], result: Any, exc: BaseException) -> Any:
         """Called by the worker when `result` cannot be pickled: the elements before the
         first that cannot, and an error naming that element's index."""
+        if task[0] == _STREAM:  # a shard's steps: stop before the step that cannot go
+            elapsed, steps, _, _ = result
+            for n, (items, _) in enumerate(steps):
+                try:
+                    pickle.dumps(items, protocol=5, buffer_callback=_out_of_band)
+                except Exception as e:
+                    e.add_note(
+                        f"chute: an element of shard {task[2]} cannot be pickled, so it cannot "
+                        "be sent from the worker process; make the stages return picklable "
+                        "values (no lambdas, generators, open files or locks)"
+                    )
+                    return elapsed, steps[:n], True, RemoteFailure.capture(e)
+            raise exc
         elapsed, items, deltas, _ = result
         _, start, _ = task
         for position, item in enumerate(items):
@@ -463,7 +512,7 @@ def _exit_as_error(exc: SystemExit, index: int) -> RuntimeError:
 class _Ticket:
     __slots__ = ("discarded", "result", "task", "worker")
 
-    def __init__(self, worker: int, task: tuple[int, int, int]) -> None:
+    def __init__(self, worker: int, task: tuple[Any, ...]) -> None:
         self.worker = worker
         self.task = task
         self.result: Any = None
@@ -479,26 +528,30 @@ class _ChunkService:
     def __init__(
         self,
         leaves: list[MapDataset[Any]],
+        streams: list[ShardStream],
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None,
     ) -> None:
         self._shared: list[Any] = []
         leaves = [_for_workers(leaf, self._shared) for leaf in leaves]
-        stages = [n for leaf in leaves for n in stages_sources_first(leaf)]
+        stages: list[Any] = [n for leaf in leaves for n in stages_sources_first(leaf)]
+        stages += [shard for stream in streams for shard in stream.shards]
         observer = observe.observing()
         self._merge_figures = observer.figures_merger(leaves) if observer is not None else None
-        payload = pipeline_pickle.dumps(leaves, stages)
+        payload = pipeline_pickle.dumps((leaves, streams), stages)
+        self._shard_worker: dict[tuple[int, int], int] = {}  # (stream, shard) -> its worker
+        shard_requests = min(4096, 2 * sum(len(stream.shards) for stream in streams))
         self._workers = options.num_workers
         self._several_leaves = len(leaves) > 1
         self._stall_warning_s = options.stall_warning_s
         self._timeout_s = options.timeout_s
         per_worker = options.per_worker_buffer_size + 1
         self.max_outstanding = max(2, self._workers * options.per_worker_buffer_size)
-        self._pool: WorkerPool[tuple[int, int, int], Any] = WorkerPool(
+        self._pool: WorkerPool[tuple[Any, ...], Any] = WorkerPool(
             self._workers,
             _ChunkWorker(payload),
             worker_init_fn=_ShippedInit.of(worker_init_fn),
-            buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding,
+            buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding + shard_requests,
         )
         self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]
         self._received = [False] * self._workers
@@ -515,9 +568,43 @@ class _ChunkService:
         self._queues[w].append(ticket)
         return ticket
 
+    def submit_stream(self, task: tuple[Any, ...]) -> _Ticket:
+        """Asks for steps of a shard (`mp_shards`) from the worker that has read it before
+        (which then replaces the copy it has open when the request brings a state to start
+        from), or first from the worker with the fewest requests waiting."""
+        key = (task[1], task[2])
+        w = self._shard_worker.get(key)
+        if w is None:
+            w = min(range(self._workers), key=lambda i: len(self._queues[i]))
+            self._shard_worker[key] = w
+        ticket = _Ticket(w, task)
+        self._pool.put(w, ticket.task)
+        self._queues[w].append(ticket)
+        return ticket
+
+    def stream_result(self, ticket: _Ticket) -> tuple[float, list[Any], bool, BaseException | None]:
+        """`(seconds, steps, ended, exception)` of a request made with `submit_stream`."""
+        elapsed, steps, ended, failure = self._wait(ticket)
+        if failure is None:
+            return elapsed, steps, ended, None
+        exc = failure.rebuild()
+        exc.add_note(f"chute: raised in worker {ticket.worker} of {self._workers}")
+        return elapsed, steps, ended, exc
+
     def result(self, ticket: _Ticket) -> tuple[float, list[Any], BaseException | None]:
         """`(seconds, elements, exception)`: the chunk's elements, or those before the
         one that raised and that one's exception (re-created here)."""
+        elapsed, items, figures, failure = self._wait(ticket)
+        if figures and self._merge_figures is not None:  # measured in the worker (debug mode)
+            self._merge_figures(figures)
+        if failure is None:
+            return elapsed, items, None
+        exc = failure.rebuild()
+        exc.add_note(f"chute: raised in worker {ticket.worker} of {self._workers}")
+        return elapsed, items, exc
+
+    def _wait(self, ticket: _Ticket) -> Any:
+        """The result of `ticket`, receiving those before it from its worker."""
         queue = self._queues[ticket.worker]
         while ticket.result is None:
             oldest = queue.popleft()
@@ -529,14 +616,7 @@ class _ChunkService:
                 raise
             self._received[ticket.worker] = True
         out, ticket.result = ticket.result, None
-        elapsed, items, figures, failure = out
-        if figures and self._merge_figures is not None:  # measured in the worker (debug mode)
-            self._merge_figures(figures)
-        if failure is None:
-            return elapsed, items, None
-        exc = failure.rebuild()
-        exc.add_note(f"chute: raised in worker {ticket.worker} of {self._workers}")
-        return elapsed, items, exc
+        return out
 
     def _get(self, ticket: _Ticket) -> Any:
         """The pool's next result from `ticket`'s worker (which is computing `ticket`),
@@ -576,12 +656,17 @@ class _ChunkService:
                 )
 
     def _describe(self, ticket: _Ticket) -> str:
-        leaf, start, k = ticket.task
-        where = (
-            f"element index {start}" if k == 1 else f"element indices {start} to {start + k - 1}"
-        )
-        if self._several_leaves:
-            where += f" of to_iter_dataset input {leaf}"
+        if ticket.task[0] == _STREAM:
+            where = f"reading shard {ticket.task[2]} of a stream"
+        else:
+            leaf, start, k = ticket.task
+            where = (
+                f"element index {start}"
+                if k == 1
+                else f"element indices {start} to {start + k - 1}"
+            )
+            if self._several_leaves:
+                where += f" of to_iter_dataset input {leaf}"
         pids = self._pool.pids
         pid = f" (pid {pids[ticket.worker]})" if ticket.worker < len(pids) else ""
         return f"worker {ticket.worker} of {self._workers}{pid}, computing {where},"
@@ -597,10 +682,13 @@ class _ChunkService:
 
     def discard(self, ticket: _Ticket) -> None:
         """Drops a ticket whose result is no longer wanted (after `set_state`)."""
+        ticket.discarded = True
         queue = self._queues[ticket.worker]
         while ticket in queue:
             oldest = queue.popleft()
-            self._get(oldest)
+            result = self._get(oldest)
+            if not oldest.discarded:  # another reader's, still wanted: kept for it
+                oldest.result = result
             if oldest is ticket:
                 break
 

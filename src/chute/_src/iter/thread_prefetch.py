@@ -61,13 +61,18 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
         return self._size > 0
 
     def make_iterator(self) -> DatasetIterator[T]:
-        parent = self._parent_iter()
-        if self._size == 0:
-            return _Unbuffered(parent)
-        return _ThreadPrefetchIterator(parent, self._size)
+        return prefetch_iterator(self._parent_iter(), self._size)
 
     def __repr__(self) -> str:
         return f"ThreadPrefetchIterDataset(prefetch_buffer_size={self._size})"
+
+
+def prefetch_iterator(parent: DatasetIterator[T], size: int) -> DatasetIterator[T]:
+    """`parent` computed `size` elements ahead in a background thread (0: on demand, in the
+    consumer's thread). Transparent: its state is `parent`'s after the last element out."""
+    if size == 0:
+        return _Unbuffered(parent)
+    return _ThreadPrefetchIterator(parent, size)
 
 
 class _Unbuffered(DatasetIterator[Any]):

@@ -17,6 +17,7 @@ from typing import Any
 from chute._src.errors import DataError
 from chute._src.progress import Progress
 from chute._src.records import staging
+from chute._src.records.checksum import crc32c
 from chute._src.records.inputs import (
     Format,
     as_bytes_source,
@@ -24,7 +25,7 @@ from chute._src.records.inputs import (
     iter_blocks,
     open_source,
 )
-from chute._src.records.layout import HEADER_MAGIC, crc32c
+from chute._src.records.layout import HEADER_MAGIC
 from chute._src.records.manifest import MANIFEST_NAME, existing_shards, read_manifest
 from chute._src.records.writer import RecordWriter, ShardedRecordWriter
 from chute._src.remote.calls import call

@@ -6,7 +6,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-import crc32c as _crc32c
+from chute._src.records.checksum import crc32c
 
 __all__ = [
     "HEADER",
@@ -20,10 +20,7 @@ __all__ = [
     "Header",
     "Trailer",
     "align_up",
-    "crc32c",
 ]
-
-crc32c = _crc32c.crc32c
 
 VERSION = 1
 HEADER_MAGIC = b"CHUTEREC"

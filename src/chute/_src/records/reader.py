@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
+from chute._src.records.checksum import crc32c
 from chute._src.records.codecs import Decoder
 from chute._src.records.layout import (
     HEADER,
@@ -20,7 +21,6 @@ from chute._src.records.layout import (
     TRAILER_MAGIC,
     VERSION,
     Codec,
-    crc32c,
 )
 from chute._src.remote.urls import StorageOptions
 from chute._src.sources._open import open_data

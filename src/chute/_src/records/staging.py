@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from chute._src.records.layout import HEADER_MAGIC, TRAILER, TRAILER_MAGIC, crc32c
+from chute._src.records.checksum import crc32c
+from chute._src.records.layout import HEADER_MAGIC, TRAILER, TRAILER_MAGIC
 
 if TYPE_CHECKING:
     from chute._src.records.manifest import ShardEntry

@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from chute._src.records import manifest as _manifest
 from chute._src.records import staging
+from chute._src.records.checksum import crc32c
 from chute._src.records.codecs import Compression, Encoder, train_dictionary
 from chute._src.records.layout import (
     HEADER_MAGIC,
@@ -23,7 +24,6 @@ from chute._src.records.layout import (
     Header,
     Trailer,
     align_up,
-    crc32c,
 )
 from chute._src.remote.calls import call
 from chute._src.remote.urls import StorageOptions, filesystem, is_url, local_path

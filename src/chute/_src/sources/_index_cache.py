@@ -38,9 +38,9 @@ import stat
 import struct
 from collections.abc import Callable
 
-import crc32c
 import numpy as np
 
+from chute._src.records.checksum import crc32c
 from chute._src.sources._index_checks import KINDS, index_is_valid
 
 __all__ = ["cache_path", "cached_index", "cached_remote_index", "user_cache_dir"]
@@ -110,7 +110,7 @@ def _identity(path: str) -> Identity:
         ranges += [(size * k // 5 // _BLOCK * _BLOCK, _BLOCK) for k in range(1, 5)]
         crc = 0
         for offset, n in ranges:
-            crc = crc32c.crc32c(os.pread(fd, n, offset), crc)
+            crc = crc32c(os.pread(fd, n, offset), crc)
     finally:
         os.close(fd)
     return (st.st_dev, st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns, crc)
@@ -146,7 +146,7 @@ def _load(cpath: str, kind: bytes, ident: Identity) -> np.ndarray | None:
         and k.rstrip(b"\0") == kind
         and (dev, ino, size, mtime, ctime, sample) == ident
         and len(body) == count * 8
-        and crc32c.crc32c(body) == crc
+        and crc32c(body) == crc
     )
     if not ok:
         return None
@@ -155,7 +155,7 @@ def _load(cpath: str, kind: bytes, ident: Identity) -> np.ndarray | None:
 
 def _store(cpaths: list[str], kind: bytes, ident: Identity, index: np.ndarray) -> bool:
     body = np.ascontiguousarray(index, dtype="<u8").tobytes()
-    header = _HEADER.pack(_MAGIC, _VERSION, kind, *ident, len(body) // 8, crc32c.crc32c(body))
+    header = _HEADER.pack(_MAGIC, _VERSION, kind, *ident, len(body) // 8, crc32c(body))
     for cpath in cpaths:
         tmp = f"{cpath}.{secrets.token_hex(4)}.partial"
         try:
@@ -222,7 +222,7 @@ def cached_remote_index(
         raise ValueError(f"cached_remote_index: kind={kind!r} is not one of {sorted(KINDS)}")
     key = kind.encode()[:16]
     size, tag = identity
-    ident = (0, 0, size, 0, 0, crc32c.crc32c(f"{url}\0{tag}".encode()))
+    ident = (0, 0, size, 0, 0, crc32c(f"{url}\0{tag}".encode()))
     digest = hashlib.blake2b(f"{url}\0{kind}".encode(), digest_size=16).hexdigest()
     user = user_cache_dir(create=False)
     if user is not None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.records.layout import crc32c
+from chute._src.records.checksum import crc32c
 
 __all__ = ["decode_record", "scan_single_record_chunks"]
 

@@ -14,7 +14,7 @@ from typing import Any, cast
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.records.layout import crc32c
+from chute._src.records.checksum import crc32c, read_checked
 from chute._src.records.manifest import (
     MANIFEST_NAME,
     ShardEntry,
@@ -166,6 +166,7 @@ class RecordFileDataSource:
                     None if all_raw else f.codecs,  # no per-read codec lookup if all raw
                     f.mm,
                     self._verify,
+                    read_checked if self._verify else None,
                     f.guard,
                     f.guard.fd,
                     f.size,
@@ -216,14 +217,21 @@ class RecordFileDataSource:
             # One file: the common case, inlined. Anything unusual (a compressed record,
             # a bad checksum, an index out of range) goes through CrecFile.read. The file
             # must still be as long as when opened: reading a truncated map is a SIGBUS.
-            n, offsets, lengths, crcs, codecs, mm, verify, guard, fd, size = fast
+            n, offsets, lengths, crcs, codecs, mm, verify, checked, guard, fd, size = fast
             # While leased, the kernel tells us before the file can shrink: a flag test.
-            if 0 <= index < n and (guard.leased or _lseek(fd, 0, 2) >= size):  # SEEK_END
+            if (
+                0 <= index < n
+                and (guard.leased or _lseek(fd, 0, 2) >= size)  # SEEK_END
+                and (codecs is None or not codecs[index])
+            ):
                 o = offsets[index]
-                data = mm[o : o + lengths[index]]
-                if (codecs is None or not codecs[index]) and (
-                    not verify or crc32c(data) == crcs[index]
-                ):
+                if checked is not None:  # the native extension slices and checks in one call
+                    data = checked(mm, o, lengths[index], crcs[index])
+                else:
+                    data = mm[o : o + lengths[index]]
+                    if verify and crc32c(data) != crcs[index]:
+                        data = None
+                if data is not None:  # else a bad checksum: CrecFile.read raises
                     return data
         f, i = self._locate(index)
         return f.read(i)
@@ -234,7 +242,7 @@ class RecordFileDataSource:
         fast = self._fast
         if fast is None:
             return self._getitems_files(indices)
-        n, offsets, lengths, crcs, codecs, mm, verify, guard, fd, size = fast
+        n, offsets, lengths, crcs, codecs, mm, verify, checked, guard, fd, size = fast
         out: list[bytes] = []
         append = out.append
         unchecked = True  # the size check, once per block, once the file is not leased
@@ -244,10 +252,15 @@ class RecordFileDataSource:
                     f, j = self._locate(int(i))
                     raise f.shrunk_error(j)
                 unchecked = False
-            if 0 <= i < n:
+            if 0 <= i < n and (codecs is None or not codecs[i]):
                 o = offsets[i]
-                data = mm[o : o + lengths[i]]
-                if (codecs is None or not codecs[i]) and (not verify or crc32c(data) == crcs[i]):
+                if checked is not None:
+                    data = checked(mm, o, lengths[i], crcs[i])
+                else:
+                    data = mm[o : o + lengths[i]]
+                    if verify and crc32c(data) != crcs[i]:
+                        data = None
+                if data is not None:
                     append(data)
                     continue
             append(self[i])

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
-from chute._src.records.layout import crc32c
+from chute._src.records.checksum import crc32c
 from chute._src.remote.file import RemoteFile
 from chute._src.remote.urls import StorageOptions
 from chute._src.sources._concat import MultiFileSource
