@@ -149,6 +149,7 @@ def _run(
         )
     wheres = ["local", *where]
     results: dict[tuple[str, str, str], list[float]] = {}
+    cpu: dict[tuple[str, str, str], list[float]] = {}
     per = args.records // args.shards
     for group in contenders.values():
         for src in group.values():  # open and index every shard outside the timing
@@ -165,13 +166,15 @@ def _run(
                             rng.integers(0, args.records, BATCH).tolist()
                             for _ in range(args.batches)
                         ]
-                        t0 = time.perf_counter()
+                        t0, c0 = time.perf_counter(), time.process_time()
                         n = _getitems(group[w], batches)
                     else:
-                        t0 = time.perf_counter()
+                        t0, c0 = time.perf_counter(), time.process_time()
                         n = _pipeline(group[w], 1000 * r + 10 * k, args.batches)
                     rate = n / (time.perf_counter() - t0)
                     results.setdefault((fmt, how, w), []).append(rate)
+                    # This process's CPU time per record (all its threads: the client's).
+                    cpu.setdefault((fmt, how, w), []).append((time.process_time() - c0) / n)
                     print(f"round {r}: {fmt} {how} {w}: {rate:,.0f} rec/s", file=sys.stderr)
     lines = [
         f"bench_remote: {args.records:,} records of 1 KiB in {args.shards} shards (.crec "
@@ -187,15 +190,16 @@ def _run(
         "servers run in a process of their own",
         f"machine: {machine()}; SHARED with other engineers' test runs (load average 10+)",
         "",
-        f"{'format':<12} {'read':<13} " + " ".join(f"{w:>11}" for w in wheres) + "   vs local",
+        "records/s (and, after, the client's CPU microseconds per record)",
+        f"{'format':<12} {'read':<13} " + " ".join(f"{w:>17}" for w in wheres) + "   vs local",
     ]
     for fmt in contenders:
         for how in ("__getitems__", "pipeline"):
             med = [statistics.median(results[fmt, how, w]) for w in wheres]
+            us = [statistics.median(cpu[fmt, how, w]) * 1e6 for w in wheres]
             fracs = " ".join(f"{m / med[0]:.3f}" for m in med[1:])
-            lines.append(
-                f"{fmt:<12} {how:<13} " + " ".join(f"{m:>11,.0f}" for m in med) + f"   {fracs}"
-            )
+            cells = " ".join(f"{f'{m:,.0f} ({u:,.0f})':>17}" for m, u in zip(med, us))
+            lines.append(f"{fmt:<12} {how:<13} {cells}   {fracs}")
     return lines
 
 
