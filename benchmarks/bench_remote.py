@@ -188,7 +188,7 @@ def _run(
         f" RangeServer) answering S3 GET/HEAD, with 0 and {ms} added per request: what the "
         "client side does when the server is not the limit",
         "servers run in a process of their own",
-        f"machine: {machine()}; SHARED with other engineers' test runs (load average 10+)",
+        f"machine: {machine()}; SHARED with other engineers' test runs (load varied)",
         "",
         "records/s (and, after, the client's CPU microseconds per record)",
         f"{'format':<12} {'read':<13} " + " ".join(f"{w:>17}" for w in wheres) + "   vs local",
