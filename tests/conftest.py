@@ -85,3 +85,56 @@ def debug_mode() -> Iterator[None]:
     finally:
         chute.config.update("py_debug_mode", False)
         chute.config.update("py_debug_summary_interval_s", 60.0)
+
+
+class S3Server:
+    """A real S3-compatible server (moto) on 127.0.0.1, and the storage options for it."""
+
+    def __init__(self, endpoint: str, port: int) -> None:
+        self.endpoint = endpoint
+        self.port = port
+        # Credentials in the options, not only the environment: they travel with a source
+        # to worker processes, whose environment is the forkserver's (started earlier).
+        self.options: dict[str, object] = {
+            "client_kwargs": {"endpoint_url": endpoint},
+            "key": "testing",
+            "secret": "testing",
+        }
+
+    def fs(self) -> object:
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.options)
+
+    def bucket(self, name: str) -> str:
+        """A new empty bucket; its URL prefix (`s3://name`)."""
+        fs = self.fs()
+        fs.mkdir(name)  # type: ignore[attr-defined]
+        return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on 127.0.0.1 (a free port) for the session, dummy credentials in
+    the environment; skipped with the reason when moto[server] or s3fs is missing."""
+    try:
+        import s3fs  # noqa: F401
+        from moto.server import ThreadedMotoServer
+    except ImportError as e:
+        pytest.skip(f"needs moto[server] and s3fs (the test extra): {e}")
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        os.environ.setdefault(key, value)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield S3Server(f"http://{host}:{port}", port)
+    finally:
+        server.stop()

@@ -10,6 +10,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -190,7 +191,7 @@ def _corrupt(path: Path, pos: int, xor: int = 0x01) -> None:
     path.write_bytes(bytes(data))
 
 
-def _read_all(path: Path, **kw: bool) -> list[bytes]:
+def _read_all(path: Path, **kw: Any) -> list[bytes]:
     src = RecordFileDataSource(path, **kw)
     return [src[i] for i in range(len(src))]
 

@@ -52,6 +52,30 @@ def _progress_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _storage_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--storage-options",
+        type=_json_object,
+        default=None,
+        metavar="JSON",
+        help="fsspec storage options for URLs, as a JSON object, e.g. "
+        '\'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\' '
+        "(fsspec's FSSPEC_<PROTOCOL>_<OPTION> environment variables work too)",
+    )
+
+
+def _json_object(text: str) -> dict[str, object]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): give a JSON object") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object: give {{...}}")
+    return value
+
+
 def _convert_args(p: argparse.ArgumentParser) -> None:
     from chute._src.records.convert import COMPRESSIONS
 
@@ -110,6 +134,7 @@ def _convert_args(p: argparse.ArgumentParser) -> None:
         default=2,
         help="--runner beam: DirectRunner worker processes (default 2)",
     )
+    _storage_flag(p)
     _progress_flags(p)
 
 
@@ -148,6 +173,11 @@ def _run_convert(args: argparse.Namespace) -> int:
                 "finishes it (no --resume needed); --overwrite is not supported: write to "
                 "a new directory"
             )
+        if args.storage_options:
+            raise ValueError(
+                "--storage-options is for the local runner; a Beam job reaches object "
+                "storage through its own filesystem options (after --)"
+            )
         from chute._src.beam.run import convert as beam_convert
 
         r = beam_convert(
@@ -182,6 +212,7 @@ def _run_convert(args: argparse.Namespace) -> int:
             progress=args.progress,
             transforms=transforms,
             seed=args.seed,
+            storage_options=args.storage_options,
         )
     if r.resumed_records:
         print(f"resumed: kept {r.resumed_records:,} records already converted")
@@ -202,12 +233,13 @@ def _inspect_args(p: argparse.ArgumentParser) -> None:
         help="the format, if the extension does not tell",
     )
     p.add_argument("-n", "--show", type=int, default=3, help="records to show (default 3)")
+    _storage_flag(p)
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from chute._src.records.summary import inspect_lines
 
-    for line in inspect_lines(args.paths, args.from_format, args.show):
+    for line in inspect_lines(args.paths, args.from_format, args.show, args.storage_options):
         print(line)
     return 0
 
@@ -231,6 +263,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="--write-manifest: replace a chute manifest that lists other shards",
     )
+    _storage_flag(p)
     _progress_flags(p)
 
 
@@ -247,7 +280,7 @@ def _run_verify(args: argparse.Namespace) -> int:
 
     bar: Progress[object] = Progress(desc="verify", force=args.progress)
     try:
-        n, checked = verify_any(args.paths, args.from_format, bar.update)
+        n, checked = verify_any(args.paths, args.from_format, bar.update, args.storage_options)
     except DataError as e:
         bar.close()
         print(f"FAILED: {e}")

@@ -743,13 +743,19 @@ class IterDataset(_Node, Generic[T]):
 
         return LimitIterDataset(self, count)
 
-    def cache(self, path: str | os.PathLike[str] | None = None) -> IterDataset[T]:
+    def cache(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> IterDataset[T]:
         """Caches the stream: in memory, or with `path` in record files under `path`.
 
         The first full pass is kept; passes that start again from the beginning (a
         `repeat` after it, or a later run for a disk cache) read the cache instead of
         computing the pipeline above. A disk cache is keyed by that pipeline, so a
-        changed pipeline builds its own.
+        changed pipeline builds its own. `path` may be a URL (`s3://...`, with
+        `storage_options` for fsspec; `docs/remote.md`).
         """
         if path is None:
             from chute._src.iter.cache import CacheIterDataset
@@ -757,7 +763,7 @@ class IterDataset(_Node, Generic[T]):
             return CacheIterDataset(self)
         from chute._src.iter.disk_cache import DiskCacheIterDataset
 
-        return DiskCacheIterDataset(self, path)
+        return DiskCacheIterDataset(self, path, storage_options=storage_options)
 
     def mp_prefetch(
         self,

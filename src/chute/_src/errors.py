@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["CheckpointError", "ChuteError", "DataError", "add_stage_note"]
+__all__ = ["CheckpointError", "ChuteError", "DataError", "MissingFileError", "add_stage_note"]
 
 _NOTED = "_chute_stage_noted"
 
@@ -26,6 +26,11 @@ class CheckpointError(ChuteError, ValueError):
 
 class DataError(ChuteError, ValueError):
     """A file or record that is corrupt, truncated or malformed."""
+
+
+class MissingFileError(DataError, FileNotFoundError):
+    """A data file, object or pattern that names nothing: a `DataError`, and a
+    `FileNotFoundError`."""
 
 
 def add_stage_note(exc: BaseException, stage: object, index: int | None) -> None:

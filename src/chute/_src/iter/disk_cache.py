@@ -31,6 +31,7 @@ import hashlib
 import os
 import stat
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +39,7 @@ from chute._src.dataset import IterDataset, _Node
 from chute._src.errors import DataError
 from chute._src.iter.cache import check_pass_position
 from chute._src.iterator import DatasetIterator, bad_value, check_int, check_state
+from chute._src.remote.urls import is_url, local_path
 from chute._src.tree_codec import decode, encode
 
 T = TypeVar("T")
@@ -74,6 +76,18 @@ def _written_by_chute(file: Path) -> bool | None:
         return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 8, 0) == _RECORD_MAGIC
     finally:
         os.close(fd)
+
+
+def _remote_written_by_chute(url: str, storage: Mapping[str, Any] | None) -> bool | None:
+    """`_written_by_chute` for a URL: None if no object is there; whether it has the magic."""
+    from chute._src.errors import MissingFileError
+    from chute._src.remote.file import RemoteFile
+
+    try:
+        f = RemoteFile(url, storage, "a chute cache file")
+    except MissingFileError:
+        return None
+    return f.size >= 8 and f[0:8] == _RECORD_MAGIC
 
 
 def cache_key(ds: _Node) -> str:
@@ -141,22 +155,40 @@ class DiskCacheIterDataset(IterDataset[T]):
     ([0, 2, 4, 0, 2, 4], 3)
     """
 
-    def __init__(self, parent: IterDataset[T], path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        parent: IterDataset[T],
+        path: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__([parent])
         if not isinstance(path, str | os.PathLike):
             raise TypeError(
                 f"cache: path={path!r} is invalid: pass a directory (str or Path) to hold the "
                 "cache, or no path for an in-memory cache."
             )
-        self._root = Path(path)
+        self._url = str(path).rstrip("/") if is_url(path) else None
+        self._storage = dict(storage_options or {})
+        self._root = Path(local_path(path)) if self._url is None else Path(".")
         self._key = cache_key(parent)
 
     @property
     def directory(self) -> Path:
-        """Where this pipeline's cache lives: `path/<key of the upstream pipeline>`."""
+        """Where this pipeline's cache lives: `path/<key of the upstream pipeline>` (for a
+        URL, `location` says where)."""
         return self._root / self._key
 
+    @property
+    def location(self) -> str:
+        """The cache's directory: `directory`, or for a URL `URL/<key>`."""
+        return f"{self._url}/{self._key}" if self._url is not None else str(self.directory)
+
     def make_iterator(self) -> DatasetIterator[T]:
+        if self._url is not None:
+            return _DiskCacheIterator(
+                self._parent_iter(), f"{self.location}/{_FILE}", self._storage
+            )
         return _DiskCacheIterator(self._parent_iter(), self.directory / _FILE)
 
     def __repr__(self) -> str:
@@ -166,9 +198,15 @@ class DiskCacheIterDataset(IterDataset[T]):
 class _DiskCacheIterator(DatasetIterator[T]):
     stage = "disk_cache"
 
-    def __init__(self, parent: DatasetIterator[T], file: Path) -> None:
+    def __init__(
+        self,
+        parent: DatasetIterator[T],
+        file: Path | str,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(parent)
-        self._file = file
+        self._file = file  # a str: a URL
+        self._storage = storage_options
         self._start = parent.get_state()
         self._source: Any = None  # the cache, once it exists
         self._len = 0
@@ -185,6 +223,8 @@ class _DiskCacheIterator(DatasetIterator[T]):
         if self._source is not None:
             return True
         file = self._file
+        if isinstance(file, str):
+            return self._open_remote_cache(file)
         found = _written_by_chute(file)
         if found is None:
             return False
@@ -210,6 +250,32 @@ class _DiskCacheIterator(DatasetIterator[T]):
         self._len = len(source)
         return True
 
+    def _open_remote_cache(self, url: str) -> bool:
+        """`_open_cache` for a URL: the bucket's permissions are the trust boundary (there
+        is no owner or mode to check); the object must be a chute record file whose
+        metadata names this pipeline's key, and passes the record file's checks."""
+        from chute._src.sources.crec import RecordFileDataSource
+
+        found = _remote_written_by_chute(url, self._storage)
+        if found is None:
+            return False
+        if not found:
+            raise FileExistsError(
+                f"cache: {url} exists and was not written by chute (it does not start with a "
+                "chute record file's magic); chute never reads, replaces or deletes such an "
+                "object: move it away, or give .cache() another location"
+            )
+        try:
+            source = RecordFileDataSource(url, storage_options=self._storage)
+            ok = source.metadata == _metadata(url.rsplit("/", 2)[-2])
+        except DataError:
+            return False
+        if not ok:
+            return False
+        self._source = source
+        self._len = len(source)
+        return True
+
     def __next__(self) -> T:
         if self._writer is None and self._pos == 0 and self._may_write:
             if self._open_cache():
@@ -223,8 +289,8 @@ class _DiskCacheIterator(DatasetIterator[T]):
                 record = self._source[self._pos]
             except DataError as e:
                 e.add_note(
-                    f"chute: the disk cache {self._file} is corrupt; delete its directory "
-                    f"{self._file.parent} and the next pass rebuilds it"
+                    f"chute: the disk cache {self._file} is corrupt; delete it and the next "
+                    "pass rebuilds it"
                 )
                 raise
             self._pos += 1
@@ -243,6 +309,13 @@ class _DiskCacheIterator(DatasetIterator[T]):
     def _start_writer(self) -> None:
         from chute._src.records.writer import RecordWriter
 
+        if isinstance(self._file, str):  # uploaded whole when the pass ends
+            key = self._file.rsplit("/", 2)[-2]
+            self._writer = RecordWriter(
+                self._file, metadata=_metadata(key), storage_options=self._storage
+            )
+            self._written = 0
+            return
         directory = self._file.parent
         directory.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -264,7 +337,8 @@ class _DiskCacheIterator(DatasetIterator[T]):
         if self._writer is not None and self._written == self._pos:
             self._writer.close()  # the file appears under its name only now
             self._writer = None
-            os.chmod(self._file, 0o600)  # whatever the umask: only its writer reads it
+            if not isinstance(self._file, str):
+                os.chmod(self._file, 0o600)  # whatever the umask: only its writer reads it
             self._open_cache()
         self._abort()
 

@@ -22,6 +22,8 @@ from chute._src.errors import CheckpointError, DataError
 from chute._src.iter.interleave import InterleaveIterDataset
 from chute._src.iterator import DatasetIterator, check_int
 from chute._src.protocol import StageRole
+from chute._src.remote.urls import StorageOptions
+from chute._src.sources._open import open_binary
 from chute._src.sources._paths import expand_paths
 from chute._src.transforms import describe
 
@@ -59,13 +61,15 @@ class FileLinesIterDataset(InterleaveIterDataset):
         *,
         cycle_length: int = 1,
         parallelism: int | None = None,
+        storage_options: StorageOptions = None,
     ) -> None:
-        files = expand_paths(paths, self._where)
+        storage = dict(storage_options or {})
+        files = expand_paths(paths, self._where, storage)
         if parse is not None and not callable(parse):
             raise TypeError(f"{self._where}: parse={parse!r} is not callable: pass a function.")
         fn: Callable[[bytes], Any] = parse or _utf8
         super().__init__(
-            [_FileLines(path, fn, self._where) for path in files],
+            [_FileLines(path, fn, self._where, storage) for path in files],
             cycle_length=cycle_length,
             iter_buffer_size=_LINES_PER_READ,
             parallelism=parallelism,
@@ -107,9 +111,14 @@ class JsonlIterDataset(FileLinesIterDataset):
         *,
         cycle_length: int = 1,
         parallelism: int | None = None,
+        storage_options: StorageOptions = None,
     ) -> None:
         super().__init__(
-            paths, parse or json.loads, cycle_length=cycle_length, parallelism=parallelism
+            paths,
+            parse or json.loads,
+            cycle_length=cycle_length,
+            parallelism=parallelism,
+            storage_options=storage_options,
         )
 
 
@@ -118,9 +127,12 @@ class _FileLines(IterDataset[Any]):
 
     role = StageRole.SOURCE
 
-    def __init__(self, path: str, parse: Callable[[bytes], Any], where: str) -> None:
+    def __init__(
+        self, path: str, parse: Callable[[bytes], Any], where: str, storage: dict[str, Any]
+    ) -> None:
         super().__init__()
         self._path = path
+        self._storage = storage
         self._parse = parse
         self._where = where
 
@@ -145,12 +157,15 @@ class _LinesIterator(DatasetIterator[Any]):
         self._lines: list[bytes] = []  # read ahead, not yet handed out
         self._pos = 0
 
+    def _open(self, name: str) -> io.BufferedReader:
+        return open_binary(name, "a text file", self._ds._storage)
+
     def _fill(self) -> bool:
         """Reads more lines; False at the end of the file."""
         if self._done:
             return False
         if self._fh is None:
-            self._fh = open(self._path, "rb")  # noqa: SIM115
+            self._fh = self._open(self._path)
             self._fh.seek(self._offset)
         lines = self._fh.readlines(_READ_HINT)
         if lines:
@@ -192,14 +207,17 @@ class _LinesIterator(DatasetIterator[Any]):
     def restore_own_state(self, state: dict[str, Any], path: str) -> None:
         offset = check_int(state, "offset", path)
         name = self._path
-        size = os.path.getsize(name)
+        with self._open(name) as fh:
+            size = fh.seek(0, io.SEEK_END)
+            fh.seek(max(0, offset - 1))
+            before = fh.read(1)
         if offset > size:
             raise CheckpointError(
                 f"{path}['offset'] = {offset} is past the end of {name} ({size} bytes): "
                 "the file changed since the state was taken, or the state is from other "
                 "files; restore it into the stream it was taken from."
             )
-        if 0 < offset < size and not _after_newline(name, offset):
+        if 0 < offset < size and before != b"\n":
             raise CheckpointError(
                 f"{path}['offset'] = {offset} is not the start of a line of {name} (the "
                 "byte before it is not a newline): the file changed since the state was "
@@ -213,9 +231,3 @@ class _LinesIterator(DatasetIterator[Any]):
         if self._fh is not None:
             self._fh.close()
             self._fh = None
-
-
-def _after_newline(name: str, offset: int) -> bool:
-    with open(name, "rb") as f:
-        f.seek(offset - 1)
-        return f.read(1) == b"\n"

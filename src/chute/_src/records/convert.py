@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
 import re
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +29,8 @@ from chute._src.records.manifest import (
 )
 from chute._src.records.prepare import RecordJob, check_transforms
 from chute._src.records.writer import RecordWriter, ShardedRecordWriter
+from chute._src.remote.calls import call
+from chute._src.remote.urls import StorageOptions, filesystem, is_url, local_path
 from chute._src.sources._paths import expand_paths
 
 __all__ = ["ConvertResult", "check_overlap", "convert", "crec_options", "output_format"]
@@ -58,6 +62,8 @@ def _read_paths(paths: list[str]) -> tuple[list[str], list[str]]:
     files: list[str] = []
     dirs: list[str] = []
     for p in paths:
+        if is_url(p):  # a remote input never overlaps a local output; remote outputs
+            continue  # are written locally first (see `_convert_to_url`)
         real = os.path.realpath(p)
         if os.path.isdir(real) or os.path.basename(real) == MANIFEST_NAME:
             directory = real if os.path.isdir(real) else os.path.dirname(real)
@@ -275,6 +281,7 @@ def convert(
     progress: bool | None = None,
     transforms: Sequence[Any] = (),
     seed: int | None = None,
+    storage_options: StorageOptions = None,
 ) -> ConvertResult:
     """Converts `inputs` (all of one format) into `output`; see `chute convert --help`.
 
@@ -295,7 +302,28 @@ def convert(
     """
     if shards < 1:
         raise ValueError(f"--shards {shards} is invalid; give 1 or more")
-    paths = expand_paths(inputs, "chute convert")
+    so = storage_options
+    paths = expand_paths(inputs, "chute convert", so)
+    if is_url(output):
+        return _convert_to_url(
+            paths,
+            output,
+            so,
+            resume=resume,
+            overwrite=overwrite,
+            kwargs=dict(
+                from_format=from_format,
+                to_format=to_format,
+                shards=shards,
+                compression=compression,
+                level=level,
+                progress=progress,
+                transforms=transforms,
+                seed=seed,
+                storage_options=so,
+            ),
+        )
+    output = local_path(output)
     if from_format is None:
         found = {detect_format(p) for p in paths}
         if len(found) > 1:
@@ -312,7 +340,9 @@ def convert(
         )
     check_overlap(paths, out)
     _check_output(out, single_file, to_format, overwrite, resume)
-    record_job = RecordJob(tuple(paths), from_format, check_transforms(transforms), seed)
+    record_job = RecordJob(
+        tuple(paths), from_format, check_transforms(transforms), seed, storage_options=so
+    )
     if resume and record_job.filters:
         raise ValueError(
             "--resume cannot skip what an interrupted run wrote when a Filter drops records "
@@ -324,7 +354,10 @@ def convert(
     n = len(source)
     per_shard = max(1, math.ceil(n / shards))
     if not single_file and to_format is Format.CREC:
-        job = [[os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in paths]
+        job = [
+            [p] if is_url(p) else [os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns]
+            for p in paths
+        ]
         parts: list[Any] = [job, from_format.value, compression, level, per_shard]
         if transforms:
             parts.append(record_job.fingerprint())
@@ -381,3 +414,44 @@ def convert(
         written = [out / name for name in [*writer.shards, MANIFEST_NAME]]
     bytes_out = sum(p.stat().st_size for p in written)
     return ConvertResult(n, bytes_in, bytes_out, seconds, outputs, skip)
+
+
+def _convert_to_url(
+    paths: list[str],
+    output: str,
+    storage_options: StorageOptions,
+    *,
+    resume: bool,
+    overwrite: bool,
+    kwargs: dict[str, Any],
+) -> ConvertResult:
+    """`convert` into a local temporary directory, then uploaded: the shards first, the
+    manifest last, each object appearing whole (a PUT is atomic), so a reader never sees
+    a manifest whose shards are missing."""
+    if resume:
+        raise ValueError(
+            f"--resume works for local output; {output} is a URL: run the conversion again "
+            "(nothing appears there until every file is uploaded)"
+        )
+    fs, fspath = filesystem(output, storage_options)
+    if call(output, "look for it", lambda: fs.exists(fspath)) and not overwrite:
+        raise FileExistsError(f"{output} exists; pass --overwrite to replace it")
+    name = output.rstrip("/").rsplit("/", 1)[-1]
+    with tempfile.TemporaryDirectory(prefix="chute-convert-") as tmp:
+        local = os.path.join(tmp, name)
+        r = convert(paths, local, **kwargs)
+        files = sorted(Path(local).rglob("*")) if os.path.isdir(local) else [Path(local)]
+        files = [f for f in files if f.is_file() and f.name != MANIFEST_NAME] + [
+            f for f in files if f.name == MANIFEST_NAME
+        ]
+        is_dir = os.path.isdir(local)
+        for f in files:
+            rel = os.path.relpath(f, local) if is_dir else ""
+            target = f"{output.rstrip('/')}/{rel}" if rel else output
+            tpath = f"{fspath.rstrip('/')}/{rel}" if rel else fspath
+            call(target, "upload it", functools.partial(fs.put_file, str(f), tpath))
+        outputs = [
+            f"{output.rstrip('/')}/{os.path.relpath(o, local)}" if is_dir and o != local else output
+            for o in r.outputs
+        ]
+    return ConvertResult(r.records, r.bytes_in, r.bytes_out, r.seconds, outputs, r.resumed_records)

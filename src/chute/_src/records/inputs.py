@@ -12,6 +12,7 @@ import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.records.manifest import MANIFEST_NAME, manifest_shard_format
+from chute._src.remote.urls import StorageOptions, is_url
 
 __all__ = ["Format", "as_bytes_source", "detect_format", "iter_blocks", "open_source"]
 
@@ -48,6 +49,10 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
     >>> detect_format("train.array_record-00000-of-00004"), detect_format("a/b.jsonl")
     (<Format.ARRAY_RECORD: 'arrayrecord'>, <Format.JSONL: 'jsonl'>)
     """
+    if is_url(path):
+        name = str(path).rstrip("/").rsplit("/", 1)[-1]
+        if name == MANIFEST_NAME or "." not in name:  # a dataset prefix (with manifest.json)
+            return Format.CREC
     p = Path(path)
     if p.is_dir() or p.name == MANIFEST_NAME:
         if (p / MANIFEST_NAME).exists() or p.name == MANIFEST_NAME:
@@ -69,22 +74,29 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
     )
 
 
-def open_source(paths: Sequence[str], fmt: Format, *, decoded: bool = False) -> Any:
+def open_source(
+    paths: Sequence[str],
+    fmt: Format,
+    storage_options: StorageOptions = None,
+    *,
+    decoded: bool = False,
+) -> Any:
     """The chute source reading `paths` as `fmt` (records as that source returns them;
     JSONL lines as bytes unless `decoded`, then as that source's default gives them)."""
     from chute import sources
 
+    so = storage_options
     if fmt is Format.CREC:
-        return sources.RecordFileDataSource(list(paths))
+        return sources.RecordFileDataSource(list(paths), storage_options=so)
     if fmt is Format.JSONL:
-        return sources.JsonlDataSource(list(paths), decode=decoded)
+        return sources.JsonlDataSource(list(paths), decode=decoded, storage_options=so)
     if fmt is Format.ARRAY_RECORD:
-        return sources.ArrayRecordDataSource(list(paths))
+        return sources.ArrayRecordDataSource(list(paths), storage_options=so)
     if fmt is Format.PARQUET:
-        return sources.ParquetDataSource(list(paths))
+        return sources.ParquetDataSource(list(paths), storage_options=so)
     if fmt is Format.TFRECORD:
-        return sources.TFRecordDataSource(list(paths))
-    return sources.NumpyDataSource(list(paths))
+        return sources.TFRecordDataSource(list(paths), storage_options=so)
+    return sources.NumpyDataSource(list(paths), storage_options=so)
 
 
 def _json_dumps() -> Any:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._src.errors import DataError
+from chute._src.remote.urls import StorageOptions
 
 __all__ = [
     "MANIFEST_NAME",
@@ -17,6 +18,7 @@ __all__ = [
     "existing_shards",
     "manifest_shard_format",
     "read_manifest",
+    "read_remote_manifest",
     "write_manifest",
 ]
 
@@ -96,12 +98,18 @@ _FIX = (
 
 def _load(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_bytes())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise DataError(
             f"{path.parent}: no {MANIFEST_NAME}: a sharded dataset needs its manifest; the "
             f"write was interrupted or this is not a chute dataset; {_FIX}"
         ) from None
+    return _parse(raw, str(path))
+
+
+def _parse(raw: bytes, path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: the manifest is not valid JSON ({e}); {_FIX}") from None
     if not isinstance(doc, dict) or doc.get("format") != _FORMAT or doc.get("version") != 1:
@@ -116,10 +124,10 @@ def _load(path: Path) -> dict[str, Any]:
 
 def manifest_shard_format(path: Path) -> str:
     """What the shards the manifest at `path` lists are: "crec" or "arrayrecord"."""
-    return _shard_format(_load(path), path)
+    return _shard_format(_load(path), str(path))
 
 
-def _shard_format(doc: dict[str, Any], path: Path) -> str:
+def _shard_format(doc: dict[str, Any], path: str) -> str:
     fmt = doc.get("shard_format", "crec")
     if fmt not in SHARD_FORMATS:
         raise DataError(
@@ -134,8 +142,24 @@ def read_manifest(path: Path, shard_format: str = "crec") -> list[tuple[Path, Sh
 
     Raises `DataError` if its shards are not `shard_format`, naming the source to use.
     """
-    fix = _FIX
-    doc = _load(path)
+    entries = _entries(_load(path), str(path), shard_format)
+    return [(path.parent / name, entry) for name, entry in entries]
+
+
+def read_remote_manifest(
+    url: str, storage_options: StorageOptions, shard_format: str = "crec"
+) -> list[tuple[str, ShardEntry]]:
+    """`read_manifest` for a manifest at a URL: each shard's URL and entry."""
+    from chute._src.remote.file import RemoteFile
+
+    f = RemoteFile(url, storage_options, "a chute manifest")
+    parent = url.rsplit("/", 1)[0]
+    entries = _entries(_parse(f[:], url), url, shard_format)
+    return [(f"{parent}/{name}", entry) for name, entry in entries]
+
+
+def _entries(doc: dict[str, Any], path: str, shard_format: str) -> list[tuple[str, ShardEntry]]:
+    """Each shard's name (relative to the manifest's directory) and entry."""
     fmt = _shard_format(doc, path)
     if fmt != shard_format:
         raise DataError(
@@ -151,11 +175,11 @@ def read_manifest(path: Path, shard_format: str = "crec") -> list[tuple[Path, Sh
             if os.path.isabs(entry.name) or ".." in Path(entry.name).parts:
                 raise DataError(
                     f"{path}: shard name {entry.name!r} leaves the dataset directory; "
-                    f"shard names must be relative; {fix}"
+                    f"shard names must be relative; {_FIX}"
                 )
-            out.append((path.parent / entry.name, entry))
+            out.append((entry.name, entry))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         if isinstance(e, DataError):
             raise
-        raise DataError(f"{path}: malformed manifest ({e!r}); {fix}") from None
+        raise DataError(f"{path}: malformed manifest ({e!r}); {_FIX}") from None
     return out

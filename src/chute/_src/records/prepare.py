@@ -22,6 +22,7 @@ from typing import Any
 
 from chute._src.records.checksum import crc32c
 from chute._src.records.inputs import Format, as_bytes_source, open_source
+from chute._src.remote.urls import StorageOptions, is_url
 from chute._src.transforms import (
     FilterTransform,
     MapTransform,
@@ -72,6 +73,7 @@ class RecordJob:
     transforms: tuple[Any, ...] = ()
     seed: int | None = None
     options: tuple[Any, ...] = field(default=())  # what else fixes the output bytes
+    storage_options: StorageOptions = field(default=None, compare=False)  # URL inputs
 
     @property
     def filters(self) -> bool:
@@ -82,7 +84,8 @@ class RecordJob:
         """A CRC32C of everything that decides the records: input paths, sizes and
         modification times, the format, transformation kinds, seed and options."""
         files = [
-            [os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in self.paths
+            [p] if is_url(p) else [os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns]
+            for p in self.paths
         ]
         key = [files, self.fmt.value, [_name(t) for t in self.transforms], self.seed]
         key.append(list(self.options))
@@ -98,13 +101,15 @@ class OpenedJob:
     def __init__(self, job: RecordJob) -> None:
         self.job = job
         if not job.transforms:
-            self._source, self.metadata = as_bytes_source(open_source(job.paths, job.fmt), job.fmt)
+            self._source, self.metadata = as_bytes_source(
+                open_source(job.paths, job.fmt, job.storage_options), job.fmt
+            )
             self._pairs: Any = None
             self._len = len(self._source)
             return
         from chute._src.dataset import MapDataset
 
-        raw = open_source(job.paths, job.fmt, decoded=True)
+        raw = open_source(job.paths, job.fmt, job.storage_options, decoded=True)
         ds: Any = MapDataset.source(raw)
         if job.seed is not None:
             ds = ds.seed(job.seed)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import mmap
 import struct
 from typing import Any
 
@@ -23,7 +22,8 @@ from chute._src.records.layout import (
     VERSION,
     Codec,
 )
-from chute._src.sources._file_guard import FileGuard
+from chute._src.remote.urls import StorageOptions
+from chute._src.sources._open import open_data
 
 __all__ = ["CrecFile"]
 
@@ -41,11 +41,20 @@ class CrecFile:
     while the guard holds a lease, a size check otherwise (`_file_guard`).
     """
 
-    def __init__(self, path: str, *, verify: bool = True, base: int = 0) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        verify: bool = True,
+        base: int = 0,
+        storage_options: StorageOptions = None,
+    ) -> None:
         self.path = path
         self.verify = verify
         self.base = base
-        self.guard = FileGuard(path, "a .crec file")
+        # A local file is mapped; a remote one (a URL) is read by ranges, the same slices.
+        self.guard = open_data(path, "a .crec file", storage_options)
+        self.remote = self.guard.fd < 0
         size = self.guard.size
         try:
             if size == 0:
@@ -55,7 +64,7 @@ class CrecFile:
                     f"the file has {size} bytes, less than a header and a trailer",
                     "it is truncated",
                 )
-            self.mm = mmap.mmap(self.guard.fd, 0, access=mmap.ACCESS_READ)
+            self.mm: Any = self.guard.mapping()
         except BaseException:
             self.guard.close()
             raise
@@ -75,15 +84,23 @@ class CrecFile:
             where += ":"
         return DataError(f"{self.path}:{where} {rule}; {cause}; {_FIX}")
 
+    def _regions(self, spans: list[tuple[int, int]]) -> list[memoryview]:
+        """The bytes of each `(start, end)`: views of the map, or one batch of range reads."""
+        if self.remote:
+            return [memoryview(b) for b in self.mm.read_ranges(spans)]
+        return [memoryview(self.mm)[a:b] for a, b in spans]
+
     def _validate(self) -> None:
         mm = self.mm
-        magic, version, _flags, alignment, _r1, _r2, header_crc = HEADER.unpack_from(mm, 0)
+        tpos = self.size - TRAILER.size
+        head, tail = self._regions([(0, HEADER.size), (tpos, self.size)])
+        magic, version, _flags, alignment, _r1, _r2, header_crc = HEADER.unpack(head)
         if magic != HEADER_MAGIC:
             raise self._error(
                 f"bad magic {magic!r} (a .crec file starts with {HEADER_MAGIC!r})",
                 "this is not a chute record file or its header is corrupt",
             )
-        if header_crc != crc32c(mm[: HEADER.size - 4]):
+        if header_crc != crc32c(head[: HEADER.size - 4]):
             raise self._error("the header fails its CRC32C check", "the header is corrupt")
         if version != VERSION:
             raise DataError(
@@ -92,14 +109,13 @@ class CrecFile:
             )
         if alignment < 1 or alignment > MAX_ALIGNMENT or alignment & (alignment - 1):
             raise self._error(f"invalid alignment {alignment}", "the header is corrupt")
-        tpos = self.size - TRAILER.size
-        fields = TRAILER.unpack_from(mm, tpos)
+        fields = TRAILER.unpack(tail)
         if fields[0] != TRAILER_MAGIC:
             raise self._error(
                 f"no trailer (the last {TRAILER.size} bytes do not start with {TRAILER_MAGIC!r})",
                 "the file is truncated or was not closed by its writer",
             )
-        if fields[-1] != crc32c(mm[tpos : self.size - 4]):
+        if fields[-1] != crc32c(tail[: TRAILER.size - 4]):
             raise self._error("the trailer fails its CRC32C check", "the trailer is corrupt")
         (n, payload_end, index_offset, dict_offset, dict_length, meta_offset, meta_length) = fields[
             4:11
@@ -119,7 +135,13 @@ class CrecFile:
                 "the trailer points outside the file (regions overlap or end past it)",
                 "the file is truncated or corrupt",
             )
-        index = memoryview(mm)[index_offset:index_end]
+        index, d, meta = self._regions(
+            [
+                (index_offset, index_end),
+                (dict_offset, dict_offset + dict_length),
+                (meta_offset, meta_offset + meta_length),
+            ]
+        )
         if crc32c(index) != index_crc:
             index.release()
             raise self._error("the index fails its CRC32C check", "the index is corrupt")
@@ -134,21 +156,19 @@ class CrecFile:
         self.crcs = index[o3:o4].cast("I")
         self.codecs = index[o4:]
         self._index = index
-        self.view = memoryview(mm)
+        self.view = mm if self.remote else memoryview(mm)
         self._check_entries(payload_start, payload_end)
         self.dictionary: bytes | None = None
         if dict_length:
-            d = mm[dict_offset : dict_offset + dict_length]
             if crc32c(d) != dict_crc:
                 raise self._error(
                     "the zstd dictionary fails its CRC32C check", "the dictionary is corrupt"
                 )
-            self.dictionary = d
-        meta = mm[meta_offset : meta_offset + meta_length]
+            self.dictionary = bytes(d)
         if crc32c(meta) != meta_crc:
             raise self._error("the metadata fails its CRC32C check", "the metadata is corrupt")
         try:
-            self.metadata: dict[str, Any] = json.loads(meta) if meta else {}
+            self.metadata: dict[str, Any] = json.loads(bytes(meta)) if len(meta) else {}
         except ValueError:
             raise self._error("the metadata is not JSON", "the metadata is corrupt") from None
         self.decoder = Decoder(self.dictionary)
@@ -182,6 +202,10 @@ class CrecFile:
             )
 
     def checksum_error(self, i: int, stored: int, computed: int) -> DataError:
+        # A remote object replaced since it was opened is named as such, not as corrupt.
+        return self.guard.explain(self._checksum_error(i, stored, computed))
+
+    def _checksum_error(self, i: int, stored: int, computed: int) -> DataError:
         return self._error(
             f"the payload fails its CRC32C check (index says {stored:08x}, "
             f"data has {computed:08x})",
@@ -190,7 +214,8 @@ class CrecFile:
         )
 
     def decode_error(self, i: int, why: str) -> DataError:
-        return self._error(f"the compressed payload is bad: {why}", "the file is corrupt", i)
+        err = self._error(f"the compressed payload is bad: {why}", "the file is corrupt", i)
+        return self.guard.explain(err)
 
     def shrunk_error(self, i: int) -> DataError:
         """The error for a file found shorter than when opened, at record `i`."""
@@ -203,8 +228,23 @@ class CrecFile:
 
     def read_unguarded(self, i: int) -> bytes:
         """`read` without the size check, for a caller that made it for a block of reads."""
+        # The body of `decode`, inlined: this is the per-record path of sharded datasets.
         o = self.offsets[i]
         data = self.mm[o : o + self.lengths[i]]
+        if self.verify:
+            c = crc32c(data)
+            if c != self.crcs[i]:
+                raise self.checksum_error(i, self.crcs[i], c)
+        codec = self.codecs[i]
+        if codec:
+            try:
+                return self.decoder.decode(codec, data, self.raw_lengths[i])
+            except ValueError as e:
+                raise self.decode_error(i, str(e)) from None
+        return data
+
+    def decode(self, i: int, data: bytes) -> bytes:
+        """Record `i` from its stored payload `data`: checked, then decompressed."""
         if self.verify:
             c = crc32c(data)
             if c != self.crcs[i]:
@@ -232,12 +272,12 @@ class CrecFile:
                 raise self.decode_error(i, str(e)) from None
 
     def trailer_crc(self) -> int:
-        return int(struct.unpack_from("<I", self.mm, self.size - 4)[0])
+        return int(struct.unpack("<I", self.mm[self.size - 4 : self.size])[0])
 
     def close(self) -> None:
         for name in ("offsets", "lengths", "raw_lengths", "crcs", "codecs", "_index", "view"):
             v = self.__dict__.pop(name, None)
-            if v is not None:
+            if isinstance(v, memoryview):
                 v.release()
         mm = self.__dict__.pop("mm", None)
         if mm is not None:

@@ -19,6 +19,7 @@ from chute._src.records.manifest import (
     manifest_shard_format,
     read_manifest,
 )
+from chute._src.remote.urls import StorageOptions, is_url
 from chute._src.sources._paths import PathsArg, expand_paths
 
 __all__ = ["TAIL", "array_record_count", "dataset_paths", "shard_entry", "tail_crc32c"]
@@ -86,11 +87,16 @@ def _check_listed(path: Path, entry: ShardEntry, shard_format: str) -> None:
         )
 
 
-def dataset_paths(paths: PathsArg, shard_format: str, who: str) -> list[str]:
-    """`paths` expanded, a dataset directory (or its manifest) replaced by the shards its
-    manifest lists, each checked against its entry (size, checksum)."""
+def dataset_paths(
+    paths: PathsArg, shard_format: str, who: str, storage_options: StorageOptions = None
+) -> list[str]:
+    """`paths` expanded, a local dataset directory (or its manifest) replaced by the shards
+    its manifest lists, each checked against its entry (size, checksum). URLs are kept."""
     out: list[str] = []
-    for p in expand_paths(paths, who):
+    for p in expand_paths(paths, who, storage_options):
+        if is_url(p):
+            out.append(p)
+            continue
         path = Path(p)
         if path.is_dir() and os.path.lexists(path / MANIFEST_NAME):
             path = path / MANIFEST_NAME  # (a directory without one: the reader names it)

@@ -11,6 +11,7 @@ import numpy as np
 
 from chute._src.records.inputs import Format, detect_format, iter_blocks, open_source
 from chute._src.records.layout import Codec
+from chute._src.remote.urls import StorageOptions, is_url
 from chute._src.sources._paths import expand_paths
 from chute._src.sources.crec import RecordFileDataSource
 
@@ -18,7 +19,7 @@ __all__ = ["inspect_lines", "verify_any"]
 
 
 def _files_size(paths: list[str]) -> int:
-    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    return sum(os.path.getsize(p) for p in paths if not is_url(p) and os.path.isfile(p))
 
 
 def _show(record: Any, width: int = 100) -> str:
@@ -29,13 +30,16 @@ def _show(record: Any, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def inspect_lines(inputs: list[str], fmt: Format | None, show: int = 3) -> list[str]:
+def inspect_lines(
+    inputs: list[str], fmt: Format | None, show: int = 3, storage_options: StorageOptions = None
+) -> list[str]:
     """Lines describing the dataset at `inputs`: format, counts, sizes, codecs, records."""
-    paths = expand_paths(inputs, "chute inspect")
+    so = storage_options
+    paths = expand_paths(inputs, "chute inspect", so)
     fmt = fmt or detect_format(paths[0])
     lines = [f"format:   {fmt.value}"]
     if fmt is Format.CREC:
-        src = RecordFileDataSource(paths)
+        src = RecordFileDataSource(paths, storage_options=so)
         files = src._open()
         n = len(src)
         stored = sum(int(np.frombuffer(f.lengths, dtype="<u4").sum()) for f in files)
@@ -66,7 +70,7 @@ def inspect_lines(inputs: list[str], fmt: Format | None, show: int = 3) -> list[
         if src.metadata:
             lines.append(f"metadata: {src.metadata}")
     else:
-        src = open_source(paths, fmt)
+        src = open_source(paths, fmt, so)
         n = len(src)
         lines += [
             f"files:    {len(paths)}",
@@ -79,7 +83,10 @@ def inspect_lines(inputs: list[str], fmt: Format | None, show: int = 3) -> list[
 
 
 def verify_any(
-    inputs: list[str], fmt: Format | None, progress: Callable[[int, int], None] | None = None
+    inputs: list[str],
+    fmt: Format | None,
+    progress: Callable[[int, int], None] | None = None,
+    storage_options: StorageOptions = None,
 ) -> tuple[int, str]:
     """Reads every record of the dataset, checking what its format can check.
 
@@ -90,16 +97,17 @@ def verify_any(
     """
     from chute._src.records.verify import verify
 
-    paths = expand_paths(inputs, "chute verify")
+    so = storage_options
+    paths = expand_paths(inputs, "chute verify", so)
     fmt = fmt or detect_format(paths[0])
     if fmt is Format.CREC:
-        return verify(paths, progress), "every checksum matches"
+        return verify(paths, progress, so), "every checksum matches"
     from chute import sources
 
     if fmt is Format.JSONL:
-        src: Any = sources.JsonlDataSource(paths)
+        src: Any = sources.JsonlDataSource(paths, storage_options=so)
     else:
-        src = open_source(paths, fmt)
+        src = open_source(paths, fmt, so)
     for block in iter_blocks(src):
         if progress is not None:
             progress(len(block), sum(len(r) if isinstance(r, bytes) else 0 for r in block))

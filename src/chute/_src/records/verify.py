@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from chute._src.remote.file import read_many
+from chute._src.remote.urls import StorageOptions
 from chute._src.sources._paths import PathsArg
 from chute._src.sources.crec import RecordFileDataSource
 
 __all__ = ["verify"]
 
 
-def verify(paths: PathsArg, progress: Callable[[int, int], None] | None = None) -> int:
+def verify(
+    paths: PathsArg,
+    progress: Callable[[int, int], None] | None = None,
+    storage_options: StorageOptions = None,
+) -> int:
     """Checks every record's CRC32C (and that compressed records decompress).
 
     Returns the number of records checked; raises `chute.DataError` at the first bad
@@ -24,14 +30,24 @@ def verify(paths: PathsArg, progress: Callable[[int, int], None] | None = None) 
     >>> verify(path)
     1
     """
-    src = RecordFileDataSource(paths, verify_checksums=True)
+    src = RecordFileDataSource(paths, verify_checksums=True, storage_options=storage_options)
     total = 0
     for f in src._open():
         lengths = f.lengths
         step = 0
         nbytes = 0
         for i in range(f.num_records):
-            f.check(i)
+            if f.remote and i % 4096 == 0:  # 4096 payloads per round of range reads
+                got = read_many(
+                    [
+                        (f.mm, f.offsets[j], f.offsets[j] + lengths[j])
+                        for j in range(i, min(i + 4096, f.num_records))
+                    ]
+                )
+            if f.remote:
+                f.decode(i, got[i % 4096])
+            else:
+                f.check(i)
             nbytes += lengths[i]
             step += 1
             if progress is not None and step == 4096:

@@ -6,6 +6,8 @@ import array
 import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -23,6 +25,8 @@ from chute._src.records.layout import (
     Trailer,
     align_up,
 )
+from chute._src.remote.calls import call
+from chute._src.remote.urls import StorageOptions, filesystem, is_url, local_path
 
 __all__ = ["RecordWriter", "ShardedRecordWriter"]
 
@@ -85,7 +89,17 @@ class RecordWriter:
         dictionary: bytes | None = None,
         alignment: int = 8,
         metadata: Mapping[str, Any] | None = None,
+        storage_options: StorageOptions = None,
     ) -> None:
+        self.url: str | None = None
+        self._staging_dir: str | None = None
+        if is_url(path):
+            # Written to a local temporary file, uploaded whole on close (a PUT is atomic).
+            self.url, self._storage = str(path), storage_options
+            filesystem(self.url, storage_options)  # a missing fsspec or s3fs fails now
+            self._staging_dir = tempfile.mkdtemp(prefix="chute-writer-")
+            path = os.path.join(self._staging_dir, self.url.rstrip("/").rsplit("/", 1)[-1])
+        path = local_path(path)
         if alignment < 1 or alignment > MAX_ALIGNMENT or alignment & (alignment - 1):
             raise ValueError(
                 f"alignment={alignment} is invalid: it must be a power of two in "
@@ -229,6 +243,20 @@ class RecordWriter:
         _fsync_dir(self.path.parent)
         self.size = os.path.getsize(self.path)
         self.trailer_crc = trailer.crc
+        if self.url is not None:
+            self._upload(self.url)
+
+    def _upload(self, url: str) -> None:
+        fs, fspath = filesystem(url, self._storage)
+        try:
+            call(url, "upload it", lambda: fs.put_file(str(self.path), fspath))
+        finally:
+            self._drop_staging()
+
+    def _drop_staging(self) -> None:
+        if self._staging_dir is not None:
+            shutil.rmtree(self._staging_dir, ignore_errors=True)
+            self._staging_dir = None
 
     def abort(self) -> None:
         """Drops the file being written; nothing appears under `path`."""
@@ -236,6 +264,8 @@ class RecordWriter:
             self._file.close()
             self._file = None
             self._tmp.unlink(missing_ok=True)
+        if self.url is not None:
+            self._drop_staging()
 
     def __enter__(self) -> RecordWriter:
         return self

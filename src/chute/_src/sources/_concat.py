@@ -9,7 +9,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from chute._src.sources._file_guard import FileGuard
+from chute._src.remote.file import RemoteFile, open_concurrently, read_many
+from chute._src.remote.urls import StorageOptions
+from chute._src.sources._open import DataFile
 from chute._src.sources._paths import PathsArg, expand_paths
 
 __all__ = ["Concat", "MultiFileSource"]
@@ -19,7 +21,7 @@ class OpenFile(Protocol):
     """What `MultiFileSource` needs of one opened file."""
 
     num_records: int
-    guard: FileGuard
+    guard: DataFile
 
 
 F = TypeVar("F", bound=OpenFile)
@@ -66,8 +68,11 @@ class MultiFileSource(abc.ABC, Generic[F]):
 
     _options: tuple[str, ...] = ()
 
-    def __init__(self, paths: PathsArg, **options: Any) -> None:
-        self._paths = expand_paths(paths, type(self).__name__)
+    def __init__(
+        self, paths: PathsArg, *, storage_options: StorageOptions = None, **options: Any
+    ) -> None:
+        self._storage = dict(storage_options or {})
+        self._paths = expand_paths(paths, type(self).__name__, self._storage)
         for name in self._options:
             setattr(self, f"_{name}", options[name])
         self._init_runtime()
@@ -76,6 +81,7 @@ class MultiFileSource(abc.ABC, Generic[F]):
         self._lock = threading.Lock()
         self._files: list[F] | None = None
         self._concat = Concat([])
+        self._remote = False
 
     @abc.abstractmethod
     def _open_file(self, path: str) -> F:
@@ -85,12 +91,18 @@ class MultiFileSource(abc.ABC, Generic[F]):
     def _record(self, f: F, i: int) -> Any:
         """Record `i` of the opened file `f`, its size already checked."""
 
+    def _span(self, f: F, i: int) -> tuple[int, int]:
+        """The bytes `_record(f, i)` reads (fetched ahead, all at once, for remote files)."""
+        raise NotImplementedError
+
     def __getitem__(self, index: int) -> Any:
         f, i = self._locate(index)
         f.guard.check(i)  # a file that shrank raises here rather than faulting (SIGBUS)
         return self._record(f, i)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        if self._remote:
+            return self._getitems_remote(indices)
         checked: set[int] = set()
         out = []
         for g in indices:
@@ -99,11 +111,22 @@ class MultiFileSource(abc.ABC, Generic[F]):
             out.append(self._record(f, i))
         return out
 
+    def _getitems_remote(self, indices: Sequence[int]) -> list[Any]:
+        """Fetches every record's bytes in one round of concurrent range reads (into the
+        block cache), then reads the records as usual."""
+        located = [self._locate(g) for g in indices]
+        read_many(
+            [(f.guard, *self._span(f, i)) for f, i in located if isinstance(f.guard, RemoteFile)]
+        )
+        return [self._record(f, i) for f, i in located]
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"paths": self._paths, **{n: getattr(self, f"_{n}") for n in self._options}}
+        options = {n: getattr(self, f"_{n}") for n in self._options}
+        return {"paths": self._paths, "storage": self._storage, **options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._paths = state["paths"]
+        self._storage = state["storage"]
         for name in self._options:
             setattr(self, f"_{name}", state[name])
         self._init_runtime()
@@ -111,8 +134,9 @@ class MultiFileSource(abc.ABC, Generic[F]):
     def _open(self) -> list[F]:
         with self._lock:
             if self._files is None:
-                files = [self._open_file(p) for p in self._paths]
+                files = open_concurrently(lambda k: self._open_file(self._paths[k]), self._paths)
                 self._concat = Concat([f.num_records for f in files])
+                self._remote = any(isinstance(f.guard, RemoteFile) for f in files)
                 self._files = files
             return self._files
 

@@ -51,6 +51,7 @@ Windows that remain (also in `docs/design.md`, "Storage"):
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import resource
 import signal
@@ -322,6 +323,14 @@ class FileGuard:
         if not self.leased and id(self) not in checked:
             self.check(record)
             checked.add(id(self))
+
+    def mapping(self) -> mmap.mmap:
+        """The file mapped read-only (readers slice it for bytes)."""
+        return mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+
+    def explain(self, err: DataError) -> DataError:
+        """`err` for a read that failed its checks (a remote file may say why instead)."""
+        return err
 
     def error(self, record: int | None = None) -> DataError:
         """The DataError for a file found shorter than when opened."""

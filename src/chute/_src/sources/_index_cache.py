@@ -43,7 +43,7 @@ import numpy as np
 from chute._src.records.checksum import crc32c
 from chute._src.sources._index_checks import KINDS, index_is_valid
 
-__all__ = ["cache_path", "cached_index", "user_cache_dir"]
+__all__ = ["cache_path", "cached_index", "cached_remote_index", "user_cache_dir"]
 
 _MAGIC = b"CHUTEIDX"
 _VERSION = 2
@@ -208,4 +208,29 @@ def cached_index(
         flat = index.ravel()
         if not _store(_beside(path, kind), key, ident, flat):
             _store(_in_user_dir(path, kind, create=True), key, ident, flat)
+    return index
+
+
+def cached_remote_index(
+    url: str, identity: tuple[int, str], kind: str, build: Callable[[], np.ndarray]
+) -> np.ndarray:
+    """`cached_index` for a remote object: kept in the per-user cache directory, named by
+    a hash of the URL and the kind, and trusted only for the object's size and identity
+    (ETag, version or mtime) as it is now, so worker processes and later runs do not read
+    the whole object again to index it."""
+    if kind not in KINDS:
+        raise ValueError(f"cached_remote_index: kind={kind!r} is not one of {sorted(KINDS)}")
+    key = kind.encode()[:16]
+    size, tag = identity
+    ident = (0, 0, size, 0, 0, crc32c(f"{url}\0{tag}".encode()))
+    digest = hashlib.blake2b(f"{url}\0{kind}".encode(), digest_size=16).hexdigest()
+    user = user_cache_dir(create=False)
+    if user is not None:
+        found = _load(os.path.join(user, f"{digest}.{kind}.chute-index"), key, ident)
+        if found is not None and index_is_valid(kind, found, size):
+            return found
+    index = np.asarray(build(), dtype=np.int64)
+    user = user_cache_dir(create=True)
+    if user is not None:
+        _store([os.path.join(user, f"{digest}.{kind}.chute-index")], key, ident, index.ravel())
     return index

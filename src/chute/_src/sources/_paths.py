@@ -1,34 +1,79 @@
-"""Turning `paths` arguments (a path, a glob, a list of them) into a sorted file list."""
+"""Turning `paths` arguments (a path, a URL, a glob, a list of them) into a sorted file list.
+
+Local paths (and `file://` URLs, which become local paths) are expanded with `glob`;
+other URLs (`s3://`, `gs://`, `memory://`, ...) through fsspec (`_src/remote`), with the
+same rules: a pattern's matches sorted, plain paths in the order given, anything that
+names nothing an error.
+"""
 
 from __future__ import annotations
 
 import glob
 import os
 from collections.abc import Sequence
+from typing import Any
 
-from chute._src.errors import DataError
+from chute._src.errors import MissingFileError
+from chute._src.remote.urls import StorageOptions, is_url, local_path
 
 __all__ = ["MissingFileError", "PathsArg", "expand_paths"]
 
 PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
-class MissingFileError(DataError, FileNotFoundError):
-    """A data file or pattern that names nothing: a `DataError`, and a `FileNotFoundError`."""
+def _check_item(item: Any, who: str) -> str:
+    if isinstance(item, str | os.PathLike):
+        return os.fspath(item)
+    if hasattr(item, "read"):
+        raise TypeError(
+            f"{who}: got a file object ({type(item).__name__}); chute reads files by name "
+            "so that sources can be pickled to worker processes and reopened: pass the "
+            "path or URL (s3://, gs://, memory://, ... with storage_options=)"
+        )
+    raise TypeError(f"{who}: {item!r} is not a path or URL; pass a str or os.PathLike")
 
 
-def expand_paths(paths: PathsArg, who: str) -> list[str]:
+def _expand_url(p: str, who: str, storage_options: StorageOptions) -> list[str]:
+    from chute._src.remote.calls import call
+    from chute._src.remote.urls import filesystem, to_url
+
+    fs, path = filesystem(p, storage_options)
+    if glob.has_magic(path):
+        found = call(p, "list it", lambda: fs.glob(path, detail=True))
+        files = sorted(to_url(fs, k) for k, v in found.items() if v.get("type") != "directory")
+        if not files:
+            raise MissingFileError(
+                f"{who}: {p!r}: the pattern matches no object; check the pattern, the bucket "
+                "and the storage options"
+            )
+        return files
+    try:
+        call(p, "find it", lambda: fs.info(path))
+    except MissingFileError as e:
+        raise MissingFileError(f"{who}: {e}") from e.__cause__
+    return [p]
+
+
+def expand_paths(paths: PathsArg, who: str, storage_options: StorageOptions = None) -> list[str]:
     """Expands each glob pattern (sorted); keeps plain paths in the order given.
 
     Raises `MissingFileError` (a `chute.DataError` and a `FileNotFoundError`) naming
-    `who` and the path when a path or pattern matches nothing.
+    `who` and the path when a path or pattern matches nothing, and TypeError for a file
+    object (chute reopens files by name in worker processes).
     """
-    items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    items = [paths] if isinstance(paths, str | os.PathLike) else paths
+    if hasattr(items, "read"):
+        items = [items]  # type: ignore[list-item]
+    items = list(items)
     if not items:
         raise ValueError(f"{who} needs at least one path; got an empty list")
     out: list[str] = []
     for item in items:
-        p = os.fspath(item)
+        p = _check_item(item, who)
+        if is_url(p):
+            out.extend(_expand_url(p, who, storage_options))
+            continue
+        p = local_path(p)
         if glob.has_magic(p):
             matches = sorted(glob.glob(p))
             if not matches:

@@ -6,18 +6,29 @@ import array
 import mmap
 import os
 import re
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from chute._src.errors import DataError
+from chute._src.remote.calls import call
+from chute._src.remote.file import RemoteFile, open_concurrently, read_many
+from chute._src.remote.urls import StorageOptions, is_url
 from chute._src.sources._concat import Concat
 from chute._src.sources._file_guard import FileGuard
-from chute._src.sources._index_cache import cached_index
+from chute._src.sources._index_cache import cached_index, cached_remote_index
 from chute._src.sources._index_checks import riegeli_spans_agree
 from chute._src.sources._paths import PathsArg
-from chute._src.sources._riegeli import decode_record, scan_single_record_chunks
+from chute._src.sources._riegeli import (
+    BLOCK_HEADER,
+    USABLE,
+    decode_record,
+    scan_single_record_chunks,
+)
 
 __all__ = ["ArrayRecordDataSource"]
 
@@ -31,7 +42,7 @@ _BATCH_BUFFER = 32768
 _lseek = os.lseek
 _SEEK_END = os.SEEK_END
 # A file's direct-read index: 4 ints per record, the map, and the open file behind it.
-_Direct = tuple["array.array[int]", mmap.mmap, FileGuard]
+_Direct = tuple["array.array[int]", Any, FileGuard | RemoteFile]
 
 
 def _module() -> Any:
@@ -42,6 +53,43 @@ def _module() -> Any:
             "ArrayRecordDataSource needs array-record: pip install 'chute[arrayrecord]'"
         ) from e
     return array_record_module
+
+
+def _remote_spans(f: RemoteFile, zstd: Any) -> np.ndarray:
+    """The direct-read index of a remote ArrayRecord file: built once from a temporary
+    local copy (the C++ reader counts the records and checks Riegeli's hashes while the
+    CRC32C of every record is taken), then kept in the per-user cache."""
+    fix = (
+        "chute reads remote ArrayRecord files written with group_size:1 (zstd or "
+        "uncompressed), one record per chunk; rewrite it so (`chute convert IN "
+        "OUT.array_record`), or copy it to a local disk"
+    )
+    fd, tmp = tempfile.mkstemp(prefix=".chute-arrayrecord-", suffix=".array_record")
+    os.close(fd)
+    try:
+        call(f.url, "copy it to index it", lambda: f.fs.get_file(f._fspath, tmp))
+        try:
+            reader = _module().ArrayRecordReader(tmp, _SINGLE_OPTIONS)
+            ok = reader.ok()
+        except (RuntimeError, ValueError, OSError) as e:
+            raise DataError(
+                f"{f.url}: cannot open as an ArrayRecord file ({e}); re-create it or "
+                "restore a good copy"
+            ) from None
+        if not ok:
+            raise DataError(f"{f.url}: not a readable ArrayRecord file; re-create it")
+        n = int(reader.num_records())
+        group = _group_size(reader.writer_options_string() or "")
+        spans = np.zeros(0, dtype=np.int64)
+        if group == 1 and n and zstd is not None:
+            with open(tmp, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                spans = scan_single_record_chunks(mm, reader, n)
+        reader.close()
+        if n and len(spans) != 4 * n:
+            raise DataError(f"{f.url}: written with group_size:{group}; {fix}")
+        return spans
+    finally:
+        os.unlink(tmp)
 
 
 def _group_size(options: str) -> int:
@@ -82,11 +130,18 @@ class ArrayRecordDataSource:
         batch_threshold: int = 256,
         chunk_cache_size: int = 16,
         direct: bool = True,
+        storage_options: StorageOptions = None,
     ) -> None:
         _module()
         from chute._src.records.shard_files import dataset_paths
 
-        self._paths = dataset_paths(paths, "arrayrecord", "ArrayRecordDataSource")
+        self._storage = dict(storage_options or {})
+        self._paths = dataset_paths(paths, "arrayrecord", "ArrayRecordDataSource", self._storage)
+        if not direct and any(is_url(p) for p in self._paths):
+            raise ValueError(
+                "ArrayRecordDataSource(direct=False) reads through the C++ reader, which "
+                "needs local files; remote files (URLs) are read directly: drop direct=False"
+            )
         self._extra = ",".join(f"{k}:{v}" for k, v in (reader_options or {}).items())
         self._batch_threshold = batch_threshold
         self._chunk_cache_size = chunk_cache_size
@@ -98,11 +153,12 @@ class ArrayRecordDataSource:
         self._local = threading.local()
         self._concat: Concat | None = None
         self._fast_len = 0
-        self._fast_direct: tuple[int, array.array[int], mmap.mmap, FileGuard] | None = None
+        self._fast_direct: tuple[int, array.array[int], Any, FileGuard | RemoteFile] | None = None
         # Per file: not scanned yet (missing key), no direct path (None), or its index.
         self._spans: dict[int, _Direct | None] = {}
         self._groups: list[int] = []
         self._chunks: OrderedDict[tuple[int, int], list[bytes]] = OrderedDict()
+        self._remote = any(is_url(p) for p in self._paths)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -111,6 +167,7 @@ class ArrayRecordDataSource:
             "batch_threshold": self._batch_threshold,
             "chunk_cache_size": self._chunk_cache_size,
             "direct": self._direct,
+            "storage": self._storage,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -119,6 +176,7 @@ class ArrayRecordDataSource:
         self._batch_threshold = state["batch_threshold"]
         self._chunk_cache_size = state["chunk_cache_size"]
         self._direct = state["direct"]
+        self._storage = state["storage"]
         self._init_runtime()
 
     def _options(self, base: str) -> str:
@@ -166,7 +224,15 @@ class ArrayRecordDataSource:
         with self._lock:
             if self._concat is None:
                 counts = []
-                for k in range(len(self._paths)):
+                remote = open_concurrently(
+                    lambda k: self._remote_entry(k) if is_url(self._paths[k]) else None,
+                    self._paths,
+                )
+                for k, entry in enumerate(remote):
+                    if entry is not None:
+                        counts.append(len(entry[0]) // 4)
+                        self._groups.append(1)
+                        continue
                     r = self._reader(k)
                     counts.append(int(r.num_records()))
                     self._groups.append(_group_size(r.writer_options_string() or ""))
@@ -187,6 +253,32 @@ class ArrayRecordDataSource:
                 if entry is not None and len(self._paths) == 1:
                     self._fast_direct = (n, *entry)
             return self._spans[k]
+
+    def _remote_entry(self, k: int) -> _Direct:
+        """File k's direct-read index and object, for a remote file (on `len`)."""
+        f = RemoteFile(self._paths[k], self._storage, "an ArrayRecord file")
+        zstd = self._zstd()
+        spans = cached_remote_index(
+            f.url, f.identity, "arrayrecord-crc", lambda: _remote_spans(f, zstd)
+        )
+        entry: _Direct = (array.array("q", spans.tobytes()), f, f)
+        self._spans[k] = entry
+        if len(self._paths) == 1:
+            self._fast_direct = (len(spans) // 4, *entry)
+        return entry
+
+    def _prefetch(self, concat: Concat, indices: Sequence[int]) -> None:
+        """Brings the chunks of every remote record of `indices` into the block cache with
+        one round of concurrent range reads."""
+        wanted: list[tuple[RemoteFile, int, int]] = []
+        for g in indices:
+            k, i = concat.locate(g, self)
+            entry = self._spans.get(k)
+            if entry is not None and isinstance(entry[2], RemoteFile):
+                pos, size = entry[0][4 * i], entry[0][4 * i + 1]
+                wanted.append((entry[2], pos, pos + size + BLOCK_HEADER * (size // USABLE + 2)))
+        if wanted:
+            read_many(wanted)
 
     def _scan(self, k: int, n: int) -> _Direct | None:
         path = self._paths[k]
@@ -309,6 +401,8 @@ class ArrayRecordDataSource:
 
     def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
         concat = self._concat or self._open()
+        if self._remote:
+            self._prefetch(concat, indices)
         if len(indices) < self._batch_threshold or self._direct:
             return [self[i] for i in indices]
         by_file: dict[int, tuple[list[int], list[int]]] = {}

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import bisect
+import functools
+import glob
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.records.checksum import crc32c, read_checked
-from chute._src.records.manifest import MANIFEST_NAME, ShardEntry, read_manifest
+from chute._src.records.manifest import (
+    MANIFEST_NAME,
+    ShardEntry,
+    read_manifest,
+    read_remote_manifest,
+)
 from chute._src.records.reader import CrecFile
+from chute._src.remote.calls import call
+from chute._src.remote.file import open_concurrently, read_many
+from chute._src.remote.urls import StorageOptions, filesystem, is_url
 from chute._src.sources._paths import PathsArg, expand_paths
 
 __all__ = ["RecordFileDataSource"]
@@ -23,9 +33,32 @@ _lseek = os.lseek
 _SEEK_END = os.SEEK_END
 
 
-def _resolve(paths: PathsArg) -> list[tuple[str, ShardEntry | None]]:
+def _resolve(paths: PathsArg, options: StorageOptions) -> list[tuple[str, ShardEntry | None]]:
     out: list[tuple[str, ShardEntry | None]] = []
-    for p in expand_paths(paths, "RecordFileDataSource"):
+    single = isinstance(paths, str | os.PathLike) or hasattr(paths, "read")
+    items: list[Any] = [paths] if single else list(cast(Sequence[Any], paths))
+    for item in items:
+        name = str(item).rstrip("/").rsplit("/", 1)[-1]
+        looks_dir = name == MANIFEST_NAME or "." not in name
+        if isinstance(item, str) and is_url(item) and looks_dir and not glob.has_magic(item):
+            # A dataset directory (a prefix holding manifest.json) or its manifest.
+            url = item.rstrip("/")
+            manifest = url if url.endswith("/" + MANIFEST_NAME) else f"{url}/{MANIFEST_NAME}"
+            fs, fspath = filesystem(manifest, options)
+            exists = functools.partial(fs.exists, fspath)
+            if url == manifest or call(manifest, "look for it", exists):
+                out.extend((s, e) for s, e in read_remote_manifest(manifest, options))
+                continue
+        out.extend(_resolve_local(item, options))
+    return out
+
+
+def _resolve_local(paths: PathsArg, options: StorageOptions) -> list[tuple[str, ShardEntry | None]]:
+    out: list[tuple[str, ShardEntry | None]] = []
+    for p in expand_paths(paths, "RecordFileDataSource", options):
+        if is_url(p):
+            out.append((p, None))
+            continue
         path = Path(p)
         if path.is_dir():
             path = path / MANIFEST_NAME
@@ -65,8 +98,15 @@ class RecordFileDataSource:
     (b'gamma', b'alpha')
     """
 
-    def __init__(self, paths: PathsArg, *, verify_checksums: bool = True) -> None:
-        self._entries = _resolve(paths)
+    def __init__(
+        self,
+        paths: PathsArg,
+        *,
+        verify_checksums: bool = True,
+        storage_options: StorageOptions = None,
+    ) -> None:
+        self._options = dict(storage_options or {})
+        self._entries = _resolve(paths, self._options)
         if not self._entries:
             raise DataError(f"RecordFileDataSource({paths!r}): the manifest lists no shards")
         self._verify = verify_checksums
@@ -79,25 +119,31 @@ class RecordFileDataSource:
         self._fast: tuple[Any, ...] | None = None
         self._starts: list[int] = []
         self._len = 0
+        self._remote = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"entries": self._entries, "verify": self._verify}
+        return {"entries": self._entries, "verify": self._verify, "options": self._options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._entries = state["entries"]
         self._verify = state["verify"]
+        self._options = state["options"]
         self._init_runtime()
 
     def _open(self) -> list[CrecFile]:
         with self._lock:
             if self._files is not None:
                 return self._files
-            files: list[CrecFile] = []
+            files = open_concurrently(
+                lambda k: CrecFile(
+                    self._entries[k][0], verify=self._verify, storage_options=self._options
+                ),
+                [p for p, _ in self._entries],
+            )
             base = 0
             try:
-                for path, entry in self._entries:
-                    f = CrecFile(path, verify=self._verify, base=base)
-                    files.append(f)
+                for f, (_, entry) in zip(files, self._entries):
+                    f.base = base
                     if entry is not None:
                         self._check_entry(f, entry)
                     base += f.num_records
@@ -108,7 +154,8 @@ class RecordFileDataSource:
             self._starts = [f.base for f in files]
             self._len = base
             self._single = files[0] if len(files) == 1 else None
-            if self._single is not None:
+            self._remote = any(f.remote for f in files)
+            if self._single is not None and not self._remote:
                 f = self._single
                 all_raw = not np.frombuffer(f.codecs, dtype=np.uint8).any()
                 self._fast = (
@@ -221,12 +268,34 @@ class RecordFileDataSource:
 
     def _getitems_files(self, indices: Sequence[int]) -> list[bytes]:
         """`__getitems__` over several files: one size check per file per block."""
+        if self._remote:
+            return self._getitems_remote(indices)
         checked: set[int] = set()
         out: list[bytes] = []
         for g in indices:
             f, i = self._locate(g)
             f.guard.check_once(checked, i)
             out.append(f.read_unguarded(i))
+        return out
+
+    def _getitems_remote(self, indices: Sequence[int]) -> list[bytes]:
+        """A block of reads of remote files: every payload fetched at once (`read_many`:
+        one round of concurrent range requests for what the block cache lacks), then each
+        checked and decoded as a local read would be."""
+        located = [self._locate(int(g)) for g in indices]
+        wanted = [k for k, (f, _) in enumerate(located) if f.remote]
+        payloads = read_many(
+            [
+                (located[k][0].mm, o, o + located[k][0].lengths[i])
+                for k in wanted
+                for o, i in [(located[k][0].offsets[located[k][1]], located[k][1])]
+            ]
+        )
+        fetched = dict(zip(wanted, payloads))
+        out: list[bytes] = []
+        for k, (f, i) in enumerate(located):
+            data = fetched.get(k)
+            out.append(f.read_unguarded(i) if data is None else f.decode(i, data))
         return out
 
     def _check_sizes(self, located: list[tuple[CrecFile, int]]) -> None:
@@ -247,7 +316,7 @@ class RecordFileDataSource:
         if f.codecs[i]:
             return memoryview(f.read(i))
         o = f.offsets[i]
-        v = f.view[o : o + f.lengths[i]]
+        v = memoryview(f.view[o : o + f.lengths[i]])  # a copy for a remote file
         if self._verify:
             c = crc32c(v)
             if c != f.crcs[i]:

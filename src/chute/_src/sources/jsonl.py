@@ -9,9 +9,12 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
+from chute._src.remote.file import RemoteFile
+from chute._src.remote.urls import StorageOptions
 from chute._src.sources._concat import MultiFileSource
-from chute._src.sources._file_guard import FileGuard, open_error
-from chute._src.sources._index_cache import cached_index
+from chute._src.sources._file_guard import open_error
+from chute._src.sources._index_cache import cached_index, cached_remote_index
+from chute._src.sources._open import open_data
 from chute._src.sources._paths import PathsArg
 
 __all__ = ["JsonlDataSource"]
@@ -26,6 +29,43 @@ except ImportError:  # pragma: no cover - orjson is in the test extra
     _loads = json.loads
 
 _CHUNK = 16 << 20
+
+
+def _line_index_stream(f: Any) -> np.ndarray:
+    """`_line_index` of a file read once from start to end (a remote object)."""
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    crs: list[np.ndarray] = []
+    pos = 0
+    line_start = 0
+    prev = 0  # the byte before this chunk
+    while chunk := f.read(_CHUNK):
+        arr = np.frombuffer(chunk, dtype=np.uint8)
+        nl = np.flatnonzero(arr == 10)
+        if len(nl):
+            before = np.where(nl > 0, arr[np.maximum(nl - 1, 0)], prev)
+            starts.append(np.concatenate([[line_start], nl[:-1] + pos + 1]))
+            ends.append(nl + pos)
+            crs.append(before == 13)
+            line_start = int(nl[-1]) + pos + 1
+        prev = int(arr[-1])
+        pos += len(chunk)
+    if pos > line_start:
+        starts.append(np.array([line_start]))
+        ends.append(np.array([pos]))
+        crs.append(np.array([prev == 13]))
+    if not starts:
+        return np.zeros((0, 2), dtype=np.int64)
+    s = np.concatenate(starts).astype(np.int64)
+    e = np.concatenate(ends).astype(np.int64)
+    e = e - (np.concatenate(crs) & (e > s))
+    keep = e > s
+    return np.stack([s[keep], e[keep]], axis=1)
+
+
+def _stream(g: RemoteFile) -> np.ndarray:
+    with g.reader(_CHUNK) as f:
+        return _line_index_stream(f)
 
 
 def _line_index(path: str) -> np.ndarray:
@@ -62,22 +102,26 @@ def _line_index(path: str) -> np.ndarray:
 
 
 class _File:
-    def __init__(self, path: str, use_cache: bool) -> None:
+    def __init__(self, path: str, use_cache: bool, storage: StorageOptions) -> None:
         self.path = path
-        self.guard = FileGuard(path, "a JSON Lines file")
+        self.guard = open_data(path, "a JSON Lines file", storage)
         self.fd, self.size = self.guard.fd, self.guard.size
-        try:
-            index = cached_index(
-                path, "jsonl-lines", lambda: _line_index(path), use_cache=use_cache
-            )
-        except OSError as e:
-            raise open_error(path, e, "a JSON Lines file") from e
+        if isinstance(self.guard, RemoteFile):  # indexed by one sequential read, cached
+            g = self.guard
+            index = cached_remote_index(path, g.identity, "jsonl-lines", lambda: _stream(g))
+        else:
+            try:
+                index = cached_index(
+                    path, "jsonl-lines", lambda: _line_index(path), use_cache=use_cache
+                )
+            except OSError as e:
+                raise open_error(path, e, "a JSON Lines file") from e
         flat = np.ascontiguousarray(index.reshape(-1, 2), dtype=np.int64)
         self.spans = array.array("q", flat.tobytes())
         self.num_records = len(self.spans) // 2
-        self.mm: mmap.mmap | None = None
+        self.mm: Any = None
         if self.size:
-            self.mm = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+            self.mm = self.guard.mapping()
 
     def line(self, i: int) -> bytes:
         assert self.mm is not None
@@ -112,11 +156,21 @@ class JsonlDataSource(MultiFileSource["_File"]):
     _decode: bool
     _cache: bool
 
-    def __init__(self, paths: PathsArg, *, decode: bool = True, cache_index: bool = True) -> None:
-        super().__init__(paths, decode=decode, cache=cache_index)
+    def __init__(
+        self,
+        paths: PathsArg,
+        *,
+        decode: bool = True,
+        cache_index: bool = True,
+        storage_options: StorageOptions = None,
+    ) -> None:
+        super().__init__(paths, decode=decode, cache=cache_index, storage_options=storage_options)
 
     def _open_file(self, path: str) -> _File:
-        return _File(path, self._cache)
+        return _File(path, self._cache, self._storage)
+
+    def _span(self, f: _File, i: int) -> tuple[int, int]:
+        return f.spans[2 * i], f.spans[2 * i + 1]
 
     def _record(self, f: _File, i: int) -> Any:
         line = f.line(i)

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
+from chute._src.remote.file import RemoteFile
+from chute._src.remote.urls import StorageOptions, is_url
 from chute._src.sources._concat import Concat
 from chute._src.sources._file_guard import FileGuard
 from chute._src.sources._paths import expand_paths
@@ -18,6 +20,53 @@ __all__ = ["NumpyDataSource"]
 
 _lseek = os.lseek
 _SEEK_END = os.SEEK_END
+
+
+class _RemoteRows:
+    """The rows of a remote `.npy` file, read by ranges (header parsed once)."""
+
+    def __init__(self, f: RemoteFile) -> None:
+        with f.reader(1 << 16) as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            self.offset = fh.tell()
+        if dtype.hasobject:
+            raise ValueError("it holds Python objects")
+        if not shape:
+            raise ValueError("it holds a 0-d array")
+        if fortran and len(shape) > 1:
+            raise ValueError("it is in Fortran order; re-save it C-ordered to read rows")
+        self.f, self.shape, self.dtype = f, tuple(shape), dtype
+        self.row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        if self.offset + shape[0] * self.row > f.size:
+            raise ValueError(f"it is shorter ({f.size} bytes) than its header says")
+        self.ndim = len(shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def take(self, rows: Sequence[int]) -> list[np.ndarray]:
+        o, r = self.offset, self.row
+        datas = self.f.read_ranges([(o + i * r, o + (i + 1) * r) for i in rows])
+        return [np.frombuffer(d, self.dtype).reshape(self.shape[1:]).copy() for d in datas]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.take([i])[0]
+
+
+def _load_remote(path: str, storage: Any) -> _RemoteRows:
+    f = RemoteFile(path, storage, "a .npy file")
+    try:
+        return _RemoteRows(f)
+    except Exception as e:
+        raise DataError(
+            f"{path}: not a readable .npy file ({type(e).__name__}: {e}); it is truncated, "
+            "corrupt, holds Python objects (which chute does not unpickle) or is not a "
+            ".npy; re-save it with numpy.save"
+        ) from None
 
 
 def _load(path: str) -> tuple[np.ndarray, FileGuard]:
@@ -57,8 +106,12 @@ class NumpyDataSource:
     """
 
     def __init__(
-        self, data: np.ndarray | str | os.PathLike[str] | Sequence[np.ndarray | str]
+        self,
+        data: np.ndarray | str | os.PathLike[str] | Sequence[np.ndarray | str],
+        *,
+        storage_options: StorageOptions = None,
     ) -> None:
+        self._storage = dict(storage_options or {})
         items: list[Any] = (
             [data] if isinstance(data, np.ndarray | str | os.PathLike) else list(data)
         )
@@ -69,31 +122,35 @@ class NumpyDataSource:
                     raise ValueError("NumpyDataSource needs arrays with at least one dimension")
                 self._items.append(item)
             else:
-                self._items.extend(expand_paths(item, "NumpyDataSource"))
+                self._items.extend(expand_paths(item, "NumpyDataSource", self._storage))
         self._init_runtime()
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._arrays: list[np.ndarray] | None = None
+        self._arrays: list[Any] | None = None  # arrays, maps, or _RemoteRows
         self._guards: list[FileGuard | None] = []
         self._concat = Concat([])
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"items": self._items}
+        return {"items": self._items, "storage": self._storage}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._items = state["items"]
+        self._storage = state["storage"]
         self._init_runtime()
 
-    def _open(self) -> list[np.ndarray]:
+    def _open(self) -> list[Any]:
         with self._lock:
             if self._arrays is None:
-                arrays: list[np.ndarray] = []
+                arrays: list[Any] = []
                 guards: list[FileGuard | None] = []
                 try:
                     for x in self._items:
                         if isinstance(x, np.ndarray):
                             arrays.append(x)
+                            guards.append(None)
+                        elif is_url(x):
+                            arrays.append(_load_remote(x, self._storage))
                             guards.append(None)
                         else:
                             arr, guard = _load(x)
@@ -125,12 +182,16 @@ class NumpyDataSource:
     def __getitem__(self, index: int) -> np.ndarray:
         arrays = self._arrays or self._open()
         k, i = self._concat.locate(index, self)
+        if isinstance(arrays[k], _RemoteRows):
+            return arrays[k][i]
         if self._check(k, i):
             return np.array(arrays[k][i])
         return np.asarray(arrays[k][i])
 
     def __getitems__(self, indices: Sequence[int]) -> list[np.ndarray]:
         arrays = self._arrays or self._open()
+        if len(arrays) == 1 and isinstance(arrays[0], _RemoteRows):
+            return arrays[0].take([self._concat.locate(int(i), self)[1] for i in indices])
         if len(arrays) == 1:
             idx = np.asarray(indices, dtype=np.int64)
             if len(idx) and (idx.min() < -len(arrays[0]) or idx.max() >= len(arrays[0])):

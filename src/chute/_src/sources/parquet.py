@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from chute._src.errors import DataError
+from chute._src.remote.file import RemoteFile
+from chute._src.remote.urls import StorageOptions
 from chute._src.sources._concat import Concat
-from chute._src.sources._file_guard import FileGuard
+from chute._src.sources._open import open_data
 from chute._src.sources._paths import PathsArg, expand_paths
 
 __all__ = ["ParquetDataSource"]
@@ -42,9 +44,11 @@ class ParquetDataSource:
         columns: Sequence[str] | None = None,
         *,
         cache_bytes: int = 256 << 20,
+        storage_options: StorageOptions = None,
     ) -> None:
         _pq()
-        self._paths = expand_paths(paths, "ParquetDataSource")
+        self._storage = dict(storage_options or {})
+        self._paths = expand_paths(paths, "ParquetDataSource", self._storage)
         self._columns = list(columns) if columns is not None else None
         self._cache_bytes = cache_bytes
         self._init_runtime()
@@ -58,10 +62,16 @@ class ParquetDataSource:
         self._cached_bytes = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"paths": self._paths, "columns": self._columns, "cache": self._cache_bytes}
+        return {
+            "paths": self._paths,
+            "columns": self._columns,
+            "cache": self._cache_bytes,
+            "storage": self._storage,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._paths, self._columns = state["paths"], state["columns"]
+        self._storage = state["storage"]
         self._cache_bytes = state["cache"]
         self._init_runtime()
 
@@ -72,9 +82,12 @@ class ParquetDataSource:
                 files = []
                 for p in self._paths:
                     # Names a missing, directory or unreadable file.
-                    FileGuard(p, "a Parquet file", lease=False).close()
+                    guard = open_data(p, "a Parquet file", self._storage, lease=False)
+                    # A remote file is read by ranges through chute's block cache.
+                    source = guard.reader() if isinstance(guard, RemoteFile) else p
+                    guard.close()
                     try:
-                        f = pq.ParquetFile(p, page_checksum_verification=True)
+                        f = pq.ParquetFile(source, page_checksum_verification=True)
                     except Exception as e:  # pyarrow.ArrowInvalid and friends
                         raise DataError(
                             f"{p}: not a readable Parquet file ({e}); it is truncated, corrupt "

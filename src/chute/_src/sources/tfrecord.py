@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import array
-import mmap
 import struct
+from typing import Any
 
 import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.records.checksum import crc32c
+from chute._src.remote.file import RemoteFile
+from chute._src.remote.urls import StorageOptions
 from chute._src.sources._concat import MultiFileSource
-from chute._src.sources._file_guard import FileGuard
-from chute._src.sources._index_cache import cached_index
+from chute._src.sources._index_cache import cached_index, cached_remote_index
+from chute._src.sources._open import open_data
 from chute._src.sources._paths import PathsArg
 
 __all__ = ["TFRecordDataSource", "masked_crc32c"]
@@ -31,7 +33,7 @@ def masked_crc32c(data: bytes | memoryview) -> int:
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def _scan(path: str, mm: mmap.mmap | None) -> np.ndarray:
+def _scan(path: str, mm: Any) -> np.ndarray:
     """(data offset, length) of every record, checking each length's CRC."""
     out: list[int] = []
     size = len(mm) if mm is not None else 0
@@ -54,15 +56,31 @@ def _scan(path: str, mm: mmap.mmap | None) -> np.ndarray:
     return np.array(out, dtype=np.int64).reshape(-1, 2)
 
 
+def _scan_stream(g: RemoteFile) -> np.ndarray:
+    """`_scan` of a remote object, read once from start to end."""
+    with g.reader() as f:
+        data = f.read()
+    if len(data) != g.size:
+        raise DataError(f"{g.url}: read {len(data)} of its {g.size} bytes; {_FIX}")
+    return _scan(g.url, data)
+
+
 class _File:
-    def __init__(self, path: str, use_cache: bool) -> None:
+    def __init__(self, path: str, use_cache: bool, storage: StorageOptions) -> None:
         self.path = path
-        self.guard = FileGuard(path, "a TFRecord file")
+        self.guard = open_data(path, "a TFRecord file", storage)
         self.fd, self.size = self.guard.fd, self.guard.size
-        self.mm: mmap.mmap | None = None
+        self.remote = isinstance(self.guard, RemoteFile)
+        self.mm: Any = None
         if self.size:
-            self.mm = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
-        index = cached_index(path, "tfrecord", lambda: _scan(path, self.mm), use_cache=use_cache)
+            self.mm = self.guard.mapping()
+        if isinstance(self.guard, RemoteFile):  # indexed by one sequential read, cached
+            g = self.guard
+            index = cached_remote_index(path, g.identity, "tfrecord", lambda: _scan_stream(g))
+        else:
+            index = cached_index(
+                path, "tfrecord", lambda: _scan(path, self.mm), use_cache=use_cache
+            )
         flat = np.ascontiguousarray(index.reshape(-1, 2), dtype=np.int64)
         self.spans = array.array("q", flat.tobytes())
         self.num_records = len(flat)
@@ -85,25 +103,44 @@ class TFRecordDataSource(MultiFileSource["_File"]):
     _cache: bool
 
     def __init__(
-        self, paths: PathsArg, *, verify_checksums: bool = True, cache_index: bool = True
+        self,
+        paths: PathsArg,
+        *,
+        verify_checksums: bool = True,
+        cache_index: bool = True,
+        storage_options: StorageOptions = None,
     ) -> None:
-        super().__init__(paths, verify=verify_checksums, cache=cache_index)
+        super().__init__(
+            paths, verify=verify_checksums, cache=cache_index, storage_options=storage_options
+        )
 
     def _open_file(self, path: str) -> _File:
-        return _File(path, self._cache)
+        return _File(path, self._cache, self._storage)
+
+    def _span(self, f: _File, i: int) -> tuple[int, int]:
+        start = f.spans[2 * i]
+        return start, start + f.spans[2 * i + 1] + 4
 
     def _record(self, f: _File, i: int) -> bytes:
         mm = f.mm
         assert mm is not None
         start = f.spans[2 * i]
         end = start + f.spans[2 * i + 1]
-        data = mm[start:end]
+        if f.remote:  # one range read: the data and its CRC
+            both = mm[start : end + 4]
+            data, tail = both[:-4], both[-4:]
+        else:
+            data = mm[start:end]
         if self._verify:
             if len(data) != end - start or end + 4 > len(mm):
                 raise DataError(f"{f.path}: record {i}: it runs past the end of the file; {_FIX}")
-            (stored,) = struct.unpack_from("<I", mm, end)
+            if f.remote:
+                (stored,) = struct.unpack("<I", tail)
+            else:
+                (stored,) = struct.unpack_from("<I", mm, end)
             if masked_crc32c(data) != stored:
-                raise DataError(f"{f.path}: record {i}: its data fails its CRC32C check; {_FIX}")
+                err = DataError(f"{f.path}: record {i}: its data fails its CRC32C check; {_FIX}")
+                raise f.guard.explain(err)
         return data
 
     def __repr__(self) -> str:

@@ -1,0 +1,207 @@
+"""Random reads of `.crec` and ArrayRecord records from a local S3 server (moto) with
+20 ms per request injected by an asyncio TCP proxy in front of it, against the same reads
+from local disk, in one run.
+
+Batches of 512 random indices, read (a) through the source's `__getitems__` and (b)
+through a pipeline `MapDataset.source(src).shuffle(seed).to_iter_dataset().batch(512)`
+with default settings. The dataset (sharded, 1 KiB records) is larger than the default
+block cache (128 MiB). Rounds alternate local and remote; medians reported.
+
+    python benchmarks/bench_remote.py [--records N] [--rounds R] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import chute
+from _harness import machine
+from chute import sources
+from chute.records import ShardedRecordWriter
+
+BATCH = 512
+
+
+def _write(d: Path, n: int, shards: int) -> None:
+    rng = np.random.default_rng(0)
+    payload = rng.integers(0, 255, size=(n, 1024), dtype=np.uint8)
+    with ShardedRecordWriter(d / "crec", records_per_shard=n // shards) as w:
+        for row in payload:
+            w.write(row.tobytes())
+    from array_record.python import array_record_module
+
+    (d / "ar").mkdir(parents=True)
+    per = n // shards
+    for s in range(shards):
+        aw = array_record_module.ArrayRecordWriter(
+            str(d / "ar" / f"part-{s:05d}.array_record"), "group_size:1,uncompressed"
+        )
+        for row in payload[s * per : (s + 1) * per]:
+            aw.write(row.tobytes())
+        aw.close()
+
+
+def _getitems(src: Any, batches: list[list[int]]) -> int:
+    n = 0
+    for b in batches:
+        n += len(src.__getitems__(b))
+    return n
+
+
+def _pipeline(src: Any, seed: int, nbatches: int) -> int:
+    it = iter(chute.MapDataset.source(src).shuffle(seed=seed).to_iter_dataset().batch(BATCH))
+    n = 0
+    for _ in range(nbatches):
+        n += len(next(it))
+    it.close()
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=256_000)
+    ap.add_argument("--shards", type=int, default=64)
+    ap.add_argument("--batches", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        os.environ["CHUTE_CACHE_DIR"] = str(d / "cache")
+        root = d / "served"
+        _write(root / "bench", args.records, args.shards)
+        # moto, a latency proxy in front of it, and the range server (with and without
+        # added latency) run in a process of their own (tests/remote_helpers.py), so their
+        # Python work does not compete for this process's GIL.
+        helper = Path(__file__).resolve().parents[1] / "tests" / "remote_helpers.py"
+        server = subprocess.Popen(
+            [sys.executable, str(helper), f"--root={root}", str(args.latency_ms), "0"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert server.stdout is not None and server.stdin is not None
+        try:
+            lines = _run(args, root / "bench", *map(int, server.stdout.readline().split()))
+        finally:
+            server.stdin.close()
+            server.wait(timeout=60)
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+def _endpoint(port: int) -> dict[str, Any]:
+    return {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+
+
+def _run(
+    args: argparse.Namespace,
+    d: Path,
+    moto: int,
+    moto_slow: int,
+    _moto_fast: int,
+    range_slow: int,
+    range_fast: int,
+) -> list[str]:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**_endpoint(moto))
+    fs.mkdir("bench")
+    fs.put(str(d / "crec") + "/", "bench/crec/", recursive=True)
+    fs.put(str(d / "ar") + "/", "bench/ar/", recursive=True)
+    size = sum(f.stat().st_size for f in (d / "crec").iterdir())
+    ar_names = sorted(p.name for p in (d / "ar").iterdir())
+    ms = f"{args.latency_ms:.0f}ms"
+    where = {
+        f"moto +{ms}": _endpoint(moto_slow),
+        "fast +0ms": _endpoint(range_fast),
+        f"fast +{ms}": _endpoint(range_slow),
+    }
+    contenders: dict[str, dict[str, Any]] = {
+        ".crec": {"local": sources.RecordFileDataSource(str(d / "crec"))},
+        "ArrayRecord": {
+            "local": sources.ArrayRecordDataSource([str(d / "ar" / n) for n in ar_names])
+        },
+    }
+    for name, opts in where.items():
+        contenders[".crec"][name] = sources.RecordFileDataSource(
+            "s3://bench/crec", storage_options=opts
+        )
+        contenders["ArrayRecord"][name] = sources.ArrayRecordDataSource(
+            [f"s3://bench/ar/{n}" for n in ar_names], storage_options=opts
+        )
+    wheres = ["local", *where]
+    results: dict[tuple[str, str, str], list[float]] = {}
+    cpu: dict[tuple[str, str, str], list[float]] = {}
+    per = args.records // args.shards
+    for group in contenders.values():
+        for src in group.values():  # open and index every shard outside the timing
+            src.__getitems__([k * per for k in range(args.shards)])
+    rng = np.random.default_rng(1)
+    for r in range(args.rounds):
+        for fmt, group in contenders.items():
+            for k, w in enumerate(wheres):
+                for how in ("__getitems__", "pipeline"):
+                    # Each contender draws its own indices: none reads blocks another one
+                    # just fetched into the shared block cache.
+                    if how == "__getitems__":
+                        batches = [
+                            rng.integers(0, args.records, BATCH).tolist()
+                            for _ in range(args.batches)
+                        ]
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        n = _getitems(group[w], batches)
+                    else:
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        n = _pipeline(group[w], 1000 * r + 10 * k, args.batches)
+                    rate = n / (time.perf_counter() - t0)
+                    results.setdefault((fmt, how, w), []).append(rate)
+                    # This process's CPU time per record (all its threads: the client's).
+                    cpu.setdefault((fmt, how, w), []).append((time.process_time() - c0) / n)
+                    print(f"round {r}: {fmt} {how} {w}: {rate:,.0f} rec/s", file=sys.stderr)
+    lines = [
+        f"bench_remote: {args.records:,} records of 1 KiB in {args.shards} shards (.crec "
+        f"{size / 1e6:.0f} MB, more than the default 128 MiB block cache), random batches of "
+        f"{BATCH}, {args.rounds} rounds x {args.batches} batches per contender, contenders "
+        "alternated, medians; default settings everywhere",
+        f"'moto +{ms}': moto's S3 server behind a proxy adding {ms} per request; moto closes "
+        "the connection after every answer and runs a thread per request, so it serves a few "
+        "hundred requests/s on this machine",
+        f"'fast +0ms' / 'fast +{ms}': a minimal keep-alive range server (tests/remote_helpers.py"
+        f" RangeServer) answering S3 GET/HEAD, with 0 and {ms} added per request: what the "
+        "client side does when the server is not the limit",
+        "servers run in a process of their own",
+        f"machine: {machine()}; SHARED with other engineers' test runs (load varied)",
+        "",
+        "records/s (and, after, the client's CPU microseconds per record)",
+        f"{'format':<12} {'read':<13} " + " ".join(f"{w:>17}" for w in wheres) + "   vs local",
+    ]
+    for fmt in contenders:
+        for how in ("__getitems__", "pipeline"):
+            med = [statistics.median(results[fmt, how, w]) for w in wheres]
+            us = [statistics.median(cpu[fmt, how, w]) * 1e6 for w in wheres]
+            fracs = " ".join(f"{m / med[0]:.3f}" for m in med[1:])
+            cells = " ".join(f"{f'{m:,.0f} ({u:,.0f})':>17}" for m, u in zip(med, us))
+            lines.append(f"{fmt:<12} {how:<13} {cells}   {fracs}")
+    return lines
+
+
+if __name__ == "__main__":
+    main()

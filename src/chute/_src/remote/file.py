@@ -1,0 +1,392 @@
+"""`RemoteFile`: one object of a remote store, read by byte ranges through the block cache.
+
+Opening asks the store for the object's size and identity (ETag, version or mtime) once.
+`read_ranges` serves a list of byte ranges with as few round trips as it can: the blocks
+they need that the cache lacks are grouped into runs (adjacent or nearby blocks become
+one request), and all runs are fetched at once, through the file system's async
+`cat_ranges` where it has one (s3fs, gcsfs: hundreds of requests in flight without a
+thread each), else through a shared thread pool. A read that fails or comes back short
+asks the store again for the object's identity, so an object replaced or removed since it
+was opened is named as such (`DataError`), rather than as corrupt data.
+
+A `RemoteFile` stands in for a mapped local file in chute's readers: slicing it
+(`f[a:b]`) returns bytes, `len(f)` is the size, and it has a `FileGuard`'s reading
+interface (`leased` is True: a remote object cannot shrink under a mapping, so there is
+no size check; `check`, `check_once` and `close` cost nothing).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from chute._src.errors import DataError
+from chute._src.remote import blocks
+from chute._src.remote.calls import call, failure, is_transient, logger, max_retries
+from chute._src.remote.urls import StorageOptions, filesystem, is_url, options_key
+
+__all__ = ["RemoteFile", "RemoteReader", "open_concurrently", "read_many"]
+T = TypeVar("T")
+
+_GAP_BLOCKS = 2  # missing blocks this close together are fetched in one request
+_MAX_RUN = 16 << 20  # the longest request a run grows to
+_THREADS = 32
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="chute-remote")
+        return _pool
+
+
+def _after_fork_in_child() -> None:
+    global _pool, _pool_lock
+    _pool = None  # the parent's threads do not exist here
+    _pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def open_concurrently(open_one: Callable[[int], T], paths: Sequence[str]) -> list[T]:
+    """`[open_one(k) for k in range(len(paths))]`, run concurrently when several paths are
+    URLs (opening one costs a few round trips); closes what opened when one fails (objects
+    with a `close`) and raises the first error."""
+    if sum(map(is_url, paths)) < 2:
+        return [open_one(k) for k in range(len(paths))]
+    futures = [_thread_pool().submit(open_one, k) for k in range(len(paths))]
+    out: list[T] = []
+    error: BaseException | None = None
+    for fut in futures:
+        try:
+            out.append(fut.result())
+        except BaseException as e:
+            error = error or e
+    if error is not None:
+        for f in out:
+            close = getattr(f, "close", None)
+            if close is not None:
+                close()
+        raise error
+    return out
+
+
+def _identity(info: dict[str, Any]) -> tuple[int, str]:
+    """(size, the first of ETag / version / mtime the store reports) of an fsspec info."""
+    size = int(info.get("size") or 0)
+    for key in ("ETag", "etag", "VersionId", "version_id", "generation", "md5Hash"):
+        if info.get(key):
+            return size, f"{key}={info[key]}"
+    for key in ("LastModified", "mtime", "updated", "last_modified", "created"):
+        if info.get(key):
+            return size, f"{key}={info[key]}"
+    return size, ""
+
+
+class RemoteFile:
+    """A remote object read by ranges. Raises `DataError` naming `url` when it is
+    missing, a directory, unreachable (after bounded retries) or not readable."""
+
+    leased = True  # what FileGuard readers test: no size check is needed
+    fd = -1
+
+    def __init__(self, url: str, storage_options: StorageOptions, what: str) -> None:
+        self.url = url
+        self.path = url
+        self.what = what
+        self.fs, self._fspath = filesystem(url, storage_options)
+        info = call(url, f"open it as {what}", lambda: self.fs.info(self._fspath))
+        if info.get("type") == "directory":
+            raise DataError(
+                f"{url}: it is a directory, not an object: cannot read it as {what}; name "
+                "the object(s) inside it, or a glob pattern"
+            )
+        self.identity = _identity(info)
+        self.size = self.identity[0]
+        # Blocks are shared by readers of the same object through the same store only.
+        self.key: Hashable = (url, options_key(storage_options), self.identity)
+
+    # -- the FileGuard reading interface -------------------------------------------------
+    def check(self, record: int | None = None) -> None:
+        pass
+
+    def error(self, record: int | None = None) -> DataError:
+        """Why a read failed: the object changed or went away, or the store failed."""
+        return self.changed_error() or DataError(
+            f"{self.url}: a read failed; the store is failing; reopen the source"
+        )
+
+    def mapping(self) -> RemoteFile:
+        """What readers slice for bytes: a local file's map, this object itself."""
+        return self
+
+    def check_once(self, checked: set[int], record: int | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def explain(self, err: DataError) -> DataError:
+        """`err` (a read that failed its checks), or why: the object changed since opened."""
+        return self.changed_error() or err
+
+    def changed_error(self) -> DataError | None:
+        """A DataError if the object is gone or differs from when it was opened, else None."""
+        try:
+            self.fs.invalidate_cache(self._fspath)
+            info = call(self.url, "check it", lambda: self.fs.info(self._fspath))
+        except FileNotFoundError:  # MissingFileError
+            return DataError(
+                f"{self.url}: the object was removed after chute opened it as {self.what}; "
+                "a dataset must stay in place while it is read: restore it and reopen the "
+                "source"
+            )
+        now = _identity(info)
+        if now == self.identity:
+            return None
+        return DataError(
+            f"{self.url}: the object changed after chute opened and indexed it (size and "
+            f"tag then {self.identity}, now {now}); a dataset must not be rewritten in "
+            "place while it is read: write new objects under new names, then reopen the "
+            "source"
+        )
+
+    # -- reads ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, s: slice) -> bytes:
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            raise TypeError(f"RemoteFile reads byte ranges (f[a:b]); got {s!r}")
+        start, stop, _ = s.indices(self.size)
+        return self.read_ranges([(start, stop)])[0]
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each `(start, end)` range (clipped to the object), fetched at once."""
+        return read_many([(self, a, b) for a, b in ranges])
+
+    def reader(self, buffer_size: int = 1 << 20) -> io.BufferedReader:
+        """A seekable binary file object over the object (reads go through `read_ranges`)."""
+        return io.BufferedReader(RemoteReader(self), buffer_size=buffer_size)
+
+    def __repr__(self) -> str:
+        return f"RemoteFile({self.url!r}, size={self.size})"
+
+
+def _runs(wanted: list[int], bs: int) -> list[tuple[int, int]]:
+    """Sorted block numbers grouped into runs `(first, last)` of nearby blocks."""
+    runs: list[tuple[int, int]] = []
+    max_blocks = max(1, _MAX_RUN // bs)
+    for n in wanted:
+        if runs and n - runs[-1][1] <= _GAP_BLOCKS and n - runs[-1][0] < max_blocks:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
+def read_many(items: Sequence[tuple[RemoteFile, int, int]]) -> list[bytes]:
+    """The bytes of each `(file, start, end)`, across any number of objects, with one
+    concurrent fetch for all the blocks the cache lacks (nearby blocks coalesced)."""
+    bs = blocks.block_bytes()
+    store = blocks.cache()
+    cache_on = store.max_bytes > 0
+    direct_limit = 16 * bs
+    have: dict[tuple[int, int], bytes] = {}  # (id(file), block) -> block
+    wanted: dict[int, set[int]] = {}
+    files: dict[int, RemoteFile] = {}
+    clipped: list[tuple[RemoteFile, int, int]] = []
+    direct: list[int] = []  # ranges too long for the cache: fetched exactly
+    for k, (f, a, b) in enumerate(items):
+        a, b = max(0, min(a, f.size)), max(0, min(b, f.size))
+        clipped.append((f, a, b))
+        if b <= a:
+            continue
+        if b - a > direct_limit or not cache_on:
+            direct.append(k)
+            continue
+        fid = id(f)
+        files[fid] = f
+        want = wanted.setdefault(fid, set())
+        for n in range(a // bs, (b - 1) // bs + 1):
+            if (fid, n) not in have and n not in want:
+                block = store.get((f.key, n))
+                if block is None:
+                    want.add(n)
+                else:
+                    have[fid, n] = block
+    runs: list[tuple[RemoteFile, int, int]] = []
+    for fid, want in wanted.items():
+        runs += [(files[fid], n0, n1) for n0, n1 in _runs(sorted(want), bs)]
+    requests = [(f, n0 * bs, min((n1 + 1) * bs, f.size)) for f, n0, n1 in runs]
+    requests += [clipped[k] for k in direct]
+    fetched = _fetch(requests) if requests else []
+    for (f, n0, n1), data in zip(runs, fetched):
+        for n in range(n0, n1 + 1):
+            block = data[(n - n0) * bs : (n - n0 + 1) * bs]
+            have[id(f), n] = block
+            store.put((f.key, n), block)
+    direct_data = dict(zip(direct, fetched[len(runs) :]))
+    out: list[bytes] = []
+    for k, (f, a, b) in enumerate(clipped):
+        if b <= a:
+            out.append(b"")
+        elif k in direct_data:
+            out.append(direct_data[k])
+        else:
+            fid = id(f)
+            n0, n1 = a // bs, (b - 1) // bs
+            if n0 == n1:
+                out.append(have[fid, n0][a - n0 * bs : b - n0 * bs])
+            else:
+                joined = b"".join(have[fid, n] for n in range(n0, n1 + 1))
+                out.append(joined[a - n0 * bs : b - n0 * bs])
+    return out
+
+
+def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
+    """Each `(file, start, end)` request's bytes, all in flight at once, with retries."""
+    results: list[bytes | None] = [None] * len(requests)
+    pending = list(range(len(requests)))
+    retries = max_retries()
+    attempt = 0
+    while pending:
+        got = _fetch_once([requests[k] for k in pending])
+        failed: list[int] = []
+        last: BaseException | None = None
+        for k, data in zip(pending, got):
+            f, a, b = requests[k]
+            if isinstance(data, BaseException):
+                if not is_transient(data):
+                    err = failure(f.url, data, f"read it as {f.what}")
+                    raise f.explain(err) from data
+                failed.append(k)
+                last = data
+                continue
+            if len(data) != b - a:
+                raise f.explain(
+                    DataError(
+                        f"{f.url}: a read of bytes [{a}, {b}) returned {len(data)} bytes; the "
+                        f"object is shorter than the {f.size} bytes it had when opened, or "
+                        "the store is failing; reopen the source"
+                    )
+                )
+            results[k] = data
+        if not failed:
+            break
+        assert last is not None
+        attempt += 1
+        urls = sorted({requests[k][0].url for k in failed})
+        shown = urls[0] if len(urls) == 1 else f"{urls[0]} (and {len(urls) - 1} more)"
+        if attempt > retries:
+            raise DataError(
+                f"{shown}: cannot read it as {requests[failed[0]][0].what}: {attempt} "
+                f"attempts failed, the last with {type(last).__name__}: {last}; the storage "
+                "endpoint is unreachable or failing: check the endpoint "
+                "(storage_options=), the network and the service, or raise "
+                "CHUTE_REMOTE_RETRIES"
+            ) from last
+        delay = 0.1 * 2 ** (attempt - 1)
+        logger.warning(
+            "chute: %s: %d range reads failed (%s: %s); retry %d of %d in %.2f s",
+            shown,
+            len(failed),
+            type(last).__name__,
+            last,
+            attempt,
+            retries,
+            delay,
+        )
+        time.sleep(delay)
+        pending = failed
+    return [r if r is not None else b"" for r in results]  # all set by now
+
+
+def _fetch_once(requests: list[tuple[RemoteFile, int, int]]) -> list[Any]:
+    """One try at every request: bytes, or the exception it raised, for each. Requests
+    to one async file system go out in one `cat_ranges` call; the others share threads."""
+    out: list[Any] = [None] * len(requests)
+    by_fs: dict[int, list[int]] = {}
+    for k, (f, _, _) in enumerate(requests):
+        by_fs.setdefault(id(f.fs), []).append(k)
+    sync: list[int] = []
+    for ks in by_fs.values():
+        fs = requests[ks[0]][0].fs
+        if not getattr(fs, "async_impl", False):
+            sync += ks
+            continue
+        try:
+            got = fs.cat_ranges(
+                [requests[k][0]._fspath for k in ks],
+                [requests[k][1] for k in ks],
+                [requests[k][2] for k in ks],
+                on_error="return",
+                batch_size=max(1, len(ks)),
+            )
+        except Exception as e:  # the whole call failed (the loop, the session)
+            got = [e] * len(ks)
+        for k, data in zip(ks, got):
+            out[k] = data
+
+    def one(k: int) -> Any:
+        f, a, b = requests[k]
+        try:
+            return f.fs.cat_file(f._fspath, start=a, end=b)
+        except Exception as e:
+            return e
+
+    if len(sync) == 1:
+        out[sync[0]] = one(sync[0])
+    elif sync:
+        for k, data in zip(sync, _thread_pool().map(one, sync)):
+            out[k] = data
+    return out
+
+
+class RemoteReader(io.RawIOBase):
+    """A raw, seekable, read-only file over a `RemoteFile` (for pyarrow, numpy, streams)."""
+
+    def __init__(self, f: RemoteFile) -> None:
+        super().__init__()
+        self._f = f
+        self._pos = 0
+        self.name = f.url
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._f.size}[whence]
+        pos = base + offset
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        end = min(self._pos + len(view), self._f.size)
+        if end <= self._pos:
+            return 0
+        data = self._f.read_ranges([(self._pos, end)])[0]
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def size(self) -> int:
+        return self._f.size

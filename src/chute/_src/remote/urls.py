@@ -1,0 +1,105 @@
+"""Which paths are URLs, and the fsspec file system that serves one.
+
+A path with a scheme (`s3://`, `gs://`, `memory://`, ...) is read through fsspec (the
+`remote` extra), imported only when such a path is met. A local path and a `file://` URL
+are plain files: chute maps them as before, with no fsspec involved.
+
+Storage options (credentials, endpoints, ...) reach fsspec two ways: the
+`storage_options=` argument of every chute API that takes a path (kept with the source,
+so worker processes get them when it is pickled to them), and fsspec's own configuration
+(`fsspec.config.conf`, and the `FSSPEC_<PROTOCOL>_<OPTION>` environment variables that
+fsspec reads at import, which worker processes inherit). The argument wins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["StorageOptions", "filesystem", "is_url", "local_path", "options_key"]
+
+StorageOptions = Mapping[str, Any] | None
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
+# Async S3 clients keep this many connections, so a block of range reads is in flight at
+# once (botocore's default is 10); the user's own config_kwargs win.
+_S3_POOL = 128
+
+
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """True for a URL that fsspec serves; False for a local path or a `file://` URL.
+
+    >>> is_url("s3://bucket/a.crec"), is_url("/data/a.crec"), is_url("file:///data/a.crec")
+    (True, False, False)
+    """
+    if not isinstance(path, str):
+        return False
+    m = _SCHEME.match(path)
+    return m is not None and m.group(1).lower() not in ("file", "local")
+
+
+def local_path(path: str | os.PathLike[str]) -> str:
+    """`path` as a local path: `file:///x` becomes `/x`; anything else is unchanged.
+
+    >>> local_path("file:///data/a.crec"), local_path("data/a.crec")
+    ('/data/a.crec', 'data/a.crec')
+    """
+    p = os.fspath(path)
+    m = _SCHEME.match(p)
+    if m is not None and m.group(1).lower() in ("file", "local"):
+        return p[m.end() :] or "/"
+    return p
+
+
+def fsspec_module() -> Any:
+    try:
+        import fsspec
+    except ImportError as e:
+        raise ImportError(
+            "reading or writing URLs (s3://, gs://, memory://, ...) needs fsspec: "
+            "pip install 'chute[remote]', plus the file system's own package (s3fs for "
+            "s3://, gcsfs for gs://)"
+        ) from e
+    return fsspec
+
+
+def options_key(storage_options: StorageOptions) -> str:
+    """A stable text form of storage options (for caches keyed by them)."""
+    return repr(sorted((storage_options or {}).items()))
+
+
+def _with_defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
+    if protocol in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", _S3_POOL)
+        options["config_kwargs"] = config
+    return options
+
+
+def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, str]:
+    """The fsspec file system for `url` and the path within it (fsspec caches instances).
+
+    Raises ImportError naming the package to install when the protocol's implementation
+    (s3fs, gcsfs, ...) is missing, and ValueError for a protocol fsspec does not know.
+    """
+    fsspec = fsspec_module()
+    protocol = _SCHEME.match(url).group(1).lower()  # type: ignore[union-attr]
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ImportError as e:
+        raise ImportError(f"{url}: {e}") from e
+    except ValueError as e:
+        raise ValueError(
+            f"{url}: fsspec knows no file system for {protocol}://; check the URL, or "
+            "install the package that registers it"
+        ) from e
+    options = _with_defaults(protocol, dict(storage_options or {}))
+    fs = fsspec.filesystem(protocol, **options)
+    return fs, cls._strip_protocol(url)
+
+
+def to_url(fs: Any, path: str) -> str:
+    """`path` of `fs` (as fsspec's glob returns it) as a full URL."""
+    out: str = fs.unstrip_protocol(path)
+    return out
