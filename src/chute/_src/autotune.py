@@ -130,9 +130,7 @@ class Tuning:
         self.current[setting] = value
         if len(self.decisions) >= 50:
             del self.decisions[10]
-        self.decisions.append(
-            Decision(time.monotonic() - self.started, setting, value, reason)
-        )
+        self.decisions.append(Decision(time.monotonic() - self.started, setting, value, reason))
 
 
 class HillClimb:

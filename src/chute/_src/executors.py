@@ -236,9 +236,7 @@ class Autotuned(ChunkExecutor):
         self._fixed_threads = threads
         self._fixed_buffer = buffer_size
         self._budget = autotune.memory_budget()
-        self._threads = (
-            threads if threads is not None else min(autotune.usable_cores(), 4)
-        )
+        self._threads = threads if threads is not None else min(autotune.usable_cores(), 4)
         self._buffer = buffer_size if buffer_size is not None else _FIRST_BUFFER
         if buffer_size is None:
             self._tuning.note(

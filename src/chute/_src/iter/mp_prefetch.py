@@ -27,13 +27,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute._src import config, observe, pipeline_pickle
+from chute._src import autotune, config, observe, pipeline_pickle
+from chute._src.autotune import AUTOTUNE
 from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
 from chute._src.executors import ChunkExecutor, nbytes
 from chute._src.iterator import DatasetIterator
 from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
 from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
-from chute._src.mp.pool import WorkerPool
+from chute._src.mp.pool import WorkerPool, prewarm
 from chute._src.mp.transport import RemoteFailure
 from chute._src.options import MultiprocessingOptions
 from chute._src.protocol import StageRole
@@ -77,8 +78,12 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
                 f"mp_prefetch: worker_init_fn={worker_init_fn!r} is not callable: pass a "
                 "function f(worker_index, worker_count), or None."
             )
-        self._options = options or MultiprocessingOptions(num_workers=_default_workers())
+        self._options = options or MultiprocessingOptions(num_workers=AUTOTUNE)
         self._worker_init_fn = worker_init_fn
+        if self._options.num_workers != 0:
+            # Start the process that forks the workers now, while the pipeline is being
+            # built: its imports then overlap the user's work instead of the first batch.
+            prewarm()
         # Grain's workers read strided slices of the source, or contiguous ones with
         # sequential_slice=True (a different order). chute's workers always compute
         # contiguous chunks of indices, reassembled in index order: the output is the same
@@ -96,7 +101,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
 
     @property
     def concurrent(self) -> bool:
-        return self._options.num_workers > 0
+        return self._options.num_workers != 0
 
     def make_iterator(self) -> DatasetIterator[T]:
         if self._options.enable_profiling and not config.get("py_debug_mode"):
@@ -126,10 +131,13 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         return f"MultiprocessPrefetchIterDataset(num_workers={self._options.num_workers})"
 
 
-def _default_workers() -> int:
-    import os
+_WORKER_BYTES = 256 << 20  # the memory a worker is assumed to take, for AUTOTUNE
 
-    return max(1, (os.cpu_count() or 1))
+
+def autotuned_workers() -> int:
+    """`num_workers=AUTOTUNE`: the cores this process may use, fewer if the memory budget
+    (a quarter of the available memory) would not hold 256 MiB per worker."""
+    return max(1, min(autotune.usable_cores(), autotune.memory_budget() // _WORKER_BYTES))
 
 
 class _MultiprocessIterator(DatasetIterator[T]):
@@ -180,6 +188,9 @@ class _MultiprocessIterator(DatasetIterator[T]):
         self._parent.close()
         if self._service is not None:
             self._service.close()
+
+    def tuning(self) -> autotune.Tuning | None:
+        return self._service.tuning if self._service is not None else None
 
 
 # -- rewriting the pipeline: leaves fed by workers, element-wise stages moved into them ------
@@ -321,11 +332,14 @@ class WorkerChunks(ChunkExecutor):
             if not per_element
             else max(1, min(_MAX_CHUNK, int(_CHUNK_BYTES // per_element)))
         )
-        if elapsed < _TARGET_CHUNK_S / 2 and self._chunk * 2 <= cap:
-            self._chunk *= 2
-        elif elapsed > _TARGET_CHUNK_S * 2 and self._chunk > 1:
-            self._chunk //= 2
-        self._chunk = min(self._chunk, cap)
+        # Sized from this chunk's own time per element (chunks in flight were sized
+        # earlier: doubling the current size on each fast result would overshoot and then
+        # swing back), growing at most 4-fold per result from the size measured.
+        measured = len(items) + (failure is not None)
+        if measured and elapsed > 0:
+            ideal = int(_TARGET_CHUNK_S * measured / elapsed)
+            self._chunk = max(1, min(ideal, 4 * measured, cap))
+        self._service.observe(len(items))
         return items
 
     def seek(self, start: int) -> None:
@@ -368,7 +382,16 @@ class _ChunkWorker:
         self._leaves: list[MapDataset[Any]] | None = None
         self._take_figures: Callable[[], list[Any]] | None = None
 
-    def __call__(self, worker_index: int, num_workers: int, task: tuple[int, int, int]) -> Any:
+    def prepare(self) -> None:
+        """Called by the worker as it starts, before any task: unpickles the pipeline
+        (importing its modules) while the main process has not asked for anything yet.
+        A failure is left to the first task, which raises it at its element."""
+        try:
+            self._load()
+        except BaseException:
+            pass
+
+    def _load(self) -> list[MapDataset[Any]]:
         if self._leaves is None:
             self._leaves = pipeline_pickle.loads(self._payload)
             self._payload = b""  # the unpickled pipeline is all a worker needs from now on
@@ -376,9 +399,13 @@ class _ChunkWorker:
             observer = observe.current()
             if observer is not None:
                 self._take_figures = observer.worker_start(self._leaves)
+        return self._leaves
+
+    def __call__(self, worker_index: int, num_workers: int, task: tuple[int, int, int]) -> Any:
+        leaves = self._load()
         leaf, start, k = task
         t0 = time.perf_counter()
-        ds = self._leaves[leaf]
+        ds = leaves[leaf]
         failure: RemoteFailure | None = None
         try:
             items = ds._getitems(np.arange(start, start + k, dtype=np.int64))
@@ -488,7 +515,21 @@ class _ChunkService:
         observer = observe.observing()
         self._merge_figures = observer.figures_merger(leaves) if observer is not None else None
         payload = pipeline_pickle.dumps(leaves, stages)
-        self._workers = options.num_workers
+        self.tuning: autotune.Tuning | None = None
+        self._climb: autotune.HillClimb | None = None
+        if options.num_workers is AUTOTUNE:
+            self._workers = autotuned_workers()
+            self.tuning = autotune.Tuning()
+            self.tuning.note(
+                "num_workers",
+                self._workers,
+                f"{autotune.usable_cores()} usable cores, memory for "
+                f"{autotune.memory_budget() // _WORKER_BYTES} workers of 256 MiB",
+            )
+        else:
+            self._workers = options.num_workers
+        self._active = self._workers  # workers given chunks (AUTOTUNE may use fewer)
+        self._results = 0
         self._several_leaves = len(leaves) > 1
         self._stall_warning_s = options.stall_warning_s
         self._timeout_s = options.timeout_s
@@ -503,13 +544,36 @@ class _ChunkService:
         self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]
         self._received = [False] * self._workers
         self._next_worker = 0
+        # Workers start now, not at the first `next`: they import and unpickle the
+        # pipeline while the caller restores a state or its model (as PyTorch's do).
+        self._pool.start()
 
     def start(self) -> None:
         self._pool.start()
 
+    def observe(self, elements: int) -> None:
+        """The consumer took `elements` more: AUTOTUNE's measure of the rate."""
+        if self.tuning is None or self._workers == 1:
+            return
+        self._results += 1
+        if self._climb is None:
+            # Measure from the first result of every worker on: start-up is not the rate.
+            if self._results < 2 * self._workers:
+                return
+            self._climb = autotune.HillClimb(
+                "active workers",
+                list(range(1, self._workers + 1)),
+                self._workers,
+                self.tuning,
+                "elements",
+                down_only=True,
+            )
+            return
+        self._active = self._climb.observe(elements)
+
     def submit(self, leaf: int, start: int, k: int) -> _Ticket:
         w = self._next_worker
-        self._next_worker = (w + 1) % self._workers
+        self._next_worker = (w + 1) % self._active
         ticket = _Ticket(w, (leaf, start, k))
         self._pool.put(w, ticket.task)
         self._queues[w].append(ticket)
