@@ -18,6 +18,7 @@ bound the wait (a warning with the worker's stack, then an error).
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 import warnings
 import weakref
@@ -544,12 +545,34 @@ class _ChunkService:
         self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]
         self._received = [False] * self._workers
         self._next_worker = 0
-        # Workers start now, not at the first `next`: they import and unpickle the
-        # pipeline while the caller restores a state or its model (as PyTorch's do).
-        self._pool.start()
+        # Workers start now, not at the first `next` (they import and unpickle the pipeline
+        # while the caller restores a state or its model, as PyTorch's start at `iter`),
+        # and from a thread: starting them waits for the forkserver to finish its imports,
+        # and `iter()` need not.
+        self._start_error: BaseException | None = None
+        self._starter: threading.Thread | None = threading.Thread(
+            target=self._start_workers, name="chute-start-workers", daemon=True
+        )
+        self._starter.start()
+
+    def _start_workers(self) -> None:
+        try:
+            self._pool.start()
+        except BaseException as e:
+            self._start_error = e
+
+    def _started(self) -> None:
+        """Waits for the workers to be started (not ready); raises what starting raised."""
+        if self._starter is None:
+            return
+        self._starter.join()
+        self._starter = None
+        if self._start_error is not None:
+            error, self._start_error = self._start_error, None
+            raise error
 
     def start(self) -> None:
-        self._pool.start()
+        self._started()
 
     def observe(self, elements: int) -> None:
         """The consumer took `elements` more: AUTOTUNE's measure of the rate."""
@@ -572,6 +595,7 @@ class _ChunkService:
         self._active = self._climb.observe(elements)
 
     def submit(self, leaf: int, start: int, k: int) -> _Ticket:
+        self._started()
         w = self._next_worker
         self._next_worker = (w + 1) % self._active
         ticket = _Ticket(w, (leaf, start, k))
@@ -582,6 +606,7 @@ class _ChunkService:
     def result(self, ticket: _Ticket) -> tuple[float, list[Any], BaseException | None]:
         """`(seconds, elements, exception)`: the chunk's elements, or those before the
         one that raised and that one's exception (re-created here)."""
+        self._started()
         queue = self._queues[ticket.worker]
         while ticket.result is None:
             oldest = queue.popleft()
@@ -661,6 +686,7 @@ class _ChunkService:
 
     def discard(self, ticket: _Ticket) -> None:
         """Drops a ticket whose result is no longer wanted (after `set_state`)."""
+        self._started()
         queue = self._queues[ticket.worker]
         while ticket in queue:
             oldest = queue.popleft()
@@ -669,6 +695,10 @@ class _ChunkService:
                 break
 
     def close(self) -> None:
+        try:
+            self._started()
+        except BaseException:
+            pass  # the pool is closed all the same; the error was or will be raised
         self._pool.close()
         for shared in self._shared:
             shared.unlink()
