@@ -204,3 +204,19 @@ def test_worker_states_move_between_autotune_and_fixed_counts() -> None:
         assert_equal_output_after_checkpoint(
             mp_pipeline(other), restore_into=tuned_ds, steps=[3, 30]
         )
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+
+
+def test_the_example_of_performance_md_runs() -> None:
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    assert blocks, "docs/performance.md has no example"
+    try:
+        for block in blocks:
+            exec(compile(block, str(DOC), "exec"), {"__name__": "performance_md"})
+    finally:
+        chute.config.update("py_debug_mode", False)
+        chute.config.update("py_debug_summary_interval_s", 60.0)
