@@ -181,8 +181,25 @@ def rows(batch: Any) -> int:
     return len(batch["description"]) if isinstance(batch, dict) else len(batch)
 
 
-def run(make: Callable[[], Any], tune_s: float, measure_s: float) -> tuple[float, float]:
-    """(rate over the measured window, rate over the whole run after the first batch)."""
+def chosen(it: Any) -> str:
+    """What AUTOTUNE holds now in `it`'s chain (walked with the public `children()`)."""
+    found: dict[str, int] = {}
+    stack = [it]
+    while stack:
+        node = stack.pop()
+        tuning = getattr(node, "tuning", None)
+        current = tuning() if callable(tuning) else None
+        if current is not None:
+            found.update(current.current)
+        children = getattr(node, "children", None)
+        stack.extend(children() if callable(children) else [])
+    short = {"num_threads": "threads", "prefetch_buffer_size": "buffer"}
+    return ", ".join(f"{short.get(k, k)} {v}" for k, v in sorted(found.items()))
+
+
+def run(make: Callable[[], Any], tune_s: float, measure_s: float) -> tuple[float, float, str]:
+    """(rate over the measured window, rate over the whole run after the first batch, what
+    AUTOTUNE chose)."""
     it = make()
     try:
         n0 = rows(next(it))
@@ -196,7 +213,7 @@ def run(make: Callable[[], Any], tune_s: float, measure_s: float) -> tuple[float
         while time.perf_counter() - t1 < measure_s:
             n += rows(next(it))
         t2 = time.perf_counter()
-        return n / (t2 - t1), (n + n_tune) / (t2 - t0)
+        return n / (t2 - t1), (n + n_tune) / (t2 - t0), chosen(it)
     finally:
         close = getattr(it, "close", None)
         if close is not None:
@@ -229,7 +246,7 @@ def contenders(paths: list[str], with_tf: bool) -> dict[str, dict[str, Callable[
         },
     }
     if with_tf:
-        for (name, runs), kind in zip(out.items(), ("text", "reads", "image")):
+        for runs, kind in zip(out.values(), ("text", "reads", "image")):
             runs["tf.data AUTOTUNE"] = lambda kind=kind: tf_pipeline(kind, paths)
     return out
 
@@ -261,7 +278,7 @@ def main() -> None:
     pipelines = contenders(paths, with_tf)
     if args.only:
         pipelines = {k: v for k, v in pipelines.items() if k.split()[0] in args.only}
-    measured: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    measured: dict[str, dict[str, list[tuple[float, float, str]]]] = {}
     for _ in range(args.rounds):
         for pipeline, runs in pipelines.items():
             for name, make in runs.items():
@@ -282,10 +299,12 @@ def main() -> None:
                     f"{whole[name]:,.0f}",
                     f"{value / hand[best_name]:.2f}",
                     " ".join(f"{r[0]:,.0f}" for r in runs[name]),
+                    " | ".join(r[2] for r in runs[name] if r[2]),
                 ]
             )
         print(f"\n## {pipeline}")
-        print(table(["setting", "rate", "incl. tuning", "/ best hand", "rounds"], rows_out))
+        headers = ["setting", "rate", "incl. tuning", "/ best hand", "rounds", "AUTOTUNE chose"]
+        print(table(headers, rows_out))
         for name in med:
             if name.startswith("AUTOTUNE"):
                 summary_rows.append(

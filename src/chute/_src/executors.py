@@ -293,6 +293,9 @@ class Autotuned(ChunkExecutor):
         elif self._threads == 0:
             self._pool.seek(next_index)
         self._threads = threads
+        if threads and self._fixed_buffer is None and self._buffer < 2 * threads:
+            self._buffer = 2 * threads
+            self._tuning.note("prefetch_buffer_size", self._buffer, "two elements per thread")
         if threads:
             self._pool.resize(threads, max(self._buffer, 2 * threads))
 
