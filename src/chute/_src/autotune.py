@@ -47,6 +47,10 @@ KEEP_FEWER = 0.04
 """A step down (fewer threads or workers) is kept when it loses at most this fraction."""
 RETUNE_DROP = 0.35
 """A settled rate that falls by more than this fraction starts a new climb."""
+RECLIMB_S = 30.0
+"""A settled tuner climbs again after this long: the machine's load, or the pipeline's
+work, may have changed in a way the settled rate cannot show (fewer workers cannot
+tell that more would now pay)."""
 WINDOW_S = 0.3
 """Each setting is measured over at least this long (after `SETTLE_S` to take effect)."""
 SETTLE_S = 0.05
@@ -142,7 +146,8 @@ class HillClimb:
     `GAIN` (a step that does not is measured once more before the climb gives up); if the
     first step up did not, try smaller ones while each loses at most
     `KEEP_FEWER` (fewer threads or workers for the same rate); then settle on the best.
-    A settled rate that falls by `RETUNE_DROP` starts a new climb from where it is.
+    A settled rate that falls by `RETUNE_DROP`, or `RECLIMB_S` seconds settled, starts a
+    new climb from where it is.
     """
 
     def __init__(
@@ -170,6 +175,7 @@ class HillClimb:
         self._phase = "up"
         self._best = self._i
         self._settled_rate: float | None = None
+        self._settled_at = 0.0
         self._reset_window()
         tuning.note(setting, self.value, f"start ({self._start_reason()})")
 
@@ -264,6 +270,7 @@ class HillClimb:
         self._i = self._best
         best_rate = self._rates[self._best]
         self._settled_rate = best_rate
+        self._settled_at = time.monotonic()
         tried = ", ".join(
             f"{self.values[k]}: {self._fmt(r)}" for k, r in sorted(self._rates.items())
         )
@@ -276,12 +283,14 @@ class HillClimb:
 
     def _watch(self, rate: float) -> None:
         settled = self._settled_rate or 0.0
-        if rate < settled * (1 - RETUNE_DROP):
-            self._tuning.note(
-                self.setting,
-                self.value,
-                f"rate fell to {self._fmt(rate)} from {self._fmt(settled)}: tuning again",
+        dropped = rate < settled * (1 - RETUNE_DROP)
+        if dropped or time.monotonic() - self._settled_at > RECLIMB_S:
+            why = (
+                f"rate fell to {self._fmt(rate)} from {self._fmt(settled)}"
+                if dropped
+                else f"settled for {RECLIMB_S:.0f} s"
             )
+            self._tuning.note(self.setting, self.value, f"{why}: tuning again")
             self._settled_rate = None
             self._rates, self._retried, self._first_try = {}, set(), {}
             self._best = self._i

@@ -47,7 +47,8 @@ class MultiprocessingOptions:
       output is the same for every value. `chute.AUTOTUNE` (what `mp_prefetch()` without
       options uses): as many workers as this process may use cores
       (`os.sched_getaffinity`), fewer if the memory available would not hold them, and
-      while the pipeline runs, fewer of them are given work when that costs no rate.
+      while the pipeline runs, fewer of them are given work when that costs no rate (and
+      more again when a later climb finds that pays).
     per_worker_buffer_size: chunks of elements each worker may compute ahead.
     enable_profiling: as in Grain, log profiling information: the pipeline up to this
       stage records per-stage statistics and prints the execution summary to stderr when

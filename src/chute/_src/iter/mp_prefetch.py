@@ -589,7 +589,6 @@ class _ChunkService:
                 self._workers,
                 self.tuning,
                 "elements",
-                down_only=True,
             )
             return
         self._active = self._climb.observe(elements)
