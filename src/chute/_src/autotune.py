@@ -237,9 +237,10 @@ class HillClimb:
                 # One more window before giving up: on a shared machine one window can
                 # lose its CPU to another process.
                 self._retried.add(i)
-                self._rates[i] = max(rate, self._first_try.setdefault(i, rate))
+                self._first_try[i] = rate
                 return
-            rate = max(rate, self._first_try.get(i, rate))
+            if i in self._first_try:  # the mean of both windows: the max would favour steps
+                rate = (rate + self._first_try[i]) / 2
             self._rates[i] = rate
             if rate > best_rate * (1 + GAIN):
                 self._best = i
