@@ -19,6 +19,7 @@ from chute import sharding as sharding
 from chute import sources as sources
 from chute import testing as testing
 from chute import transforms as transforms
+from chute._src.autotune import AUTOTUNE as AUTOTUNE
 from chute._src.dataloader import DataLoader as DataLoader
 from chute._src.dataloader import DataLoaderIterator as DataLoaderIterator
 from chute._src.dataset import IterDataset as IterDataset
@@ -67,6 +68,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AUTOTUNE",
     "Batch",
     "CheckpointError",
     "ChuteError",

@@ -7,6 +7,10 @@ consumed; its executor computes elements `[start, ...)` of the MapDataset when a
   blocks take under 2 ms (to 4096) and shrinks when they take over 20 ms.
 - `Threads`: chunks submitted to a thread pool, consumed in order, at most
   `prefetch_buffer_size` elements (and `PREFETCH_BYTES` of arrays) ahead.
+- `Autotuned`: `ReadOptions(num_threads=AUTOTUNE)`: `InProcess` or `Threads`, the number
+  of threads (0 to 64) chosen from the consumer's rate by a `HillClimb`
+  (`_src/autotune.py`); with `prefetch_buffer_size=AUTOTUNE` too, the elements computed
+  ahead grow while the consumer finds nothing ready.
 - worker processes: `_src/iter/mp_prefetch.py`'s `WorkerChunks`, on the same interface.
 
 Which one runs is chosen by the reader (`ReadOptions`, or `mp_prefetch`'s rewrite); the
@@ -24,6 +28,8 @@ from concurrent import futures
 from typing import Any
 
 import numpy as np
+
+from chute._src import autotune
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
 _FAST_BLOCK_S, _SLOW_BLOCK_S = 0.002, 0.02
@@ -65,6 +71,10 @@ class ChunkExecutor(abc.ABC):
 
     def close(self) -> None:
         self.release()
+
+    def tuning(self) -> autotune.Tuning | None:
+        """What AUTOTUNE chose for this executor, and why; None when nothing is tuned."""
+        return None
 
 
 def getitems_exact(ds: Any, start: int, k: int) -> tuple[list[Any], bool]:
@@ -113,15 +123,28 @@ class Threads(ChunkExecutor):
 
     concurrent = True
 
-    def __init__(self, ds: Any, threads: int, buffer_size: int) -> None:
+    def __init__(
+        self, ds: Any, threads: int, buffer_size: int, max_bytes: int = PREFETCH_BYTES
+    ) -> None:
         super().__init__(ds)
         self._threads = threads
         self._buffer_size = buffer_size
+        self._max_bytes = max_bytes
         self._executor: futures.ThreadPoolExecutor | None = None
         self._pending: collections.deque[tuple[int, int, Any]] = collections.deque()
         self._submitted = 0  # next index to submit to the pool
         self._max_chunk = max(1, min(256, buffer_size // max(1, 2 * threads)))
         self._element_bytes: float | None = None  # measured on the first chunk
+        self.waited = False  # the last chunk was not ready when the consumer asked for it
+
+    def resize(self, threads: int, buffer_size: int) -> None:
+        """Computes with `threads` threads and `buffer_size` elements ahead from now on;
+        chunks already submitted finish where they are."""
+        if threads != self._threads and self._executor is not None:
+            _shutdown(self._executor, cancel=False)  # its queued chunks still run
+            self._executor = None
+        self._threads, self._buffer_size = threads, buffer_size
+        self._max_chunk = max(1, min(256, buffer_size // max(1, 2 * threads)))
 
     def _ensure_pool(self) -> futures.ThreadPoolExecutor:
         if self._executor is None:
@@ -141,7 +164,7 @@ class Threads(ChunkExecutor):
             return 1
         limit = self._buffer_size
         if self._element_bytes:
-            limit = min(limit, max(self._threads, int(PREFETCH_BYTES // self._element_bytes)))
+            limit = min(limit, max(self._threads, int(self._max_bytes // self._element_bytes)))
         return max(1, limit)
 
     def _top_up(self) -> None:
@@ -161,6 +184,7 @@ class Threads(ChunkExecutor):
         self._top_up()
         _, k, fut = self._pending.popleft()
         self._top_up()
+        self.waited = not fut.done()
         if fut.exception() is None:
             items: list[Any] = fut.result()
             if self._element_bytes is None and items:
@@ -188,8 +212,128 @@ class Threads(ChunkExecutor):
             self._executor = None
 
 
-def _shutdown(executor: futures.ThreadPoolExecutor) -> None:
-    executor.shutdown(wait=False, cancel_futures=True)
+def _shutdown(executor: futures.ThreadPoolExecutor, cancel: bool = True) -> None:
+    executor.shutdown(wait=False, cancel_futures=cancel)
+
+
+_THREAD_CHOICES = (0, 1, 2, 4, 8, 16, 32, autotune.MAX_THREADS)
+_FIRST_BUFFER, _MAX_BUFFER = 32, 4096
+
+
+class Autotuned(ChunkExecutor):
+    """`ReadOptions` with AUTOTUNE: the consuming thread (0 threads) or a thread pool, the
+    number of threads chosen by a `HillClimb` on the consumer's rate (or fixed), and the
+    elements computed ahead grown while the consumer waits (or fixed). Starts with as many
+    threads as usable cores, at most 4; nothing is measured before the first chunk
+    (first-element costs such as loading a model would count against the first setting).
+    """
+
+    concurrent = True
+
+    def __init__(self, ds: Any, threads: int | None, buffer_size: int | None) -> None:
+        super().__init__(ds)
+        self._tuning = autotune.Tuning()
+        self._fixed_threads = threads
+        self._fixed_buffer = buffer_size
+        self._budget = autotune.memory_budget()
+        self._threads = threads if threads is not None else min(autotune.usable_cores(), 4)
+        self._buffer = buffer_size if buffer_size is not None else _FIRST_BUFFER
+        if buffer_size is None:
+            self._tuning.note(
+                "prefetch_buffer_size",
+                self._buffer,
+                f"start; grows while the consumer waits, to {_MAX_BUFFER} elements and "
+                f"{self._budget / (1 << 20):,.0f} MiB of arrays (a quarter of the available "
+                "memory)",
+            )
+        self._climb: autotune.HillClimb | None = None
+        self._local = InProcess(ds)
+        self._pool = Threads(ds, max(1, self._threads), self._buffer, self._budget)
+        self._first = True
+        self._element_bytes = 0.0  # measured on the first chunk
+        self._grown_at = 0.0  # when the buffer last grew: once per measuring window
+
+    @property
+    def _uses_threads(self) -> bool:
+        return self._threads > 0 and self._buffer > 0
+
+    def next_chunk(self, start: int) -> list[Any]:
+        if self._uses_threads:
+            items = self._pool.next_chunk(start)
+        else:
+            items = self._local.next_chunk(start)
+        if self._first:
+            self._first = False
+            self._element_bytes = nbytes(items) / max(1, len(items))
+            if self._fixed_threads is None:
+                self._climb = autotune.HillClimb(
+                    "num_threads", self._choices(), self._threads, self._tuning, "elements"
+                )
+            return items
+        if self._climb is not None:
+            threads = self._climb.observe(len(items))
+            if threads != self._threads:
+                self._switch(threads, start + len(items))
+        if self._fixed_buffer is None and self._uses_threads and self._pool.waited:
+            self._grow_buffer()
+        return items
+
+    def _choices(self) -> list[int]:
+        """Thread counts whose chunks in flight fit the memory budget."""
+        per_element = self._element_bytes
+        most = autotune.MAX_THREADS
+        if per_element:
+            most = max(1, min(most, int(self._budget // (2 * per_element))))
+        return [n for n in _THREAD_CHOICES if n <= most]
+
+    def _switch(self, threads: int, next_index: int) -> None:
+        if threads == 0:
+            self._pool.seek(next_index)  # drop what the threads computed ahead
+            self._pool.release()
+        elif self._threads == 0:
+            self._pool.seek(next_index)
+        self._threads = threads
+        if threads and self._fixed_buffer is None and self._buffer < 2 * threads:
+            self._buffer = 2 * threads
+            self._tuning.note("prefetch_buffer_size", self._buffer, "two elements per thread")
+        if threads:
+            self._pool.resize(threads, max(self._buffer, 2 * threads))
+
+    def _grow_buffer(self) -> None:
+        if self._climb is not None and not self._climb.settled:
+            return  # grow for the chosen number of threads, not for one being measured
+        per_element = self._element_bytes
+        cap = _MAX_BUFFER
+        if per_element:
+            cap = max(1, min(cap, int(self._budget // per_element)))
+        now = time.monotonic()
+        if self._buffer >= cap or now - self._grown_at < autotune.WINDOW_S:
+            return
+        self._grown_at = now
+        self._buffer = min(cap, self._buffer * 2)
+        self._pool.resize(self._threads, self._buffer)
+        self._tuning.note(
+            "prefetch_buffer_size",
+            self._buffer,
+            "the consumer found the next chunk not computed yet"
+            + (" (the memory budget's limit)" if self._buffer == cap and per_element else ""),
+        )
+
+    def seek(self, start: int) -> None:
+        self._pool.seek(start)
+
+    def start(self) -> None:
+        if self._uses_threads:
+            self._pool.start()
+
+    def in_flight(self) -> int:
+        return self._pool.in_flight()
+
+    def release(self) -> None:
+        self._pool.release()
+
+    def tuning(self) -> autotune.Tuning:
+        return self._tuning
 
 
 def nbytes(elements: Any) -> int:

@@ -19,10 +19,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from chute._src.checkpointing import from_state_dict, to_state_dict
 from chute._src.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from chute._src.autotune import Tuning
 
 T = TypeVar("T")
 
@@ -239,6 +242,11 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
     def buffer_info(self) -> tuple[int, int] | None:
         """(elements, bytes of numpy arrays) computed ahead of the consumer, for stages that
         compute ahead; None for the others."""
+        return None
+
+    def tuning(self) -> Tuning | None:
+        """What `chute.AUTOTUNE` chose for this stage's iterator so far, and why (a
+        `Tuning`: its current values and its decisions); None when nothing is tuned."""
         return None
 
     def __enter__(self) -> DatasetIterator[T]:

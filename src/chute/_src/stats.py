@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._src import config
+from chute._src.autotune import Decision
 from chute._src.instrument import (
     StageRecord,
     TimedIterator,
@@ -89,12 +90,24 @@ class StageStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class TunedStage:
+    """What `chute.AUTOTUNE` chose for one stage: its settings now, and the decisions that
+    led there (oldest first), each with its reason."""
+
+    id: int
+    name: str
+    current: dict[str, int]
+    decisions: tuple[Decision, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class PipelineStats:
     """What `chute.stats(iterator)` returns."""
 
     stages: tuple[StageStats, ...]
     consumer_wait_s: float
     previous: str | None = None  # the verdict of the last summary of the same run
+    tuned: tuple[TunedStage, ...] = ()  # what AUTOTUNE chose, stage by stage
 
     def gil_held_percent(self, stage: StageStats) -> float | None:
         """Sampled share of `stage`'s time during which the GIL was held.
@@ -174,6 +187,15 @@ class PipelineStats:
         return {
             "consumer_wait_s": self.consumer_wait_s,
             "stages": [dataclasses.asdict(s) for s in self.stages],
+            "autotune": [
+                {
+                    "id": t.id,
+                    "name": t.name,
+                    "current": dict(t.current),
+                    "decisions": [dataclasses.asdict(d) for d in t.decisions],
+                }
+                for t in self.tuned
+            ],
             "advice": self.advice(),
             "recommendation": self.recommendation,
         }
@@ -281,8 +303,36 @@ def _render(stats: PipelineStats) -> str:
             *body,
             "",
             *textwrap.wrap(stats.advice(), WIDTH),
+            *_render_tuned(stats.tuned),
         ]
     )
+
+
+_SHOWN_DECISIONS = 3  # per setting, the latest
+
+
+def _render_tuned(tuned: tuple[TunedStage, ...]) -> list[str]:
+    """What AUTOTUNE chose, stage by stage, with each setting's latest decisions and their
+    reasons."""
+    if not tuned:
+        return []
+    lines = ["", "chute.AUTOTUNE chose (each setting's latest decisions):"]
+    for t in tuned:
+        now = ", ".join(f"{k} = {v}" for k, v in t.current.items())
+        lines.extend(
+            textwrap.wrap(f"{t.id} {_label(t.name)}: {now}", WIDTH, subsequent_indent="    ")
+        )
+        for setting in t.current:
+            mine = [d for d in t.decisions if d.setting == setting]
+            if len(mine) > _SHOWN_DECISIONS:
+                lines.append(f"    ({len(mine) - _SHOWN_DECISIONS} earlier for {setting})")
+            for d in mine[-_SHOWN_DECISIONS:]:
+                lines.extend(
+                    textwrap.wrap(
+                        str(d).strip(), WIDTH, initial_indent="    ", subsequent_indent="      "
+                    )
+                )
+    return lines
 
 
 def _dur(s: float | None) -> str:
@@ -416,7 +466,16 @@ class PipelineView:
                 )
             )
         internal = {r.id for r in records.values() if r.internal}
-        return PipelineStats(_fold(stages, internal), top.wall_ns / 1e9, self._verdict)
+        tuned = []
+        for r, it in pairs:
+            tuning = it.tuning() if it is not None else None
+            if tuning is not None:
+                tuned.append(
+                    TunedStage(r.id, r.name, dict(tuning.current), tuple(tuning.decisions))
+                )
+        return PipelineStats(
+            _fold(stages, internal), top.wall_ns / 1e9, self._verdict, tuple(tuned)
+        )
 
     # -- called by the outermost proxy --------------------------------------------------
 
@@ -534,4 +593,4 @@ def stats(iterator: Any) -> PipelineStats:
 
 attach_view(PipelineView)  # the summary plugs into the instrumentation
 
-__all__ = ["PipelineStats", "StageStats", "graph_text", "nearest_records", "stats"]
+__all__ = ["PipelineStats", "StageStats", "TunedStage", "graph_text", "nearest_records", "stats"]

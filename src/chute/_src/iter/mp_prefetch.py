@@ -18,6 +18,7 @@ bound the wait (a warning with the worker's stack, then an error).
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 import warnings
 import weakref
@@ -27,7 +28,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute._src import config, observe, pipeline_pickle
+from chute._src import autotune, config, observe, pipeline_pickle
+from chute._src.autotune import AUTOTUNE
 from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
 from chute._src.executors import ChunkExecutor, nbytes
 from chute._src.iter.mp_shards import (
@@ -40,7 +42,7 @@ from chute._src.iter.mp_shards import (
 from chute._src.iterator import DatasetIterator
 from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
 from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
-from chute._src.mp.pool import WorkerPool
+from chute._src.mp.pool import WorkerPool, prewarm
 from chute._src.mp.transport import RemoteFailure
 from chute._src.options import MultiprocessingOptions
 from chute._src.protocol import StageRole
@@ -85,8 +87,12 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
                 f"mp_prefetch: worker_init_fn={worker_init_fn!r} is not callable: pass a "
                 "function f(worker_index, worker_count), or None."
             )
-        self._options = options or MultiprocessingOptions(num_workers=_default_workers())
+        self._options = options or MultiprocessingOptions(num_workers=AUTOTUNE)
         self._worker_init_fn = worker_init_fn
+        if self._options.num_workers != 0:
+            # Start the process that forks the workers now, while the pipeline is being
+            # built: its imports then overlap the user's work instead of the first batch.
+            prewarm()
         # Grain's workers read strided slices of the source, or contiguous ones with
         # sequential_slice=True (a different order). chute's workers always compute
         # contiguous chunks of indices, reassembled in index order: the output is the same
@@ -104,7 +110,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
 
     @property
     def concurrent(self) -> bool:
-        return self._options.num_workers > 0
+        return self._options.num_workers != 0
 
     def make_iterator(self) -> DatasetIterator[T]:
         if self._options.enable_profiling and not config.get("py_debug_mode"):
@@ -139,10 +145,13 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         return f"MultiprocessPrefetchIterDataset(num_workers={self._options.num_workers})"
 
 
-def _default_workers() -> int:
-    import os
+_WORKER_BYTES = 256 << 20  # the memory a worker is assumed to take, for AUTOTUNE
 
-    return max(1, (os.cpu_count() or 1))
+
+def autotuned_workers() -> int:
+    """`num_workers=AUTOTUNE`: the cores this process may use, fewer if the memory budget
+    (a quarter of the available memory) would not hold 256 MiB per worker."""
+    return max(1, min(autotune.usable_cores(), autotune.memory_budget() // _WORKER_BYTES))
 
 
 class _MultiprocessIterator(DatasetIterator[T]):
@@ -193,6 +202,9 @@ class _MultiprocessIterator(DatasetIterator[T]):
         self._parent.close()
         if self._service is not None:
             self._service.close()
+
+    def tuning(self) -> autotune.Tuning | None:
+        return self._service.tuning if self._service is not None else None
 
 
 # -- rewriting the pipeline: leaves fed by workers, element-wise stages moved into them ------
@@ -352,11 +364,14 @@ class WorkerChunks(ChunkExecutor):
             if not per_element
             else max(1, min(_MAX_CHUNK, int(_CHUNK_BYTES // per_element)))
         )
-        if elapsed < _TARGET_CHUNK_S / 2 and self._chunk * 2 <= cap:
-            self._chunk *= 2
-        elif elapsed > _TARGET_CHUNK_S * 2 and self._chunk > 1:
-            self._chunk //= 2
-        self._chunk = min(self._chunk, cap)
+        # Sized from this chunk's own time per element (chunks in flight were sized
+        # earlier: doubling the current size on each fast result would overshoot and then
+        # swing back), growing at most 4-fold per result from the size measured.
+        measured = len(items) + (failure is not None)
+        if measured and elapsed > 0:
+            ideal = int(_TARGET_CHUNK_S * measured / elapsed)
+            self._chunk = max(1, min(ideal, 4 * measured, cap))
+        self._service.observe(len(items))
         return items
 
     def seek(self, start: int) -> None:
@@ -400,7 +415,16 @@ class _ChunkWorker:
         self._shards: ShardReader | None = None
         self._take_figures: Callable[[], list[Any]] | None = None
 
-    def __call__(self, worker_index: int, num_workers: int, task: tuple[Any, ...]) -> Any:
+    def prepare(self) -> None:
+        """Called by the worker as it starts, before any task: unpickles the pipeline
+        (importing its modules) while the main process has not asked for anything yet.
+        A failure is left to the first task, which raises it at its element."""
+        try:
+            self._load()
+        except BaseException:
+            pass
+
+    def _load(self) -> list[MapDataset[Any]]:
         if self._leaves is None:
             self._leaves, streams = pipeline_pickle.loads(self._payload)
             self._shards = ShardReader(streams)
@@ -409,12 +433,16 @@ class _ChunkWorker:
             observer = observe.current()
             if observer is not None:
                 self._take_figures = observer.worker_start(self._leaves)
+        return self._leaves
+
+    def __call__(self, worker_index: int, num_workers: int, task: tuple[Any, ...]) -> Any:
+        leaves = self._load()
         if task[0] == _STREAM:
             assert self._shards is not None
             return self._shards(worker_index, num_workers, task)
         leaf, start, k = task
         t0 = time.perf_counter()
-        ds = self._leaves[leaf]
+        ds = leaves[leaf]
         failure: RemoteFailure | None = None
         try:
             items = ds._getitems(np.arange(start, start + k, dtype=np.int64))
@@ -541,7 +569,21 @@ class _ChunkService:
         payload = pipeline_pickle.dumps((leaves, streams), stages)
         self._shard_worker: dict[tuple[int, int], int] = {}  # (stream, shard) -> its worker
         shard_requests = min(4096, 2 * sum(len(stream.shards) for stream in streams))
-        self._workers = options.num_workers
+        self.tuning: autotune.Tuning | None = None
+        self._climb: autotune.HillClimb | None = None
+        if options.num_workers is AUTOTUNE:
+            self._workers = autotuned_workers()
+            self.tuning = autotune.Tuning()
+            self.tuning.note(
+                "num_workers",
+                self._workers,
+                f"{autotune.usable_cores()} usable cores, memory for "
+                f"{autotune.memory_budget() // _WORKER_BYTES} workers of 256 MiB",
+            )
+        else:
+            self._workers = options.num_workers
+        self._active = self._workers  # workers given chunks (AUTOTUNE may use fewer)
+        self._results = 0
         self._several_leaves = len(leaves) > 1
         self._stall_warning_s = options.stall_warning_s
         self._timeout_s = options.timeout_s
@@ -556,13 +598,58 @@ class _ChunkService:
         self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]
         self._received = [False] * self._workers
         self._next_worker = 0
+        # Workers start now, not at the first `next` (they import and unpickle the pipeline
+        # while the caller restores a state or its model, as PyTorch's start at `iter`),
+        # and from a thread: starting them waits for the forkserver to finish its imports,
+        # and `iter()` need not.
+        self._start_error: BaseException | None = None
+        self._starter: threading.Thread | None = threading.Thread(
+            target=self._start_workers, name="chute-start-workers", daemon=True
+        )
+        self._starter.start()
+
+    def _start_workers(self) -> None:
+        try:
+            self._pool.start()
+        except BaseException as e:
+            self._start_error = e
+
+    def _started(self) -> None:
+        """Waits for the workers to be started (not ready); raises what starting raised."""
+        if self._starter is None:
+            return
+        self._starter.join()
+        self._starter = None
+        if self._start_error is not None:
+            error, self._start_error = self._start_error, None
+            raise error
 
     def start(self) -> None:
-        self._pool.start()
+        self._started()
+
+    def observe(self, elements: int) -> None:
+        """The consumer took `elements` more: AUTOTUNE's measure of the rate."""
+        if self.tuning is None or self._workers == 1:
+            return
+        self._results += 1
+        if self._climb is None:
+            # Measure from the first result of every worker on: start-up is not the rate.
+            if self._results < 2 * self._workers:
+                return
+            self._climb = autotune.HillClimb(
+                "active workers",
+                list(range(1, self._workers + 1)),
+                self._workers,
+                self.tuning,
+                "elements",
+            )
+            return
+        self._active = self._climb.observe(elements)
 
     def submit(self, leaf: int, start: int, k: int) -> _Ticket:
+        self._started()
         w = self._next_worker
-        self._next_worker = (w + 1) % self._workers
+        self._next_worker = (w + 1) % self._active
         ticket = _Ticket(w, (leaf, start, k))
         self._pool.put(w, ticket.task)
         self._queues[w].append(ticket)
@@ -572,6 +659,7 @@ class _ChunkService:
         """Asks for steps of a shard (`mp_shards`) from the worker that has read it before
         (which then replaces the copy it has open when the request brings a state to start
         from), or first from the worker with the fewest requests waiting."""
+        self._started()
         key = (task[1], task[2])
         w = self._shard_worker.get(key)
         if w is None:
@@ -605,6 +693,7 @@ class _ChunkService:
 
     def _wait(self, ticket: _Ticket) -> Any:
         """The result of `ticket`, receiving those before it from its worker."""
+        self._started()
         queue = self._queues[ticket.worker]
         while ticket.result is None:
             oldest = queue.popleft()
@@ -683,6 +772,7 @@ class _ChunkService:
     def discard(self, ticket: _Ticket) -> None:
         """Drops a ticket whose result is no longer wanted (after `set_state`)."""
         ticket.discarded = True
+        self._started()
         queue = self._queues[ticket.worker]
         while ticket in queue:
             oldest = queue.popleft()
@@ -693,6 +783,10 @@ class _ChunkService:
                 break
 
     def close(self) -> None:
+        try:
+            self._started()
+        except BaseException:
+            pass  # the pool is closed all the same; the error was or will be raised
         self._pool.close()
         for shared in self._shared:
             shared.unlink()

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
 from chute._src import observe
+from chute._src.autotune import AUTOTUNE, Tuning
 from chute._src.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.errors import CheckpointError
-from chute._src.executors import ChunkExecutor, InProcess, Threads, nbytes
+from chute._src.executors import Autotuned, ChunkExecutor, InProcess, Threads, nbytes
 from chute._src.filter_check import SkipCounter
 from chute._src.iterator import MAX_POSITION, DatasetIterator, check_int, int_at
 from chute._src.options import ReadOptions
@@ -60,8 +61,9 @@ class PrefetchIterDataset(IterDataset[T]):
     @property
     def _threaded(self) -> bool:
         # As Grain: threads only with room to compute ahead (prefetch_buffer_size > 0).
+        # AUTOTUNE may choose threads (it may also choose none).
         options = self._read_options
-        return options.num_threads > 0 and options.prefetch_buffer_size > 0
+        return options.num_threads != 0 and options.prefetch_buffer_size != 0
 
     @property
     def allow_nones(self) -> bool:
@@ -94,12 +96,18 @@ class PrefetchIterDataset(IterDataset[T]):
         observer = observe.observing()
         if observer is not None:
             ds = observer.map_chain(ds)
-        options = self._read_options
-        executor: ChunkExecutor = (
-            Threads(ds, options.num_threads, options.prefetch_buffer_size)
-            if self._threaded
-            else InProcess(ds)
-        )
+        threads, buffer = self._read_options.num_threads, self._read_options.prefetch_buffer_size
+        executor: ChunkExecutor
+        if not self._threaded:
+            executor = InProcess(ds)
+        elif threads is AUTOTUNE or buffer is AUTOTUNE:
+            executor = Autotuned(
+                ds,
+                None if threads is AUTOTUNE else threads,
+                None if buffer is AUTOTUNE else buffer,
+            )
+        else:
+            executor = Threads(ds, threads, buffer)
         return PrefetchDatasetIterator(self.map_parent, executor, self._allow_nones)
 
     def __repr__(self) -> str:
@@ -221,6 +229,9 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
     def buffer_info(self) -> tuple[int, int]:
         ahead = self._buf[self._pos :]
         return len(ahead) + self._executor.in_flight(), nbytes(ahead)
+
+    def tuning(self) -> Tuning | None:
+        return self._executor.tuning()
 
     def __repr__(self) -> str:
         return f"PrefetchDatasetIterator(next_index={self._buf_start + self._pos})"

@@ -167,6 +167,9 @@ def run_worker(spec: WorkerSpec) -> None:
                     pass  # the main process closes the pool on this error
                 return
         worker_fn = spec.worker_fn
+        prepare = getattr(worker_fn, "prepare", None)
+        if prepare is not None:
+            prepare()  # e.g. unpickle and import what the tasks need, before the first
         while (frame := tasks.get()) is not None:
             seq = int.from_bytes(frame[1:9], "little")
             try:

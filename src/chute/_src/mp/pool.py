@@ -56,7 +56,7 @@ from chute._src.mp.transport import (
     encode_free,
 )
 
-__all__ = ["DEFAULT_START_METHOD", "WorkerPool"]
+__all__ = ["DEFAULT_START_METHOD", "WorkerPool", "prewarm"]
 
 TaskT = TypeVar("TaskT")
 ResultT = TypeVar("ResultT")
@@ -88,6 +88,18 @@ def _ensure_forkserver() -> None:
         if extra:
             multiprocessing.forkserver.set_forkserver_preload(current + extra)
     multiprocessing.forkserver.ensure_running()
+
+
+def prewarm() -> None:
+    """Starts the forkserver now, if the default start method will need it: it imports
+    numpy and chute (~0.3 s, more on a busy machine) in its own process, meanwhile this one
+    goes on; the first `WorkerPool` then forks at once. A no-op once it runs, and in a
+    chute worker (which starts no workers of its own)."""
+    me = multiprocessing.current_process()
+    if me.name.startswith(WORKER_NAME_PREFIX) or getattr(me, "_inheriting", False):
+        return
+    if DEFAULT_START_METHOD == "forkserver":
+        _ensure_forkserver()
 
 
 def _check_picklable(what: str, obj: object) -> None:
@@ -239,7 +251,8 @@ class WorkerPool(Generic[TaskT, ResultT]):
         before any process starts). Its result can be any picklable tree; numpy arrays in
         it come back as zero-copy views into shared memory. If it has a method
         `not_picklable(task, result, exc)`, a result that cannot be pickled is replaced by
-        what that returns (to name the part that cannot).
+        what that returns (to name the part that cannot). If it has a method `prepare()`,
+        each worker calls it once as it starts, before waiting for a task.
       worker_init_fn: called once in each worker as `worker_init_fn(index, num_workers)`
         before its first task.
       buffer_size: how many tasks may be outstanding per worker (put but not yet got).

@@ -1,0 +1,222 @@
+"""`chute.AUTOTUNE`: settings chosen at run time, which change scheduling only.
+
+The elements and the states of an autotuned pipeline are those of the same pipeline with
+fixed settings, while the tuner changes its settings mid-run; a state taken under one
+restores under the other. What the tuner chose, and why, is in `chute.stats(it)` and the
+execution summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chute
+from chute.testing import assert_equal_output_after_checkpoint
+
+sys.path.insert(0, str(Path(__file__).parent))
+from mp_pipelines import double, jitter, keep
+
+
+def sleepy(x: int) -> int:
+    time.sleep(0.001)  # a read that waits, as object storage does
+    return x + 1
+
+
+def read_pipeline(options: chute.ReadOptions, n: int = 100_000) -> chute.IterDataset[Any]:
+    return (
+        chute.MapDataset.range(n)
+        .seed(3)
+        .shuffle()
+        .map(sleepy)
+        .to_iter_dataset(options)
+        .filter(keep)
+        .batch(5)
+    )
+
+
+def tuned(it: Any) -> dict[str, int]:
+    """The settings AUTOTUNE holds now, over every tuned stage of `it`."""
+    out: dict[str, int] = {}
+    for stage in chute.stats(it).tuned:
+        out.update(stage.current)
+    return out
+
+
+def decisions(it: Any, setting: str) -> list[Any]:
+    return [d for t in chute.stats(it).tuned for d in t.decisions if d.setting == setting]
+
+
+def test_autotune_is_the_default_of_read_options() -> None:
+    options = chute.ReadOptions()
+    assert options.num_threads is chute.AUTOTUNE
+    assert options.prefetch_buffer_size is chute.AUTOTUNE
+    assert repr(chute.AUTOTUNE) == "AUTOTUNE"
+    assert "num_threads=AUTOTUNE" in repr(options)
+    assert chute.MultiprocessingOptions(num_workers=chute.AUTOTUNE).num_workers is chute.AUTOTUNE
+    # Grain's explicit options object keeps Grain's default: no workers.
+    assert chute.MultiprocessingOptions().num_workers == 0
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "auto", True, None])
+def test_bad_values_name_autotune_as_an_option(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"num_threads=.* is invalid: .*chute\.AUTOTUNE"):
+        chute.ReadOptions(num_threads=value)
+    with pytest.raises(ValueError, match=r"num_workers=.* is invalid: .*chute\.AUTOTUNE"):
+        chute.MultiprocessingOptions(num_workers=value)
+
+
+def test_output_and_states_equal_fixed_settings_while_the_tuner_moves(debug_mode: None) -> None:
+    ds = read_pipeline(chute.ReadOptions())
+    fixed = read_pipeline(chute.ReadOptions(num_threads=16, prefetch_buffer_size=64))
+    it = iter(ds)
+    got, states = [], []
+    deadline = time.monotonic() + 20
+    # Until the thread count has moved at least twice (or 1.5 s, at the least), so that
+    # elements and states are taken across changes of the setting.
+    t0 = time.monotonic()
+    while len(decisions(it, "num_threads")) < 3 or time.monotonic() - t0 < 1.0:
+        assert time.monotonic() < deadline, chute.stats(it).summary()
+        for _ in range(20):
+            states.append(json.dumps(it.get_state()))
+            got.append(next(it).tolist())
+    it.close()
+    assert len({d.value for d in decisions(it, "num_threads")}) >= 2
+
+    ref = iter(fixed)
+    for k, (batch, state) in enumerate(zip(got, states)):
+        assert json.dumps(ref.get_state()) == state, f"state before batch {k}"
+        assert next(ref).tolist() == batch, f"batch {k}"
+
+    # A state taken mid-run under AUTOTUNE restores under fixed settings, and back.
+    middle = len(got) // 2
+    into_fixed = iter(fixed)
+    into_fixed.set_state(json.loads(states[middle]))
+    assert [next(into_fixed).tolist() for _ in range(len(got) - middle)] == got[middle:]
+    into_tuned = iter(read_pipeline(chute.ReadOptions()))
+    fixed_it = iter(read_pipeline(chute.ReadOptions(num_threads=4, prefetch_buffer_size=7)))
+    for _ in range(middle):
+        next(fixed_it)
+    into_tuned.set_state(fixed_it.get_state())
+    assert [next(into_tuned).tolist() for _ in range(len(got) - middle)] == got[middle:]
+    into_tuned.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        chute.ReadOptions(),
+        chute.ReadOptions(num_threads=chute.AUTOTUNE, prefetch_buffer_size=3),
+        chute.ReadOptions(num_threads=2, prefetch_buffer_size=chute.AUTOTUNE),
+    ],
+)
+def test_restores_at_every_step_into_fixed_settings(options: chute.ReadOptions) -> None:
+    def small(opts: chute.ReadOptions) -> chute.IterDataset[Any]:
+        return (
+            chute.MapDataset.range(90)
+            .seed(1)
+            .shuffle()
+            .random_map(jitter)
+            .to_iter_dataset(opts)
+            .filter(keep)
+            .batch(4)
+        )
+
+    assert_equal_output_after_checkpoint(small(options), restore_into=small(chute.ReadOptions(0)))
+    assert_equal_output_after_checkpoint(
+        small(chute.ReadOptions(3, 5)), restore_into=small(options)
+    )
+
+
+def test_slow_reads_get_many_threads(debug_mode: None) -> None:
+    """Reads that wait (5 ms each, no CPU) are computed by many threads: the climb goes on
+    while doubling the threads raises the rate, and says why it stopped."""
+
+    it = iter(chute.MapDataset.range(1_000_000).map(sleep_5ms).to_iter_dataset(chute.ReadOptions()))
+    deadline = time.monotonic() + 30
+    while not any("settled" in d.reason for d in decisions(it, "num_threads")):
+        assert time.monotonic() < deadline, chute.stats(it).summary()
+        for _ in range(50):
+            next(it)
+    assert tuned(it)["num_threads"] >= 8, chute.stats(it).summary()
+    summary = chute.stats(it).summary()
+    it.close()
+    assert "chute.AUTOTUNE chose" in summary
+    assert "num_threads = " in summary and "settled; measured" in summary
+    assert "prefetch_buffer_size = " in summary
+
+
+def sleep_5ms(x: int) -> int:
+    time.sleep(0.005)
+    return x
+
+
+def test_fixed_settings_are_not_tuned(debug_mode: None) -> None:
+    it = iter(chute.MapDataset.range(50).to_iter_dataset(chute.ReadOptions(2, 10)))
+    list(it)
+    assert chute.stats(it).tuned == ()
+    assert "AUTOTUNE" not in chute.stats(it).summary()
+
+
+def mp_pipeline(options: chute.MultiprocessingOptions | str | None) -> chute.IterDataset[Any]:
+    """With `options`, with `mp_prefetch()`'s defaults ("default") or without the stage."""
+    ds = (
+        chute.MapDataset.range(150)
+        .seed(7)
+        .shuffle()
+        .map(double)
+        .random_map(jitter)
+        .to_iter_dataset()
+        .filter(keep)
+        .batch(3)
+    )
+    if options == "default":
+        return ds.mp_prefetch()
+    return ds.mp_prefetch(options) if isinstance(options, chute.MultiprocessingOptions) else ds
+
+
+def test_workers_autotuned_from_the_machine(debug_mode: None) -> None:
+    """`mp_prefetch()` without options: as many workers as usable cores (the memory here
+    holds them), the same elements and states as no workers at all."""
+    it = iter(mp_pipeline("default"))
+    got = list(it)
+    assert got and all(
+        a.tolist() == b.tolist() for a, b in zip(got, mp_pipeline(chute.MultiprocessingOptions(0)))
+    )
+    first = decisions(it, "num_workers")[0]
+    assert first.value == len(os.sched_getaffinity(0))
+    assert "usable cores" in first.reason
+    assert "num_workers" in chute.stats(it).summary()
+
+
+def test_worker_states_move_between_autotune_and_fixed_counts() -> None:
+    tuned_ds = mp_pipeline(chute.MultiprocessingOptions(num_workers=chute.AUTOTUNE))
+    for other in (None, chute.MultiprocessingOptions(num_workers=1)):
+        assert_equal_output_after_checkpoint(
+            tuned_ds, restore_into=mp_pipeline(other), steps=[0, 4, 17]
+        )
+        assert_equal_output_after_checkpoint(
+            mp_pipeline(other), restore_into=tuned_ds, steps=[3, 30]
+        )
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+
+
+def test_the_example_of_performance_md_runs() -> None:
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    assert blocks, "docs/performance.md has no example"
+    try:
+        for block in blocks:
+            exec(compile(block, str(DOC), "exec"), {"__name__": "performance_md"})
+    finally:
+        chute.config.update("py_debug_mode", False)
+        chute.config.update("py_debug_summary_interval_s", 60.0)
