@@ -173,11 +173,6 @@ def _run_convert(args: argparse.Namespace) -> int:
                 "finishes it (no --resume needed); --overwrite is not supported: write to "
                 "a new directory"
             )
-        if args.storage_options:
-            raise ValueError(
-                "--storage-options is for the local runner; a Beam job reaches object "
-                "storage through its own filesystem options (after --)"
-            )
         from chute._src.beam.run import convert as beam_convert
 
         r = beam_convert(
@@ -192,6 +187,7 @@ def _run_convert(args: argparse.Namespace) -> int:
             seed=args.seed,
             num_workers=args.num_workers,
             beam_args=args.beam_options,
+            storage_options=args.storage_options,
         )
     else:
         if args.beam_options:

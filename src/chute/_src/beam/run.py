@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from chute._src.records import outputs
 from chute._src.records.convert import ConvertResult, check_overlap, output_format
 from chute._src.records.inputs import Format
-from chute._src.records.manifest import MANIFEST_NAME, read_manifest
+from chute._src.records.manifest import MANIFEST_NAME, read_manifest, read_remote_manifest
 from chute._src.records.shard_files import dataset_paths
+from chute._src.remote.urls import StorageOptions, is_url, local_path
 from chute._src.sources._paths import expand_paths
 
 __all__ = ["convert", "pipeline_options"]
@@ -47,6 +49,7 @@ def convert(
     beam_args: Sequence[str] = (),
     records_per_range: int = 4096,
     quiet: bool = True,
+    storage_options: StorageOptions = None,
 ) -> ConvertResult:
     """Converts `inputs` into a sharded dataset at `output` (a directory) with Beam.
 
@@ -57,6 +60,8 @@ def convert(
     runs on the DirectRunner with `num_workers` processes unless `beam_args` (Beam
     pipeline options, e.g. `--runner=DataflowRunner ...`) say otherwise. Rerunning a
     failed job finishes it: complete shards are kept and only the rest are computed.
+    `inputs` and `output` may be URLs (`s3://bucket/prefix`), reached with
+    `storage_options` (fsspec's), which travel with the job to every worker.
     """
     import apache_beam as beam
 
@@ -65,8 +70,11 @@ def convert(
     if quiet:
         logging.getLogger("apache_beam").setLevel(logging.ERROR)  # its workers chatter
     to = output_format(Path(output), None if to_format is None else Format(to_format))
-    paths = expand_paths(inputs, "chute convert")
-    check_overlap(paths, Path(output))
+    paths = expand_paths(inputs, "chute convert", storage_options)
+    remote = is_url(output)
+    if not remote:
+        output = local_path(output)
+        check_overlap(paths, Path(output))
     convert_ = ConvertRecords(
         paths,
         output,
@@ -78,6 +86,7 @@ def convert(
         transforms=transforms,
         seed=seed,
         records_per_range=records_per_range,
+        storage_options=storage_options,
     )
     kept = sum(e.num_records for e in _complete(convert_))
     start = time.perf_counter()
@@ -88,12 +97,16 @@ def convert(
     seconds = time.perf_counter() - start
     if state != "DONE":
         raise RuntimeError(f"the Beam job ended in state {state}; rerun it to finish")
-    manifest = Path(output) / MANIFEST_NAME
-    listed = read_manifest(manifest, to.value)
-    records = sum(e.num_records for _, e in listed)
+    manifest = outputs.join(output, MANIFEST_NAME)
+    if remote:
+        entries = [e for _, e in read_remote_manifest(manifest, storage_options, to.value)]
+    else:
+        entries = [e for _, e in read_manifest(Path(manifest), to.value)]
+        dataset_paths(output, to.value, "chute convert")  # every shard is the one listed
+    records = sum(e.num_records for e in entries)
     bytes_in = sum(Path(p).stat().st_size for p in convert_.job.paths if Path(p).is_file())
-    bytes_out = sum(e.size for _, e in listed) + manifest.stat().st_size
-    dataset_paths(output, to.value, "chute convert")  # every shard is the one listed
+    manifest_size = len(outputs.read_bytes(manifest, storage_options))
+    bytes_out = sum(e.size for e in entries) + manifest_size
     return ConvertResult(records, bytes_in, bytes_out, seconds, [output], kept)
 
 

@@ -14,6 +14,11 @@ The output directory, through `records.outputs`:
   and renamed when complete, so a file under a shard's name is complete. A `.crec` shard
   records the job, its number and its positions in its metadata.
 - `manifest.json`, written once every shard is committed; then the job file is removed.
+
+A URL output (`s3://bucket/prefix`) is the same layout in an object store: each file is
+written to a local temporary and uploaded whole (a PUT is atomic), so an object under a
+shard's name is complete too; a kept shard is recognised by range reads of its header
+and trailer (`.crec`) or a download (ArrayRecord).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,7 @@ from chute._src.records import outputs, staging
 from chute._src.records.layout import HEADER_MAGIC
 from chute._src.records.manifest import MANIFEST_NAME, ShardEntry
 from chute._src.records.shard_files import shard_entry, tail_crc32c
+from chute._src.remote.urls import StorageOptions, is_url
 
 __all__ = ["JOB_FILE", "ShardSpec", "finish", "prepare_output", "write_shard"]
 
@@ -54,6 +60,8 @@ class ShardSpec:
     exact_counts: bool = True  # no Filter: shard k holds exactly its positions' records
     compression: str = "none"
     level: int = 3
+    # For a URL output: fsspec options (credentials, endpoint), pickled to every worker.
+    storage_options: StorageOptions = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.num_shards < 1:
@@ -110,26 +118,39 @@ def complete_entry(spec: ShardSpec, k: int) -> ShardEntry | None:
     """The entry of shard `k` if an earlier attempt of this job committed it; None if it
     is not there. A file under its name that is not this job's raises FileExistsError."""
     path = spec.path(k)
-    if not outputs.exists(path):
+    so = spec.storage_options
+    if not outputs.exists(path, so):
         return None
     lo, hi = spec.bounds(k)
+    meta: dict[str, Any] | None = None  # a `.crec` shard's: it names its job and number
     try:
-        entry = shard_entry(Path(path), spec.shard_format)
+        if spec.shard_format == "crec":
+            entry, meta = _crec_entry(spec, k)
+        else:
+            with outputs.local_copy(path, so) as local:
+                entry = shard_entry(local, spec.shard_format)
     except (DataError, OSError) as e:
         raise _not_ours(path, f"it does not open: {e}") from None
-    if spec.shard_format == "crec":
-        from chute._src.records.reader import CrecFile
-
-        f = CrecFile(path)
-        try:
-            meta = f.metadata
-        finally:
-            f.close()
-        if meta.get("job") != spec.job_id or meta.get("shard") != [k, spec.num_shards]:
-            raise _not_ours(path, f"its metadata names job {meta.get('job')!r}")
+    if meta is not None and (meta.get("job"), meta.get("shard")) != (
+        spec.job_id,
+        [k, spec.num_shards],
+    ):
+        raise _not_ours(path, f"its metadata names job {meta.get('job')!r}")
     if (spec.exact_counts and entry.num_records != hi - lo) or entry.num_records > hi - lo:
         raise _not_ours(path, f"it holds {entry.num_records} records, not {hi - lo}")
     return entry
+
+
+def _crec_entry(spec: ShardSpec, k: int) -> tuple[ShardEntry, dict[str, Any]]:
+    """A `.crec` shard's entry and metadata, from its header and trailer (a remote shard
+    is read by ranges, not downloaded)."""
+    from chute._src.records.reader import CrecFile
+
+    f = CrecFile(spec.path(k), storage_options=spec.storage_options)
+    try:
+        return ShardEntry(spec.name(k), f.num_records, f.size, f.trailer_crc()), f.metadata
+    finally:
+        f.close()
 
 
 def _crec_options(spec: ShardSpec) -> dict[str, Any]:
@@ -145,7 +166,7 @@ def write_shard(spec: ShardSpec, k: int, records: Iterable[bytes]) -> ShardEntry
     if done is not None:
         return done
     path = spec.path(k)
-    with outputs.local_target(path) as local:
+    with outputs.local_target(path, spec.storage_options) as local:
         if spec.shard_format == "crec":
             from chute._src.records.writer import RecordWriter
 
@@ -189,9 +210,9 @@ def _write_array_record(path: Path, records: Iterable[bytes], compression: str) 
     return count
 
 
-def _read_job(path: str) -> dict[str, Any] | None:
+def _read_job(path: str, storage_options: StorageOptions) -> dict[str, Any] | None:
     try:
-        doc = json.loads(outputs.read_bytes(path))
+        doc = json.loads(outputs.read_bytes(path, storage_options))
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) and doc.get("format") == _JOB_FORMAT else None
@@ -201,9 +222,10 @@ def prepare_output(spec: ShardSpec) -> list[int]:
     """Checks and claims the output directory for this job (the driver calls it once,
     before any shard is written); returns the shards an earlier attempt completed."""
     out = spec.output
-    names = outputs.list_names(out)
+    so = spec.storage_options
+    names = outputs.list_names(out, so)
     job_path = outputs.join(out, JOB_FILE)
-    job = _read_job(job_path) if JOB_FILE in names else None
+    job = _read_job(job_path, so) if JOB_FILE in names else None
     if JOB_FILE in names and job is None:
         raise FileExistsError(f"{job_path} is not a chute job file; write to a new directory")
     if job is not None and job.get("job") != spec.job_id:
@@ -228,8 +250,8 @@ def prepare_output(spec: ShardSpec) -> list[int]:
             "of the same job left): give a new directory"
         )
     if job is None:
-        outputs.make_dirs(out)
-        with outputs.local_target(job_path) as local:
+        outputs.make_dirs(out, so)
+        with outputs.local_target(job_path, so) as local:
             tmp = staging.temp_name(local)
             with staging.create_locked(tmp) as f:
                 doc = {"format": _JOB_FORMAT, "job": spec.job_id, "shards": spec.num_shards}
@@ -237,11 +259,12 @@ def prepare_output(spec: ShardSpec) -> list[int]:
                 f.flush()
                 os.fsync(f.fileno())
                 os.replace(tmp, local)
-    directory = Path(out)
-    magic = HEADER_MAGIC if spec.shard_format == "crec" else staging.ARRAY_RECORD_MAGIC
-    staging.sweep_temps(directory, staging.temp_pattern(ours.pattern), (magic,))
-    manifest_temps = staging.temp_pattern(re.escape(MANIFEST_NAME))
-    staging.sweep_temps(directory, manifest_temps, (staging.MANIFEST_MAGIC,))
+    if not is_url(out):  # an object store holds no temporaries: uploads are whole
+        directory = Path(out)
+        magic = HEADER_MAGIC if spec.shard_format == "crec" else staging.ARRAY_RECORD_MAGIC
+        staging.sweep_temps(directory, staging.temp_pattern(ours.pattern), (magic,))
+        manifest_temps = staging.temp_pattern(re.escape(MANIFEST_NAME))
+        staging.sweep_temps(directory, manifest_temps, (staging.MANIFEST_MAGIC,))
     return [k for k in range(spec.num_shards) if complete_entry(spec, k) is not None]
 
 
@@ -254,6 +277,8 @@ def finish(spec: ShardSpec, written: Iterable[tuple[int, ShardEntry]]) -> str:
         if k not in entries:
             entries[k] = write_shard(spec, k, [])
     listed = [entries[k] for k in range(spec.num_shards)]
-    path = _manifest.write_manifest(Path(spec.output), listed, spec.shard_format)
-    outputs.remove(outputs.join(spec.output, JOB_FILE))
-    return str(path)
+    path = outputs.join(spec.output, MANIFEST_NAME)
+    with outputs.local_target(path, spec.storage_options) as local:
+        _manifest.write_manifest(local.parent, listed, spec.shard_format)
+    outputs.remove(outputs.join(spec.output, JOB_FILE), spec.storage_options)
+    return path

@@ -18,6 +18,7 @@ from chute._src.beam.shards import ShardSpec, finish, prepare_output, write_shar
 from chute._src.records.inputs import Format, detect_format, open_source
 from chute._src.records.manifest import ShardEntry
 from chute._src.records.prepare import RecordJob, check_transforms
+from chute._src.remote.urls import StorageOptions
 from chute._src.sources._paths import PathsArg, expand_paths
 
 __all__ = ["ConvertRecords", "ReadRecords", "WriteShards"]
@@ -31,16 +32,20 @@ def record_job(
     transforms: Sequence[Any],
     seed: int | None,
     options: Sequence[Any] = (),
+    storage_options: StorageOptions = None,
 ) -> RecordJob:
     """The job reading `paths` (expanded, format detected or given)."""
-    files = expand_paths(paths, "chute.beam")
+    files = expand_paths(paths, "chute.beam", storage_options)
     if fmt is None:
         found = {detect_format(p) for p in files}
         if len(found) > 1:
             names = ", ".join(sorted(f.value for f in found))
             raise ValueError(f"the inputs mix formats ({names}); read them separately")
         fmt = found.pop()
-    return RecordJob(tuple(files), Format(fmt), check_transforms(transforms), seed, tuple(options))
+    checked = check_transforms(transforms)
+    return RecordJob(
+        tuple(files), Format(fmt), checked, seed, tuple(options), storage_options=storage_options
+    )
 
 
 def split_ranges(
@@ -53,7 +58,7 @@ def split_ranges(
     bounds = {0}
     n = 0
     for p in job.paths:
-        n += len(open_source([p], job.fmt))
+        n += len(open_source([p], job.fmt, job.storage_options))
         bounds.add(n)
     bounds.update(c for c in cuts if 0 <= c <= n)
     edges = sorted(bounds)
@@ -129,7 +134,8 @@ class ReadRecords(beam.PTransform):
     (`source` as the format's chute source gives elements by default) and positions a
     `Filter` rejects are left out: the online pipeline's elements, computed once. The
     last transformation must return bytes. `num_positions` (the number of input
-    records) is known once the transform is built.
+    records) is known once the transform is built. URL inputs are read with
+    `storage_options`, which travel with the transform to every worker.
     """
 
     def __init__(
@@ -140,9 +146,10 @@ class ReadRecords(beam.PTransform):
         transforms: Sequence[Any] = (),
         seed: int | None = None,
         records_per_range: int = _RANGE,
+        storage_options: StorageOptions = None,
     ) -> None:
         super().__init__()
-        self.job = record_job(paths, format, transforms, seed)
+        self.job = record_job(paths, format, transforms, seed, (), storage_options)
         self.job.open()  # fails here, not in a worker, for a bad input or pipeline
         self.num_positions, self._ranges = split_ranges(self.job, (), records_per_range)
 
@@ -202,6 +209,9 @@ class WriteShards(beam.PTransform):
     claimed when the pipeline is built: a new or empty directory, or one a failed run of
     the same job (`job_id`) left, whose complete shards are kept, not rewritten. Each
     shard is gathered in one worker's memory: choose `num_shards` so a shard fits.
+    `output` may be a URL (`s3://bucket/prefix`): each file is staged locally and uploaded
+    whole, the manifest last; `storage_options` (fsspec's: credentials, endpoint) travel
+    with the transform to every worker.
     """
 
     def __init__(
@@ -216,6 +226,7 @@ class WriteShards(beam.PTransform):
         job_id: str = "",
         metadata: dict[str, Any] | None = None,
         exact_counts: bool = True,
+        storage_options: StorageOptions = None,
     ) -> None:
         super().__init__()
         key = json.dumps([output, num_shards, num_positions, format, compression, level])
@@ -231,6 +242,7 @@ class WriteShards(beam.PTransform):
             exact_counts=exact_counts,
             compression=compression,
             level=level,
+            storage_options=storage_options,
         )
         self.complete = prepare_output(self.spec)
 
@@ -243,7 +255,8 @@ class ConvertRecords(beam.PTransform):
     `output`, the records optionally preprocessed by `transforms` (see `ReadRecords`).
 
     A rerun after a failure reads only the positions of the shards not yet complete.
-    `completed_before` names the shards an earlier attempt had committed.
+    `completed_before` names the shards an earlier attempt had committed. `paths` and
+    `output` may be URLs, reached with `storage_options` (see `WriteShards`).
     """
 
     def __init__(
@@ -259,11 +272,12 @@ class ConvertRecords(beam.PTransform):
         transforms: Sequence[Any] = (),
         seed: int | None = None,
         records_per_range: int = _RANGE,
+        storage_options: StorageOptions = None,
     ) -> None:
         super().__init__()
         to = Format(to_format).value
         options = (num_shards, to, compression, level)
-        self.job = record_job(paths, format, transforms, seed, options)
+        self.job = record_job(paths, format, transforms, seed, options, storage_options)
         opened = self.job.open()
         n = len(opened)
         spec = ShardSpec(
@@ -276,6 +290,7 @@ class ConvertRecords(beam.PTransform):
             exact_counts=not self.job.filters,
             compression=compression,
             level=level,
+            storage_options=storage_options,
         )
         self.spec = spec
         self.completed_before = prepare_output(spec)
