@@ -229,3 +229,29 @@ def test_cache_in_the_store(store: Any) -> None:
     it2.set_state(state)
     assert list(it2) == [3 * i for i in range(10, 50)]
     assert cached.location.startswith(f"{prefix}/cache/")  # type: ignore[attr-defined]
+
+
+def test_many_urls_are_checked_concurrently_and_kept_in_order(tmp_path: Path) -> None:
+    """Each URL of a list is looked up (a round trip each) on a thread pool; the list
+    keeps the order given, globs and local paths mixed in, and the first missing URL in
+    that order is the one named."""
+    import uuid
+
+    import fsspec
+
+    from chute._src.sources._paths import MissingFileError, expand_paths
+
+    fs = fsspec.filesystem("memory")
+    prefix = f"memory://chute-{uuid.uuid4().hex[:8]}"
+    names = [f"f{k:02d}.jsonl" for k in range(12)]
+    for name in names:
+        fs.pipe(f"{prefix}/{name}", b'{"a": 1}\n')
+    local = tmp_path / "x.jsonl"
+    local.write_text('{"a": 2}\n')
+    urls = [f"{prefix}/{n}" for n in reversed(names)]
+    got = expand_paths([*urls[:6], str(local), f"{prefix}/f0[0-2].jsonl", *urls[6:]], "t")
+    globbed = [f"f0{k}.jsonl" for k in range(3)]  # as the store names them
+    assert got[:7] == [*urls[:6], str(local)] and got[10:] == urls[6:]
+    assert [u.rsplit("/", 1)[-1] for u in got[7:10]] == globbed
+    with pytest.raises(MissingFileError, match=r"t: .*/missing-1"):
+        expand_paths([*urls, f"{prefix}/missing-1", f"{prefix}/missing-2"], "t")

@@ -67,11 +67,18 @@ def expand_paths(paths: PathsArg, who: str, storage_options: StorageOptions = No
     items = list(items)
     if not items:
         raise ValueError(f"{who} needs at least one path; got an empty list")
+    checked = [_check_item(item, who) for item in items]
+    urls = [p for p in checked if is_url(p)]
+    expanded: dict[str, list[str]] = {}
+    if urls:  # each costs a round trip or more: asked concurrently, answered in order
+        from chute._src.remote.file import open_concurrently
+
+        found = open_concurrently(lambda k: _expand_url(urls[k], who, storage_options), urls)
+        expanded = dict(zip(urls, found))
     out: list[str] = []
-    for item in items:
-        p = _check_item(item, who)
+    for p in checked:
         if is_url(p):
-            out.extend(_expand_url(p, who, storage_options))
+            out.extend(expanded[p])
             continue
         p = local_path(p)
         if glob.has_magic(p):

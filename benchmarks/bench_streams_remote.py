@@ -1,0 +1,217 @@
+"""Streaming 64 JSONL shards from a bucket with interleave, against local disk and tf.data.
+
+The shared corpus's first `--records` lines dealt into 64 JSONL files (line i to file
+i % 64), read with interleave (cycle_length 16) from:
+- local disk;
+- moto's S3 server behind a proxy adding `--latency-ms` per request (moto closes the
+  connection after each answer and runs a thread per request: a slow server);
+- a minimal keep-alive range server (tests/remote_helpers.py RangeServer) with the same
+  added latency: what the client does when the server is not the limit.
+The servers run in a process of their own. Contenders, each reading every line once:
+- chute `FileLinesIterDataset(urls, parse=bytes, cycle_length=16)` with default settings
+  (lines as bytes, like tf.data's), and `JsonlIterDataset` (lines parsed as JSON);
+- tf.data `interleave(num_parallel_calls=AUTOTUNE)` over the same files: `TextLineDataset`
+  locally; from the bucket through fsspec (s3fs, the same storage options) in
+  `from_generator`, since `tf.io.gfile` has no S3 without tensorflow-io. Its lines cross
+  into Python 1024 at a time (`batch(1024)`).
+Contenders alternate within each round; medians of `--rounds` rounds.
+
+    python benchmarks/bench_streams_remote.py [--records 40000] [--rounds 3] [--tf-rounds R]
+        [--latency-ms 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+import chute
+from _harness import machine, table
+from bench_streams import split_corpus
+
+SHARDS = 64
+CYCLE = 16
+
+
+def _endpoint(port: int) -> dict[str, Any]:
+    return {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+
+
+def chute_lines(urls: list[str], options: dict[str, Any] | None, parse: bool) -> Iterator[Any]:
+    if parse:
+        ds: Any = chute.experimental.JsonlIterDataset(
+            urls, cycle_length=CYCLE, storage_options=options
+        )
+    else:
+        ds = chute.experimental.FileLinesIterDataset(
+            urls, parse=bytes, cycle_length=CYCLE, storage_options=options
+        )
+    return iter(ds)
+
+
+class FsspecLines:
+    """The lines of one object read through fsspec (for tf.data's `from_generator`)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+
+    def __call__(self, url: bytes) -> Iterator[bytes]:
+        import fsspec
+
+        with fsspec.open(url.decode(), "rb", **self.options) as f:
+            for line in f:
+                line = line.rstrip(b"\n")
+                if line:
+                    yield line
+
+
+def tf_lines(urls: list[str], options: dict[str, Any] | None) -> Iterator[Any]:
+    import tensorflow as tf
+
+    files = tf.data.Dataset.from_tensor_slices(urls)
+    if options is None:
+        open_file: Callable[[Any], Any] = tf.data.TextLineDataset
+    else:
+        reader = FsspecLines(options)
+
+        def open_file(url: Any) -> Any:
+            return tf.data.Dataset.from_generator(
+                reader, args=(url,), output_signature=tf.TensorSpec((), tf.string)
+            )
+
+    ds = files.interleave(open_file, cycle_length=CYCLE, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(1024).prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
+
+
+def count(it: Iterator[Any], batched: bool) -> int:
+    n = 0
+    for x in it:
+        n += len(x) if batched else 1
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--records", type=int, default=40000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument(
+        "--tf-rounds",
+        type=int,
+        default=None,
+        help="rounds tf.data runs in (its remote reads are slow)",
+    )
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "served"
+        paths = split_corpus(args.records, SHARDS, root / "bench" / "jsonl")
+        helper = Path(__file__).resolve().parents[1] / "tests" / "remote_helpers.py"
+        server = subprocess.Popen(
+            [sys.executable, str(helper), f"--root={root}", str(args.latency_ms)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert server.stdout is not None and server.stdin is not None
+        try:
+            moto, moto_slow, range_slow = map(int, server.stdout.readline().split())
+            lines = run(args, paths, moto, moto_slow, range_slow)
+        finally:
+            server.stdin.close()
+            server.wait(timeout=60)
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+def run(
+    args: argparse.Namespace, paths: list[str], moto: int, moto_slow: int, range_slow: int
+) -> list[str]:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**_endpoint(moto))
+    fs.mkdir("bench")
+    for p in paths:
+        fs.put_file(p, f"bench/jsonl/{Path(p).name}")
+    urls = [f"s3://bench/jsonl/{Path(p).name}" for p in paths]
+    ms = f"+{args.latency_ms:.0f}ms"
+    places: dict[str, tuple[list[str], dict[str, Any] | None]] = {
+        "local": (paths, None),
+        f"moto {ms}": (urls, _endpoint(moto_slow)),
+        f"fast {ms}": (urls, _endpoint(range_slow)),
+    }
+    readers: dict[str, Callable[[list[str], dict[str, Any] | None], tuple[Iterator[Any], bool]]]
+    readers = {
+        "chute lines": lambda u, o: (chute_lines(u, o, parse=False), False),
+        "chute JSONL (parsed)": lambda u, o: (chute_lines(u, o, parse=True), False),
+        "tf.data lines": lambda u, o: (tf_lines(u, o), True),
+    }
+    rates: dict[tuple[str, str], list[float]] = {}
+    load0 = os.getloadavg()[0]
+    for r in range(args.rounds):
+        for reader, make in readers.items():
+            if reader.startswith("tf.data") and r >= (args.tf_rounds or args.rounds):
+                continue
+            for place, (where, options) in places.items():
+                t0 = time.perf_counter()
+                it, batched = make(where, options)
+                n = count(it, batched)
+                rate = n / (time.perf_counter() - t0)
+                if n != args.records:
+                    raise AssertionError(f"{reader} at {place} read {n} lines")
+                rates.setdefault((reader, place), []).append(rate)
+                print(f"round {r}: {reader} {place}: {rate:,.0f} lines/s", file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    rows = []
+    for reader in readers:
+        for place in places:
+            rows.append(
+                [
+                    reader,
+                    place,
+                    f"{med[reader, place]:,.0f}",
+                    f"{med[reader, place] / med[reader, 'local']:.2f}",
+                    f"{med[reader, place] / med['tf.data lines', place]:.2f}x",
+                    " ".join(f"{x:,.0f}" for x in rates[reader, place]),
+                ]
+            )
+    head = ["reader", "from", "lines/s", "vs local", "vs tf.data", "each round"]
+    return [
+        f"bench_streams_remote: {args.records:,} corpus lines in {SHARDS} JSONL shards, "
+        f"interleave cycle_length={CYCLE}, default settings; the whole stream read (time "
+        f"includes opening); {args.rounds} rounds (tf.data: {args.tf_rounds or args.rounds}), "
+        "contenders alternated, medians",
+        f"'moto {ms}': moto's S3 server behind a proxy adding {ms} per request (it closes the "
+        "connection after every answer); "
+        f"'fast {ms}': a keep-alive range server with {ms} per request; servers in a process "
+        "of their own",
+        "tf.data: TextLineDataset locally, fsspec (s3fs) in from_generator from the bucket; "
+        "interleave(num_parallel_calls=AUTOTUNE), batch(1024)",
+        f"machine: {machine()}; load average {load0:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at end (a shared machine)",
+        "",
+        table(head, rows),
+    ]
+
+
+if __name__ == "__main__":
+    main()
