@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from chute._src.errors import DataError
 
@@ -165,7 +166,16 @@ def _run_convert(args: argparse.Namespace) -> int:
         print("chute convert: give at least one INPUT and an OUTPUT", file=sys.stderr)
         return 2
     *inputs, output = args.paths
-    transforms = _load_transforms(args.maps)
+    job: dict[str, Any] = {  # what either runner is given
+        "from_format": args.from_format,
+        "to_format": args.to_format,
+        "shards": args.shards,
+        "compression": args.compress,
+        "level": args.level,
+        "transforms": _load_transforms(args.maps),
+        "seed": args.seed,
+        "storage_options": args.storage_options,
+    }
     if args.runner == "beam":
         if args.overwrite or args.resume:
             raise ValueError(
@@ -176,18 +186,7 @@ def _run_convert(args: argparse.Namespace) -> int:
         from chute._src.beam.run import convert as beam_convert
 
         r = beam_convert(
-            inputs,
-            output,
-            from_format=args.from_format,
-            to_format=args.to_format,
-            shards=args.shards,
-            compression=args.compress,
-            level=args.level,
-            transforms=transforms,
-            seed=args.seed,
-            num_workers=args.num_workers,
-            beam_args=args.beam_options,
-            storage_options=args.storage_options,
+            inputs, output, **job, num_workers=args.num_workers, beam_args=args.beam_options
         )
     else:
         if args.beam_options:
@@ -198,17 +197,10 @@ def _run_convert(args: argparse.Namespace) -> int:
         r = convert(
             inputs,
             output,
-            from_format=args.from_format,
-            to_format=args.to_format,
-            shards=args.shards,
-            compression=args.compress,
-            level=args.level,
+            **job,
             overwrite=args.overwrite,
             resume=args.resume,
             progress=args.progress,
-            transforms=transforms,
-            seed=args.seed,
-            storage_options=args.storage_options,
         )
     if r.resumed_records:
         print(f"resumed: kept {r.resumed_records:,} records already converted")

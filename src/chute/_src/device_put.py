@@ -26,18 +26,9 @@ from chute._src.dataset import IterDataset
 from chute._src.iter.thread_prefetch import prefetch_iterator
 from chute._src.iterator import DatasetIterator
 from chute._src.protocol import StageRole
+from chute._src.sharding import import_jax
 
 T = TypeVar("T")
-
-
-def _import_jax(where: str) -> Any:
-    try:
-        import jax
-    except ImportError as e:
-        raise ImportError(
-            f"{where} needs JAX, which is not installed: pip install 'chute[jax]'."
-        ) from e
-    return jax
 
 
 def make_global_arrays(tree: Any, sharding: Any) -> Any:
@@ -56,7 +47,7 @@ def make_global_arrays(tree: Any, sharding: Any) -> Any:
     >>> arrays["x"].shape
     (4,)
     """
-    jax = _import_jax("make_global_arrays")
+    jax = import_jax("make_global_arrays")
     if not isinstance(sharding, jax.sharding.Sharding):
         raise TypeError(
             f"make_global_arrays: sharding={sharding!r} is not a jax.sharding.Sharding: pass "
@@ -133,7 +124,7 @@ class DevicePutIterDataset(IterDataset[Any]):
                     f"device_put: {name}={value!r} is invalid: it must be an int >= 0 (the "
                     "number of elements kept ahead; 0 turns that buffer off)."
                 )
-        jax = _import_jax("device_put")
+        jax = import_jax("device_put")
         if isinstance(device, (str, bytes, int, float)):
             raise TypeError(
                 f"device_put: device={device!r} is not a device: pass a jax.Device (e.g. "

@@ -69,7 +69,7 @@ class ShardByJaxProcess(ShardOptions):
     """Shard `jax.process_index()` of `jax.process_count()`."""
 
     def __init__(self, drop_remainder: bool = False) -> None:
-        jax = _import_jax("ShardByJaxProcess")
+        jax = import_jax("ShardByJaxProcess")
         super().__init__(
             shard_index=jax.process_index(),
             shard_count=jax.process_count(),
@@ -88,7 +88,7 @@ def shard_by_jax_process(drop_remainder: bool = False) -> ShardOptions:
     ...     shard_options = None
     """
     try:
-        jax = _import_jax("shard_by_jax_process")
+        jax = import_jax("shard_by_jax_process")
     except ImportError as e:
         raise ValueError(str(e)) from e
     if not jax.distributed.is_initialized():
@@ -100,7 +100,8 @@ def shard_by_jax_process(drop_remainder: bool = False) -> ShardOptions:
     return ShardByJaxProcess(drop_remainder=drop_remainder)
 
 
-def _import_jax(where: str) -> Any:
+def import_jax(where: str) -> Any:
+    """The `jax` module, or an ImportError naming `where` and the extra to install."""
     try:
         import jax
     except ImportError as e:
