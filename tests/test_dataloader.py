@@ -133,10 +133,14 @@ def test_sampler_of_fewer_records_reads_the_first_ones() -> None:
     """As Grain's: a sampler of 5 records over a source of 100 reads records 0 to 4 (the
     DataLoader tutorial limits its output so), in the sampler's order."""
     sampler = chute.IndexSampler(5, shuffle=True, seed=0, num_epochs=2)
-    keys = [sampler[i].record_key for i in range(len(sampler))]
+    keys: list[int] = []
+    for i in range(len(sampler)):
+        key = sampler[i].record_key
+        assert key is not None
+        keys.append(key)
     source = [f"record {i}" for i in range(100)]
     loader = chute.DataLoader(data_source=source, sampler=sampler, num_threads=0)
-    assert list(loader) == [source[k] for k in keys if k is not None]
+    assert list(loader) == [source[k] for k in keys]
     assert sorted(set(keys)) == list(range(5))
 
 

@@ -119,7 +119,9 @@ def test_shared_memory_data_source_removes_its_segment() -> None:
     attached = grain.sources.SharedMemoryDataSource(name=name)
     del attached
     gc.collect()
-    assert list(grain.sources.SharedMemoryDataSource(name=name)) == [1, 2, 3]
+    again = grain.sources.SharedMemoryDataSource(name=name)
+    assert [again[i] for i in range(len(again))] == [1, 2, 3]
+    del again
     del source
     gc.collect()
     with pytest.raises(FileNotFoundError):

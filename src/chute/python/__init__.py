@@ -57,10 +57,10 @@ from chute.transforms import Transformation as Transformation
 from chute.transforms import Transformations as Transformations
 
 if typing.TYPE_CHECKING:
-    from chute._src.orbax_args import CheckpointRestore as PyGrainCheckpointRestore
-    from chute._src.orbax_args import CheckpointSave as PyGrainCheckpointSave
     from chute._src.orbax_args import CheckpointRestore as GrainCheckpointRestore
+    from chute._src.orbax_args import CheckpointRestore as PyGrainCheckpointRestore
     from chute._src.orbax_args import CheckpointSave as GrainCheckpointSave
+    from chute._src.orbax_args import CheckpointSave as PyGrainCheckpointSave
 
 _ORBAX_ARGS = {
     "PyGrainCheckpointSave": "CheckpointSave",
