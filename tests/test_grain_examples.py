@@ -42,6 +42,7 @@ DOCUMENTS = {
         "docs/tutorials/data_sources/arrayrecord_data_source_tutorial.md"
     ),
     "parquet_dataset_tutorial": "docs/tutorials/data_sources/parquet_dataset_tutorial.md",
+    "load_from_s3_tutorial": "docs/tutorials/data_sources/load_from_s3_tutorial.md",
     "jax_training_tutorial": "docs/tutorials/jax_training_tutorial.md",
 }
 
