@@ -64,9 +64,11 @@ GRAIN_XFAIL: dict[str, str] = {
 # spawn or forkserver do not import it again, and what they need of it travels pickled.
 # The runner does the same with the example's code. Grain's worker processes also read absl
 # flags, which a notebook's kernel has parsed; the Grain runner marks them parsed.
-_NOTEBOOK = "exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'))\n"
-_CHUTE_BOOT = "import sys\n" + _NOTEBOOK
-_GRAIN_BOOT = "import sys\nfrom absl import flags\nflags.FLAGS.mark_as_parsed()\n" + _NOTEBOOK
+_NOTEBOOK = "exec(compile(pathlib.Path(sys.argv[1]).read_text(), sys.argv[1], 'exec'))\n"
+_CHUTE_BOOT = "import pathlib, sys\n" + _NOTEBOOK
+_GRAIN_BOOT = (
+    "import pathlib, sys\nfrom absl import flags\nflags.FLAGS.mark_as_parsed()\n" + _NOTEBOOK
+)
 
 
 def _env(source: str) -> dict[str, str]:
