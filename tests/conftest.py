@@ -138,3 +138,9 @@ def s3_server() -> Iterator[S3Server]:
         yield S3Server(f"http://{host}:{port}", port)
     finally:
         server.stop()
+
+
+# Grain's documented examples (tests/grain_examples/) run top to bottom when imported, as a
+# notebook's cells do; tests/test_grain_examples.py runs each in its own interpreter, so
+# the doctest collector must not import them.
+collect_ignore = ["grain_examples"]

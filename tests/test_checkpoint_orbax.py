@@ -75,6 +75,32 @@ def test_grain_names_under_import_chute_as_grain() -> None:
     )
 
 
+def test_grain_python_names_of_the_orbax_arguments(tmp_path: Path) -> None:
+    """`grain.python` names the arguments PyGrainCheckpoint{Save,Restore}; Grain's DataLoader
+    tutorial calls them GrainCheckpoint{Save,Restore}. Both save and restore a loader."""
+    import chute.python as pygrain
+
+    assert (
+        pygrain.GrainCheckpointSave
+        is pygrain.PyGrainCheckpointSave
+        is chute.checkpoint.CheckpointSave
+    )
+    assert pygrain.GrainCheckpointRestore is pygrain.PyGrainCheckpointRestore
+    loader = pygrain.DataLoader(
+        data_source=list(range(10)),
+        sampler=pygrain.IndexSampler(10, shuffle=True, seed=1, num_epochs=1),
+    )
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    mngr = ocp.CheckpointManager(tmp_path / "ckpt")
+    assert mngr.save(3, args=pygrain.GrainCheckpointSave(it), force=True)
+    mngr.wait_until_finished()
+    rest = list(it)
+    mngr.restore(3, args=pygrain.GrainCheckpointRestore(it))
+    assert list(it) == rest and sorted(head + rest) == list(range(10))
+    mngr.close()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

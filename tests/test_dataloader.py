@@ -129,6 +129,21 @@ def test_sampler_record_metadata_matches_loader_order() -> None:
     assert meta.index == 3 and isinstance(meta.rng, np.random.Generator)
 
 
+def test_sampler_of_fewer_records_reads_the_first_ones() -> None:
+    """As Grain's: a sampler of 5 records over a source of 100 reads records 0 to 4 (the
+    DataLoader tutorial limits its output so), in the sampler's order."""
+    sampler = chute.IndexSampler(5, shuffle=True, seed=0, num_epochs=2)
+    keys: list[int] = []
+    for i in range(len(sampler)):
+        key = sampler[i].record_key
+        assert key is not None
+        keys.append(key)
+    source = [f"record {i}" for i in range(100)]
+    loader = chute.DataLoader(data_source=source, sampler=sampler, num_threads=0)
+    assert list(loader) == [source[k] for k in keys]
+    assert sorted(set(keys)) == list(range(5))
+
+
 def test_custom_sampler() -> None:
     class Reverse:
         def __len__(self) -> int:
@@ -152,6 +167,11 @@ def test_custom_sampler() -> None:
         ),
         ({"operations": [42]}, TypeError, r"operation 0, 42 of type int, is not an operation"),
         ({"sampler": 5}, TypeError, r"is not a sampler"),
+        (
+            {"sampler": chute.IndexSampler(5)},
+            ValueError,
+            r"samples 5 records, but the data source has only 4: .*num_records=len\(data_source\)",
+        ),
         ({"num_threads": 0, "read_options": chute.ReadOptions()}, ValueError, r"pass one"),
         (
             {"shard_options": chute.sharding.ShardOptions(0, 2)},

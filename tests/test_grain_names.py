@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import functools
+import gc
+import os
 import pickle
+import subprocess
+import sys
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import chute as grain
 import chute.python
@@ -103,6 +109,35 @@ def test_shared_memory_data_source_pickles_by_name() -> None:
     finally:
         source.close()
         source.unlink()
+
+
+def test_shared_memory_data_source_removes_its_segment() -> None:
+    """The source that made a segment removes it when it goes, or at exit (no warning of a
+    leaked segment); one attached by name leaves it."""
+    source = grain.sources.SharedMemoryDataSource([1, 2, 3])
+    name = source.shm.name
+    attached = grain.sources.SharedMemoryDataSource(name=name)
+    del attached
+    gc.collect()
+    again = grain.sources.SharedMemoryDataSource(name=name)
+    assert [again[i] for i in range(len(again))] == [1, 2, 3]
+    del again
+    del source
+    gc.collect()
+    with pytest.raises(FileNotFoundError):
+        shared_memory.SharedMemory(name)
+    script = (
+        "import chute\n"
+        "source = chute.sources.SharedMemoryDataSource(['a', b'b', 3])\n"
+        "print(source.shm.name)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 0 and "leaked" not in proc.stderr, proc.stderr
+    with pytest.raises(FileNotFoundError):
+        shared_memory.SharedMemory(proc.stdout.strip())
 
 
 def test_element_spec_and_batch_and_pad() -> None:

@@ -10,20 +10,18 @@ that chute runs it.
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from grain_helpers import base_env, grain_missing, imported_modules, run_python, to_grain
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 SCRIPTS = sorted((HERE / "grain_walkthroughs").glob("walk_*.py"))
-GRAIN_VERSION = "0.2.18"
 
 # Scripts whose chute run fails for a known reason, kept strict so a fix is noticed.
 CHUTE_XFAIL: dict[str, str] = {}
@@ -38,49 +36,13 @@ _GRAIN_BOOT = (
     "runpy.run_path(sys.argv[1], run_name='__main__')\n"
 )
 
-_IMPORT_LINE = re.compile(r"^(\s*(?:import|from)\s+)chute\b(.*)$", re.MULTILINE)
-
-
-def to_grain(source: str) -> str:
-    """The script with `import chute as grain` read as `import grain` (and
-    `import chute.python as pygrain` as `import grain.python as pygrain`, and so on)."""
-    switched = _IMPORT_LINE.sub(r"\1grain\2", source)
-    return re.sub(r"^(\s*)import grain as grain$", r"\1import grain", switched, flags=re.M)
-
-
-def grain_missing() -> str | None:
-    """Why the Grain run cannot happen here, or None when it can."""
-    try:
-        version = importlib.metadata.version("grain")
-    except importlib.metadata.PackageNotFoundError:
-        return "grain is not installed"
-    if version != GRAIN_VERSION:
-        return f"grain {version} is installed; the walkthroughs target grain {GRAIN_VERSION}"
-    if importlib.util.find_spec("absl") is None:
-        return "absl is not installed (Grain's multiprocessing reads absl flags)"
-    return None
-
 
 def run_script(args: list[str], env: dict[str, str], cwd: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    detail = f"\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
-    assert proc.returncode == 0, f"exit status {proc.returncode}{detail}"
+    proc = run_python(args, env, cwd)
     lines = proc.stdout.strip().splitlines()
-    assert lines and lines[-1] == "ok", f"last line is not 'ok'{detail}"
-
-
-def _base_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    env["JAX_PLATFORMS"] = "cpu"
-    return env
+    assert lines and lines[-1] == "ok", (
+        f"last line is not 'ok'\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    )
 
 
 def _chute_params() -> list:
@@ -117,7 +79,7 @@ def test_every_script_is_found() -> None:
 
 @pytest.mark.parametrize("script", _chute_params())
 def test_walkthrough_runs_with_chute(script: Path, tmp_path: Path) -> None:
-    env = _base_env()
+    env = base_env()
     env["PYTHONPATH"] = str(SRC)
     run_script([str(script)], env, tmp_path)
 
@@ -129,8 +91,8 @@ def test_walkthrough_runs_with_grain(script: Path, tmp_path: Path) -> None:
         pytest.skip(reason)
     grain_copy = tmp_path / script.name
     grain_copy.write_text(to_grain(script.read_text()))
-    assert "chute" not in re.findall(r"^\s*(?:import|from)\s+(\w+)", grain_copy.read_text(), re.M)
-    run_script(["-c", _GRAIN_BOOT, str(grain_copy)], _base_env(), tmp_path)
+    assert "chute" not in imported_modules(grain_copy.read_text())
+    run_script(["-c", _GRAIN_BOOT, str(grain_copy)], base_env(), tmp_path)
 
 
 def test_import_switch() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,15 +28,33 @@ def _constant(value: int) -> Callable[[int], int]:
 @given(weights=st.lists(st.integers(1, 9), min_size=1, max_size=4))
 @settings(max_examples=30, deadline=None)
 def test_realised_proportions_match_the_weights(weights: list[int]) -> None:
-    period = sum(weights)
-    n = 3 * period * max(weights)
+    # Grain's proportions: the smallest weight scaled to 100, the others truncated (3 and 4
+    # are 100 and 133); exact for weights that are multiples of the smallest.
+    scaled = [int(w * (100 / min(weights))) for w in weights]
+    proportions = np.array(scaled) // math.gcd(*scaled)
+    period = int(proportions.sum())
+    n = 2 * period
     datasets = [chute.MapDataset.range(n).map(_constant(t)) for t in range(len(weights))]
     mixed = chute.MapDataset.mix(datasets, weights)
     head = mixed[: 2 * period]
     counts = np.bincount(list(head), minlength=len(weights))
-    assert (counts * sum(weights) == np.array(weights) * 2 * period).all()
+    assert (counts == proportions * 2).all()
     iter_mixed = chute.IterDataset.mix([d.to_iter_dataset() for d in datasets], weights)
-    assert list(iter_mixed)[: 2 * period] == list(head)
+    assert list(itertools.islice(iter_mixed, 2 * period)) == list(head)
+
+
+def test_fractional_weights_are_scaled_as_grain_scales_them() -> None:
+    """0.7 and 0.3 are proportions 233 and 100 (the smallest scaled to 100, truncated), as
+    in Grain, not 7 and 3: the mixture's length and order follow from them."""
+    ds = chute.MapDataset.mix([_tagged(0, 4708), _tagged(1, 60_000)], [0.7, 0.3])
+    assert len(ds) == 6728  # int(4708 / (233 / 333)); 7 and 3 would give 6725
+    first_period = [ds[i][0] for i in range(333)]
+    assert first_period.count(0) == 233
+    assert [ds[i][0] for i in range(10)] == [0, 0, 0, 1, 0, 0, 1, 0, 0, 1]
+    iter_ds = chute.IterDataset.mix(
+        [_tagged(0, 4708).to_iter_dataset(), _tagged(1, 60_000).to_iter_dataset()], [0.7, 0.3]
+    )
+    assert [tag for tag, _ in itertools.islice(iter_ds, 333)] == first_period
 
 
 def test_map_mix_is_deterministic_random_access_and_ends_with_the_first_dataset() -> None:

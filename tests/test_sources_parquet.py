@@ -58,3 +58,30 @@ def test_missing_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.Mon
         ImportError, match=r"ParquetDataSource needs pyarrow: pip install 'chute\[parquet\]'"
     ):
         ParquetDataSource(tmp_path / "a.parquet")
+
+
+def test_file_options_reach_pyarrow(tmp_path: Path) -> None:
+    """Keyword options of `pyarrow.parquet.ParquetFile` are given to it for every file (and
+    travel with the source when it is pickled); others are refused by name."""
+    path = _write(tmp_path / "a.parquet", ROWS)
+    mapped = ParquetDataSource(path, file_options={"memory_map": True, "buffer_size": 1024})
+    assert pickle.loads(pickle.dumps(mapped))[3] == ROWS[3]
+    # A limit too small for the file's own metadata: pyarrow refuses, so it was given.
+    tiny = ParquetDataSource(path, file_options={"thrift_string_size_limit": 1})
+    for source in (tiny, pickle.loads(pickle.dumps(tiny))):
+        with pytest.raises(DataError, match="not a readable Parquet file"):
+            len(source)
+    with pytest.raises(
+        TypeError, match=r"\['memmap'\] are not options of .*ParquetFile.*memory_map"
+    ):
+        ParquetDataSource(path, file_options={"memmap": True})
+
+
+def test_parquet_iter_dataset_gives_read_kwargs_to_pyarrow(tmp_path: Path) -> None:
+    import chute
+
+    path = str(_write(tmp_path / "a.parquet", ROWS))
+    ds = chute.experimental.ParquetIterDataset(path, memory_map=True, columns=["id"])
+    assert [row["id"] for row in ds] == list(range(250)) and next(iter(ds)) == {"id": 0}
+    with pytest.raises(TypeError, match=r"\['bogus'\] are not options of"):
+        chute.experimental.ParquetIterDataset(path, bogus=1)

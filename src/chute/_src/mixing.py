@@ -1,17 +1,17 @@
 """The deterministic mixing schedule shared by `MapDataset.mix` and `IterDataset.mix`.
 
-Grain's rule: with integer proportions `p` (the weights as exact smallest integers), position
-`k` of the mixture is drawn from the dataset whose running count `floor`-increases at `k`.
-The pattern repeats every `sum(p)` positions and, within each period, dataset `i` appears
-exactly `p[i]` times, so the realised proportions match the weights at every multiple of
-the period and within one element of them in between.
+Grain's rule: the weights become integer proportions `p` (scaled so that the smallest is
+100, then truncated, as Grain does: 0.7 and 0.3 are 233 and 100), and position `k` of the
+mixture is drawn from the dataset whose running count `floor`-increases at `k`. The pattern
+repeats every `sum(p)` positions and, within each period, dataset `i` appears exactly `p[i]`
+times, so the realised proportions match `p` at every multiple of the period and within
+one element of them in between.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,8 @@ _MAX_PERIOD = 1 << 22
 
 
 def int_proportions(weights: Sequence[Any] | None, n: int, where: str) -> list[int]:
-    """The weights as the smallest proportional integers (exact for rationals)."""
+    """The weights as integers, as Grain makes them: each scaled so that the smallest is
+    100, truncated, then divided by their gcd."""
     if weights is None:
         return [1] * n
     ws = list(weights)
@@ -34,9 +35,11 @@ def int_proportions(weights: Sequence[Any] | None, n: int, where: str) -> list[i
                 f"{where}: weight {w!r} is invalid: weights must be positive numbers; drop "
                 "a dataset rather than giving it weight 0."
             )
-    fractions = [Fraction(w).limit_denominator(10_000) for w in ws]
-    denominator = math.lcm(*(f.denominator for f in fractions))
-    ints = [int(f * denominator) for f in fractions]
+    # Grain's scaling, float arithmetic and truncation included: the smallest weight becomes
+    # 100. Weights 0.7 and 0.3 are thus 233 and 100 (not 7 and 3), which decides the
+    # mixture's length and order; dividing by the gcd changes neither, only the period.
+    scale = 100 / min(ws)
+    ints = [int(w * scale) for w in ws]
     divisor = math.gcd(*ints)
     return [i // divisor for i in ints]
 

@@ -110,12 +110,17 @@ class IndexSampler:
         return self._shard_options
 
     def apply(self, ds: MapDataset[Any]) -> MapDataset[Any]:
-        """`ds` (of `num_records` elements) in this sampler's order, as Dataset stages."""
-        if len(ds) != self._num_records:
+        """`ds` in this sampler's order, as Dataset stages: its first `num_records` records
+        (all of them when `num_records=len(data_source)`; fewer, as Grain's sampler reads
+        record keys below `num_records` only)."""
+        if len(ds) < self._num_records:
             raise ValueError(
                 f"{self!r} samples {self._num_records} records, but the data source has "
-                f"{len(ds)}: build the sampler with num_records=len(data_source)."
+                f"only {len(ds)}: build the sampler with num_records=len(data_source) (or "
+                "fewer, to read the first records only)."
             )
+        if len(ds) > self._num_records:
+            ds = ds[: self._num_records]
         ds = self._shard_order(ds)
         if self._num_epochs != 1:
             ds = ds.repeat(self._num_epochs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Iterable, Sequence
 from multiprocessing import shared_memory
 from typing import Any
@@ -129,6 +130,11 @@ class SharedMemoryDataSource(shared_memory.ShareableList):
     """A data source of ints, floats, bools, strs, bytes or Nones held in shared memory:
     made from `elements`, or attached to an existing one by `name`.
 
+    The source that made the segment removes it when it is garbage-collected or the
+    process exits, whichever comes first (Grain's leaves that to `unlink()`, and Python's
+    resource tracker warns of a leak at exit); one attached by name only closes its
+    mapping. `close()` and `unlink()` may still be called, as with Grain's.
+
     >>> source = SharedMemoryDataSource([1, 2, 3])
     >>> len(source), source[1]
     (3, 2)
@@ -145,6 +151,7 @@ class SharedMemoryDataSource(shared_memory.ShareableList):
                 "attach to one made elsewhere."
             )
         super().__init__(elements, name=name)
+        weakref.finalize(self, _release, self.shm, elements is not None)
 
     def __reduce__(self) -> Any:
         return _attach, (self.shm.name,)
@@ -158,6 +165,15 @@ class SharedMemoryDataSource(shared_memory.ShareableList):
 
     def unlink(self) -> None:
         self.shm.unlink()
+
+
+def _release(shm: shared_memory.SharedMemory, unlink: bool) -> None:
+    shm.close()
+    if unlink:
+        try:
+            shm.unlink()
+        except FileNotFoundError:  # unlink() was called already
+            pass
 
 
 def _attach(name: str) -> SharedMemoryDataSource:

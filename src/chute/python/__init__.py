@@ -1,8 +1,11 @@
 """Grain's older `grain.python` namespace: the same objects under the names it used.
 
 `PyGrainDatasetIterator` is the DataLoader's iterator, `PyGrainCheckpointHandler` the
-Orbax handler, `InMemoryDataSource` the `SharedMemoryDataSource`; the operations
-(`MapOperation`, `BatchOperation`, ...) are accepted by `DataLoader(operations=...)`.
+Orbax handler, with its arguments `PyGrainCheckpointSave`/`PyGrainCheckpointRestore` (also
+named `GrainCheckpointSave`/`GrainCheckpointRestore`, as Grain's DataLoader tutorial calls
+them, though grain 0.2.18 lacks those names), `InMemoryDataSource` the
+`SharedMemoryDataSource`; the operations (`MapOperation`, `BatchOperation`, ...) are
+accepted by `DataLoader(operations=...)`.
 """
 
 import importlib
@@ -54,11 +57,15 @@ from chute.transforms import Transformation as Transformation
 from chute.transforms import Transformations as Transformations
 
 if typing.TYPE_CHECKING:
+    from chute._src.orbax_args import CheckpointRestore as GrainCheckpointRestore
     from chute._src.orbax_args import CheckpointRestore as PyGrainCheckpointRestore
+    from chute._src.orbax_args import CheckpointSave as GrainCheckpointSave
     from chute._src.orbax_args import CheckpointSave as PyGrainCheckpointSave
 
 _ORBAX_ARGS = {
     "PyGrainCheckpointSave": "CheckpointSave",
+    "GrainCheckpointSave": "CheckpointSave",
+    "GrainCheckpointRestore": "CheckpointRestore",
     "PyGrainCheckpointRestore": "CheckpointRestore",
 }
 
@@ -73,6 +80,8 @@ __all__ = [
     "EPOCH",
     "FilterOperation",
     "FilterTransform",
+    "GrainCheckpointRestore",
+    "GrainCheckpointSave",
     "INDEX",
     "InMemoryDataSource",
     "IndexSampler",

@@ -23,21 +23,20 @@ _PARQUET_CYCLE = 16  # Grain's: files of a ParquetIterDataset read at a time
 class ParquetIterDataset(InterleaveIterDataset):
     """The rows of the Parquet file(s) at `path`, one dict of column values per row.
 
-    Several files are interleaved, 16 at a time (as Grain). `read_kwargs` may name
-    `columns` to read only those.
+    Several files are interleaved, 16 at a time (as Grain). `read_kwargs` go to
+    `pyarrow.parquet.ParquetFile` for each file, as in Grain (`memory_map=True`, ...), but
+    for `columns`, which selects the columns to read.
     """
 
     def __init__(self, path: str | os.PathLike[str] | Sequence[str], **read_kwargs: Any) -> None:
         from chute._src.sources.parquet import ParquetDataSource
 
         columns = read_kwargs.pop("columns", None)
-        if read_kwargs:
-            raise TypeError(
-                f"ParquetIterDataset: unsupported read options {sorted(read_kwargs)}: chute "
-                "reads Parquet its own way and takes only columns=[...]; drop the others."
-            )
         files = expand_paths(path, "ParquetIterDataset")
-        shards = [MapDataset.source(ParquetDataSource(p, columns)) for p in files]
+        shards = [
+            MapDataset.source(ParquetDataSource(p, columns, file_options=read_kwargs))
+            for p in files
+        ]
         super().__init__(shards, cycle_length=_PARQUET_CYCLE)
 
 

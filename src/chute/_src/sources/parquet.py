@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chute._src.errors import DataError
@@ -25,13 +26,29 @@ def _pq() -> Any:
     return pq
 
 
+def _check_file_options(options: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """`options` for `pyarrow.parquet.ParquetFile`, each checked against its signature."""
+    options = dict(options or {})
+    known = inspect.signature(_pq().ParquetFile.__init__).parameters
+    unknown = sorted(name for name in options if name not in known or name in ("self", "source"))
+    if unknown:
+        accepted = ", ".join(name for name in known if name not in ("self", "source"))
+        raise TypeError(
+            f"{where}: {unknown} are not options of pyarrow.parquet.ParquetFile, which reads "
+            f"each file: give only its keyword options ({accepted})."
+        )
+    return options
+
+
 class ParquetDataSource:
     """Rows of Parquet files as dicts `{column: value}`, by global index across files.
 
     Random access decodes the row group that holds a row and keeps decoded row groups (as
     Arrow tables) up to `cache_bytes`, most recently used first, so a file that fits is
     decoded once and random reads then cost a row's conversion to Python. A block of
-    reads converts each row group's rows in one `take`. `columns` selects columns.
+    reads converts each row group's rows in one `take`. `columns` selects columns;
+    `file_options` are keyword options of `pyarrow.parquet.ParquetFile` (`memory_map`,
+    `buffer_size`, ...), given to it for every file.
     Page CRCs are checked where the writer stored them (pyarrow's
     `write_page_checksum=True`; off by default); a corrupt page or a value that does not
     convert raises `chute.DataError` naming the file and the row group or record.
@@ -45,8 +62,10 @@ class ParquetDataSource:
         *,
         cache_bytes: int = 256 << 20,
         storage_options: StorageOptions = None,
+        file_options: Mapping[str, Any] | None = None,
     ) -> None:
         _pq()
+        self._file_options = _check_file_options(file_options, "ParquetDataSource")
         self._storage = dict(storage_options or {})
         self._paths = expand_paths(paths, "ParquetDataSource", self._storage)
         self._columns = list(columns) if columns is not None else None
@@ -67,11 +86,13 @@ class ParquetDataSource:
             "columns": self._columns,
             "cache": self._cache_bytes,
             "storage": self._storage,
+            "file_options": self._file_options,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._paths, self._columns = state["paths"], state["columns"]
         self._storage = state["storage"]
+        self._file_options = state["file_options"]
         self._cache_bytes = state["cache"]
         self._init_runtime()
 
@@ -87,7 +108,9 @@ class ParquetDataSource:
                     source = guard.reader() if isinstance(guard, RemoteFile) else p
                     guard.close()
                     try:
-                        f = pq.ParquetFile(source, page_checksum_verification=True)
+                        f = pq.ParquetFile(
+                            source, **{"page_checksum_verification": True, **self._file_options}
+                        )
                     except Exception as e:  # pyarrow.ArrowInvalid and friends
                         raise DataError(
                             f"{p}: not a readable Parquet file ({e}); it is truncated, corrupt "
