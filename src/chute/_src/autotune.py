@@ -48,6 +48,10 @@ NOISE_FACTOR = 1.5
 SATURATED = 0.9
 """CPU use (the share of the usable cores the process keeps busy) at which a climb of
 threads stops going up: more threads cannot add CPU."""
+QUEUED = 0.25
+"""...and the share of the window that the threads spend runnable but waiting for a CPU
+(Linux `schedstat`) at which it stops too: on a machine shared with other processes the
+CPU is the limit although this process does not use all of it."""
 KEEP_FEWER = 0.04
 """A step down (fewer threads or workers) is kept when it loses at most this fraction."""
 LINEAR = 0.75
@@ -110,6 +114,23 @@ def available_memory() -> int:
     return available
 
 
+def queued_seconds() -> float | None:
+    """Seconds this process's threads have spent runnable, waiting for a CPU (the sum of
+    `/proc/self/task/*/schedstat`'s second field); None where Linux does not say."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
 def memory_budget() -> int:
     """Bytes of arrays AUTOTUNE lets a reader compute ahead: `MEMORY_SHARE` of the
     available memory, at least 64 MiB."""
@@ -161,8 +182,8 @@ class HillClimb:
     by more than `GAIN` and more than `NOISE_FACTOR` times the noise measured so far (a
     step that does not is measured once more and counts the mean of both windows); a
     larger value that is not clearly better is left and the climb goes back. No larger
-    value is tried while the process already keeps `SATURATED` of the usable cores busy
-    (more threads cannot add CPU). If the first step up did not pay, try smaller values
+    value is tried while the process already keeps `SATURATED` of the usable cores busy,
+    or its threads wait for a CPU `QUEUED` of the time (more threads cannot add CPU). If the first step up did not pay, try smaller values
     while each loses at most `KEEP_FEWER`; then settle on the best. A settled rate that
     falls by `RETUNE_DROP` two windows in a row, or `RECLIMB_S` seconds settled, starts a new climb from where
     it is.
@@ -236,6 +257,7 @@ class HillClimb:
         self._count = 0
         self._measuring_since: float | None = None
         self._cpu0 = 0.0
+        self._queued0: float | None = None
 
     def observe(self, elements: int) -> int:
         now = time.monotonic()
@@ -243,7 +265,8 @@ class HillClimb:
             if now - self._t0 < SETTLE_S:
                 return self.value
             self._measuring_since, self._count = now, 0
-            self._cpu0 = time.process_time() if self._cores else 0.0
+            if self._cores:
+                self._cpu0, self._queued0 = time.process_time(), queued_seconds()
             return self.value
         self._count += elements
         elapsed = now - self._measuring_since
@@ -251,20 +274,31 @@ class HillClimb:
         if elapsed < WINDOW_S or not enough:
             return self.value
         rate = self._count / elapsed
-        cpu = None
+        cpu = queued = None
         if self._cores:
             cpu = (time.process_time() - self._cpu0) / elapsed / self._cores
+            now_queued = queued_seconds()
+            if now_queued is not None and self._queued0 is not None:
+                # per thread computing (the value) and the consumer's
+                queued = max(0.0, now_queued - self._queued0) / elapsed / (self.value + 1)
         self._reset_window()
-        return self.measured(rate, cpu=cpu)
+        return self.measured(rate, cpu=cpu, queued=queued)
 
-    def measured(self, rate: float, *, cpu: float | None = None) -> int:
+    def measured(
+        self, rate: float, *, cpu: float | None = None, queued: float | None = None
+    ) -> int:
         """One window's step: the consumer took `rate` elements/s with the current value,
-        and the process kept `cpu` of the usable cores busy (None: not watched). Returns
-        the value to use next."""
+        the process kept `cpu` of the usable cores busy and its threads waited for a CPU
+        `queued` of the window each (None: not watched). Returns the value to use next."""
+        busy = None
+        if cpu is not None and cpu >= SATURATED:
+            busy = f"{cpu:.0%} of {self._cores} cores busy"
+        elif queued is not None and queued >= QUEUED:
+            busy = f"threads waiting for a CPU {queued:.0%} of the time"
         if self._settled_rate is not None:
-            self._watch(rate, cpu)
+            self._watch(rate, busy)
         else:
-            self._step(rate, cpu)
+            self._step(rate, busy)
         return self.value
 
     def _note_noise(self, first: float, second: float) -> None:
@@ -273,10 +307,10 @@ class HillClimb:
     def _fmt(self, rate: float) -> str:
         return f"{rate:,.0f} {self._unit}/s"
 
-    def _step(self, rate: float, cpu: float | None) -> None:
+    def _step(self, rate: float, cpu_bound: str | None) -> None:
         i = self._i
-        saturated = cpu is not None and cpu >= SATURATED
-        busy = f" with {cpu:.0%} of {self._cores} cores busy" if saturated else ""
+        saturated = cpu_bound is not None
+        busy = f" with {cpu_bound}" if cpu_bound else ""
         if not self._rates:  # the first measurement of a climb, taken over two windows
             if i not in self._first_try:
                 self._first_try[i] = rate
@@ -373,7 +407,7 @@ class HillClimb:
             f"< {KEEP_FEWER:.0%} less)",
         )
 
-    def _watch(self, rate: float, cpu: float | None) -> None:
+    def _watch(self, rate: float, cpu_bound: str | None) -> None:
         settled = self._settled_rate or 0.0
         fell = rate < settled * (1 - RETUNE_DROP)
         dropped = fell and self._fell  # two windows in a row: one can lose its CPU
@@ -389,7 +423,7 @@ class HillClimb:
             self._tuning.note(self.setting, self.value, f"{why}: tuning again")
             self._settled_rate = None
             self._new_climb()
-            self._step(rate, cpu)
+            self._step(rate, cpu_bound)
         else:
             # follow slow drifts so that a later drop is measured against the present
             self._settled_rate = 0.8 * settled + 0.2 * rate
@@ -404,5 +438,6 @@ __all__ = [
     "available_memory",
     "is_autotune",
     "memory_budget",
+    "queued_seconds",
     "usable_cores",
 ]
