@@ -10,6 +10,16 @@ of pipeline.
 - `image (numpy-heavy)`: JPEG decode with Pillow, random 224 crop and flip (numpy), batch
   64 (`bench_image.py`'s work; synthetic pictures of the same sizes when scikit-image and
   matplotlib are missing). Images/s.
+- `interleave (latency-bound)`: 64 small JSON Lines shards (100 lines of ~200 bytes each)
+  read through `bench_streams.py`'s reader, which sleeps `--latency-ms` (20) at each file
+  open and each 64 KiB read, as remote storage answers; the list of shards repeated so the
+  run does not end; `InterleaveIterDataset(cycle_length=16)`, batch 256 lines. Chute's
+  contenders are interleave `parallelism` values with the inputs opened ahead
+  (`make_iter_buffer_size`) that keep those threads busy (17 threads and 1 ahead is the
+  fixed default before AUTOTUNE: one thread per open input and one opened ahead) and
+  AUTOTUNE; tf.data:
+  `interleave(from_generator(reader), cycle_length=16, num_parallel_calls=AUTOTUNE)
+  .batch(256).prefetch(AUTOTUNE)`. Lines/s.
 
 chute settings: `ReadOptions(num_threads=N)` for each N of a sweep (prefetch_buffer_size
 500, Grain's default), `ReadOptions()` (both AUTOTUNE, the default); for the text pipeline
@@ -23,6 +33,7 @@ over the whole run (tuning included) is shown too. Rounds alternate every conten
 medians of the rounds.
 
     python benchmarks/bench_autotune.py [--rounds 3] [--tune-s 2.5] [--measure-s 3]
+        [--only text|reads|image|interleave] [--latency-ms 20]
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ import chute
 from _corpus import Tokenize, corpus_array_record, tokenizer_path
 from _harness import machine, table
 from bench_rampup import images
+from bench_streams import SlowLines
 
 SEQ_LEN = 128
 RECORDS = 120_000
@@ -115,6 +127,53 @@ def chute_reads(options: chute.ReadOptions) -> Any:
         .to_iter_dataset(options)
         .batch(32, drop_remainder=True)
     )
+
+
+SHARDS, SHARD_LINES, REPEATS, CYCLE = 64, 100, 200, 16
+
+
+def shard_files() -> list[str]:
+    """64 JSON Lines files of 100 lines each, made once in bench_out/interleave_shards/."""
+    from _corpus import OUT
+
+    folder = OUT / "interleave_shards"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(SHARDS):
+        path = folder / f"shard-{k:03d}.jsonl"
+        if not path.exists():
+            lines = (
+                json.dumps({"id": k * SHARD_LINES + i, "text": "lorem ipsum " * 14})
+                for i in range(SHARD_LINES)
+            )
+            path.write_text("\n".join(lines) + "\n")
+        paths.append(str(path))
+    return paths
+
+
+def chute_interleave(parallelism: Any, latency: float, ahead: int = 1) -> Any:
+    shards = [chute.IterDataset.source(SlowLines(p, latency)) for p in shard_files()]
+    return chute.experimental.InterleaveIterDataset(
+        shards * REPEATS,
+        cycle_length=CYCLE,
+        parallelism=parallelism,
+        make_iter_buffer_size=ahead,
+    ).batch(256, drop_remainder=True)
+
+
+def tf_interleave(latency: float) -> Iterator[Any]:
+    import tensorflow as tf
+
+    def open_file(path: Any) -> Any:
+        return tf.data.Dataset.from_generator(
+            lambda p: SlowLines(p.decode(), latency)(),
+            args=(path,),
+            output_signature=tf.TensorSpec((), tf.string),
+        )
+
+    files = tf.data.Dataset.from_tensor_slices(shard_files() * REPEATS)
+    ds = files.interleave(open_file, cycle_length=CYCLE, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(256, drop_remainder=True).prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
 
 
 def chute_images(options: chute.ReadOptions, paths: list[str]) -> Any:
@@ -193,7 +252,11 @@ def chosen(it: Any) -> str:
             found.update(current.current)
         children = getattr(node, "children", None)
         stack.extend(children() if callable(children) else [])
-    short = {"num_threads": "threads", "prefetch_buffer_size": "buffer"}
+    short = {
+        "num_threads": "threads",
+        "prefetch_buffer_size": "buffer",
+        "inputs opened ahead": "ahead",
+    }
     return ", ".join(f"{short.get(k, k)} {v}" for k, v in sorted(found.items()))
 
 
@@ -220,7 +283,9 @@ def run(make: Callable[[], Any], tune_s: float, measure_s: float) -> tuple[float
             close()
 
 
-def contenders(paths: list[str], with_tf: bool) -> dict[str, dict[str, Callable[[], Any]]]:
+def contenders(
+    paths: list[str], with_tf: bool, latency: float
+) -> dict[str, dict[str, Callable[[], Any]]]:
     def fixed(n: int) -> chute.ReadOptions:
         return chute.ReadOptions(num_threads=n, prefetch_buffer_size=500)
 
@@ -244,10 +309,22 @@ def contenders(paths: list[str], with_tf: bool) -> dict[str, dict[str, Callable[
             },
             "AUTOTUNE threads": lambda: iter(chute_images(auto, paths)),
         },
+        "interleave (latency-bound), lines/s": {
+            **{
+                f"parallelism {n}, {a} ahead": (
+                    lambda n=n, a=a: iter(chute_interleave(n, latency, a))
+                )
+                for n, a in ((4, 1), (17, 1), (32, 16), (64, 48))
+            },
+            "AUTOTUNE parallelism": lambda: iter(chute_interleave(chute.AUTOTUNE, latency)),
+        },
     }
     if with_tf:
-        for runs, kind in zip(out.values(), ("text", "reads", "image")):
-            runs["tf.data AUTOTUNE"] = lambda kind=kind: tf_pipeline(kind, paths)
+        for runs, kind in zip(out.values(), ("text", "reads", "image", "interleave")):
+            if kind == "interleave":
+                runs["tf.data AUTOTUNE"] = lambda: tf_interleave(latency)
+            else:
+                runs["tf.data AUTOTUNE"] = lambda kind=kind: tf_pipeline(kind, paths)
     return out
 
 
@@ -257,7 +334,8 @@ def main() -> None:
     parser.add_argument("--tune-s", type=float, default=2.5)
     parser.add_argument("--measure-s", type=float, default=3.0)
     parser.add_argument("--no-tf", action="store_true")
-    parser.add_argument("--only", choices=("text", "reads", "image"), action="append")
+    parser.add_argument("--only", choices=("text", "reads", "image", "interleave"), action="append")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="for interleave")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -275,7 +353,7 @@ def main() -> None:
         f"# rates after {args.tune_s} s of tuning, over {args.measure_s} s; medians of "
         f"{args.rounds} rounds, every contender once per round"
     )
-    pipelines = contenders(paths, with_tf)
+    pipelines = contenders(paths, with_tf, args.latency_ms / 1000)
     if args.only:
         pipelines = {k: v for k, v in pipelines.items() if k.split()[0] in args.only}
     measured: dict[str, dict[str, list[tuple[float, float, str]]]] = {}

@@ -141,3 +141,8 @@ def slow_double(x: int) -> int:
     """Sleeps 2 ms (releasing the GIL), so that a `next` lasts long enough to overlap."""
     time.sleep(0.002)
     return x * 2
+
+
+def with_pid(x: int) -> tuple[int, int]:
+    """The element and the process that computed it."""
+    return x, os.getpid()

@@ -220,3 +220,147 @@ def test_the_example_of_performance_md_runs() -> None:
     finally:
         chute.config.update("py_debug_mode", False)
         chute.config.update("py_debug_summary_interval_s", 60.0)
+
+
+# -- the climb's rules, step by step with given rates (no timing) --------------------------
+
+
+def climb(values: list[int], start: int, rates: dict[int, list[float]], **kw: Any) -> Any:
+    """A HillClimb fed `rates[value]` (one window each, in turn) until it settles."""
+    from chute._src.autotune import HillClimb, Tuning
+
+    tuning = Tuning()
+    cpu = kw.pop("cpu", None)
+    c = HillClimb("num_threads", values, start, tuning, "elements", **kw)
+    seen: dict[int, int] = {}
+    for _ in range(100):
+        if c.settled:
+            return c, tuning
+        v = c.value
+        k = seen.get(v, 0)
+        seen[v] = k + 1
+        c.measured(rates[v][min(k, len(rates[v]) - 1)], cpu=cpu)
+    raise AssertionError(f"did not settle: {[str(d) for d in tuning.decisions]}")
+
+
+def test_a_step_within_the_noise_is_not_kept() -> None:
+    """Two windows of 2 threads differ by 40 %: a step to 4 that gains 30 % is noise, and
+    the climb goes back (then keeps 1 thread only if it loses at most 4 %)."""
+    from chute._src.autotune import HillClimb, Tuning
+
+    rates = {1: [300.0], 2: [400.0, 600.0], 4: [780.0, 780.0], 8: [2000.0]}
+    c, tuning = climb([1, 2, 4, 8], 2, rates)
+    assert c.value == 2, [str(d) for d in tuning.decisions]
+    assert c.noise == pytest.approx(0.4)
+    assert c.needed_gain() == pytest.approx(0.6)
+    assert "not > 60% more than 2" in " ".join(d.reason for d in tuning.decisions)
+    # the same gain on a quiet machine is kept
+    quiet = {1: [300.0], 2: [600.0, 600.0], 4: [780.0], 8: [780.0, 780.0]}
+    c, _ = climb([1, 2, 4, 8], 2, quiet)
+    assert c.value == 4
+    assert isinstance(c, HillClimb) and isinstance(tuning, Tuning)
+
+
+def test_a_larger_value_that_is_not_better_is_left() -> None:
+    """The climb steps back from a larger value that measures no better, both windows."""
+    rates = {2: [100.0, 100.0], 4: [150.0], 8: [160.0, 155.0], 16: [1e6]}
+    c, tuning = climb([2, 4, 8, 16], 2, rates)
+    assert c.value == 4
+    assert tuning.decisions[-1].value == 4 and "settled" in tuning.decisions[-1].reason
+
+
+def test_the_base_counts_its_better_window() -> None:
+    """A start measured over a window that lost its CPU (50) and a normal one (100): a step
+    up must beat 100, not 50."""
+    rates = {1: [90.0], 2: [50.0, 100.0], 4: [120.0, 120.0]}
+    c, _ = climb([1, 2, 4], 2, rates)
+    assert c.value == 2
+
+
+def test_no_more_threads_while_the_cores_are_busy() -> None:
+    """At 95 % of the usable cores the climb does not try more threads: it tries fewer."""
+    rates = {1: [100.0], 2: [100.0, 100.0], 4: [1000.0]}
+    c, tuning = climb([1, 2, 4], 2, rates, cpu=0.95)
+    assert c.value == 1
+    assert all(d.value != 4 for d in tuning.decisions)
+
+
+def test_near_linear_steps_jump_and_measure_what_they_skipped() -> None:
+    """4 threads giving twice the rate of 2 jumps to 16; 16 not paying, 8 is measured."""
+    rates = {2: [100.0, 100.0], 4: [200.0], 8: [390.0], 16: [210.0, 210.0], 32: [1e6]}
+    c, tuning = climb([2, 4, 8, 16, 32], 2, rates)
+    tried = [d.value for d in tuning.decisions]
+    assert tried[:3] == [2, 4, 16] and 8 in tried
+    assert c.value == 8
+    # and one that keeps paying ends at the top in fewer windows than values
+    reads = {v: [100.0 * v, 100.0 * v] for v in (2, 4, 8, 16, 32, 64)}
+    c, tuning = climb([2, 4, 8, 16, 32, 64], 2, reads)
+    assert c.value == 64 and 8 not in [d.value for d in tuning.decisions]
+
+
+def test_a_settled_climb_retunes_after_two_low_windows_only() -> None:
+    rates = {1: [100.0], 2: [100.0, 100.0], 4: [100.0, 100.0]}
+    c, tuning = climb([1, 2, 4], 2, rates)
+    settled = len(tuning.decisions)
+    c.measured(10.0)  # one window that lost the CPU
+    assert c.settled and len(tuning.decisions) == settled
+    c.measured(100.0)
+    c.measured(10.0)
+    c.measured(10.0)  # two in a row: the pipeline or the machine changed
+    assert not c.settled
+    assert "tuning again" in tuning.decisions[settled].reason
+
+
+def test_the_buffer_climbs_only_while_it_pays(debug_mode: None) -> None:
+    """A CPU-bound reader's buffer is tried larger once and left where it was when the
+    rate does not rise (it was grown to 4096 elements, gigabytes of images, before)."""
+    from chute._src.autotune import HillClimb, Tuning
+
+    tuning = Tuning()
+    c = HillClimb("prefetch_buffer_size", [32, 64, 128], 32, tuning, "elements", up_only=True)
+    for rate in (500.0, 520.0, 510.0, 505.0):
+        c.measured(rate)
+    assert c.settled and c.value == 32
+
+
+def interleaved(parallelism: Any) -> chute.IterDataset[Any]:
+    shards = [chute.MapDataset.range(100 * i, 100 * i + 37).map(sleepy) for i in range(12)]
+    return chute.experimental.InterleaveIterDataset(
+        shards, cycle_length=3, iter_buffer_size=4, parallelism=parallelism
+    )
+
+
+def test_interleave_parallelism_autotune_changes_neither_output_nor_state(
+    debug_mode: None,
+) -> None:
+    """AUTOTUNE (the default) gives the elements and states of a fixed parallelism, and
+    states move between them; what it chose is in the iterator's `tuning()`."""
+    assert chute.experimental.InterleaveIterDataset([], cycle_length=1).parallelism is (
+        chute.AUTOTUNE
+    )
+    fixed = list(interleaved(2))
+    it = iter(interleaved(chute.AUTOTUNE))
+    got = list(it)
+    assert got == fixed
+    assert "parallelism" in tuned(it)
+    assert "parallelism = " in chute.stats(it).summary()
+    assert_equal_output_after_checkpoint(
+        interleaved(chute.AUTOTUNE), restore_into=interleaved(1), steps=[0, 5, 100, 300]
+    )
+    assert_equal_output_after_checkpoint(
+        interleaved(7), restore_into=interleaved(chute.AUTOTUNE), steps=[3, 200]
+    )
+
+
+def test_no_more_threads_while_they_wait_for_a_cpu() -> None:
+    """Threads runnable but waiting for a CPU (a machine shared with other processes) a
+    third of the time: the CPU is the limit, more threads are not tried."""
+    from chute._src.autotune import HillClimb, Tuning, queued_seconds
+
+    tuning = Tuning()
+    c = HillClimb("num_threads", [1, 2, 4], 2, tuning, "elements")
+    for rate in (100.0, 100.0):
+        c.measured(rate, cpu=0.4, queued=0.33)
+    assert c.value == 1 and "waiting for a CPU 33%" in tuning.decisions[-1].reason
+    seconds = queued_seconds()
+    assert seconds is None or seconds >= 0.0

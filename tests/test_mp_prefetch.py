@@ -395,3 +395,17 @@ def test_stream_without_random_access_part_runs_in_process_and_says_so() -> None
     assert_equal_output_after_checkpoint(
         ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=0)), max_elements=10
     )
+
+
+def test_the_first_element_is_computed_by_the_consumer_while_the_workers_start() -> None:
+    """The first batch does not wait for the workers' start: the consumer computes the
+    first element itself, the workers the ones after it; the output is the same."""
+    from mp_pipelines import with_pid
+
+    ds = chute.MapDataset.range(40).map(with_pid).to_iter_dataset()
+    it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+    got = list(it)
+    assert [x for x, _ in got] == list(range(40))
+    assert got[0][1] == os.getpid()
+    assert {pid for _, pid in got[1:]} - {os.getpid()}, "the workers computed the others"
+    assert all(pid != os.getpid() for _, pid in got[1:])

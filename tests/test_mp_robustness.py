@@ -310,8 +310,11 @@ def test_pool_results_match_in_process_results_under_every_start_method() -> Non
 def test_worker_that_cannot_grow_its_slab_warns_and_keeps_going(no_leaks) -> None:
     with WorkerPool(1, mp_helpers.filled, worker_init_fn=mp_helpers.limit_file_size) as pool:
         pool.put(0, (1.0, 8 << 20))
+        pool.put(0, (2.0, 8 << 20))
+        # The first result fits the first slab: it is sent, then the worker tries to grow.
         with pytest.warns(SharedMemoryWarning, match=r"could not grow .*--shm-size"):
             a = pool.get(0, timeout=60)
-        assert (a == 1.0).all()
-        pool.put(0, (2.0, 8 << 20))
-        assert (pool.get(0, timeout=60) == 2.0).all()
+            b = pool.get(0, timeout=60)
+        assert (a == 1.0).all() and (b == 2.0).all()
+        pool.put(0, (3.0, 8 << 20))
+        assert (pool.get(0, timeout=60) == 3.0).all()

@@ -346,3 +346,31 @@ def test_outbuf_uses_the_installed_allocator_only_on_its_thread_and_for_large_ar
     finally:
         outbuf.install(None)
     assert not shared(outbuf.empty((outbuf.MIN_BYTES,), np.uint8))
+
+
+def test_a_result_that_still_fits_goes_first_and_the_slab_grows_after() -> None:
+    """Making a larger slab (reserving and mapping headroom x the result) would hold up the
+    first large result, which the consumer waits for: while the current slab holds it, it
+    goes in that slab, and the larger slab is made once it is sent."""
+    fd = create_slab_fd("/dev/shm", SLAB)
+    worker_side, main_side = Pipe(duplex=True)
+    sender = ResultSender(
+        worker_side, map_slab(fd, SLAB), grow_to=16 * SLAB, shm_dir="/dev/shm", headroom=4
+    )
+    receiver = ResultReceiver(main_side, map_slab(fd, SLAB, populate=False))
+    os.close(fd)
+    built = sender.allocate_array((SLAB // 32,), np.dtype(np.float64))  # a quarter
+    assert built is not None and sender.slab_bytes == SLAB
+    built[:] = 7.0
+    first = roundtrip(sender, receiver, built)
+    assert in_slab(first, receiver) and (first == 7.0).all()
+    assert sender.slab_bytes == SLAB  # a quarter of the slab x headroom 4 fits exactly
+    copied = roundtrip(sender, receiver, np.full(SLAB // 16, 8.0))  # half: wants 2 MiB
+    assert in_slab(copied, receiver) and (copied == 8.0).all()  # in the 1 MiB slab
+    assert sender.slab_bytes == 2 * SLAB  # then grown
+    later = roundtrip(sender, receiver, np.full(SLAB // 16, 9.0))
+    assert receiver.slab_bytes == sender.slab_bytes and in_slab(later, receiver)
+    del first, copied, later, built
+    release(sender, receiver)
+    worker_side.close()
+    main_side.close()

@@ -43,8 +43,21 @@ Autotune: TypeAlias = Literal[_Autotune.AUTOTUNE]
 
 GAIN = 0.10
 """A step is kept when it raises the consumer's rate by more than this fraction."""
+NOISE_FACTOR = 1.5
+"""...and by more than this many times the measured noise of one window's rate."""
+SATURATED = 0.9
+"""CPU use (the share of the usable cores the process keeps busy) at which a climb of
+threads stops going up: more threads cannot add CPU."""
+QUEUED = 0.25
+"""...and the share of the window that the threads spend runnable but waiting for a CPU
+(Linux `schedstat`) at which it stops too: on a machine shared with other processes the
+CPU is the limit although this process does not use all of it."""
 KEEP_FEWER = 0.04
 """A step down (fewer threads or workers) is kept when it loses at most this fraction."""
+LINEAR = 0.75
+"""A step up whose rate grows by this share of the growth of the value (4 threads giving
+at least 1.75 times the rate of 2) jumps over the next value: latency-bound reads reach
+their many threads in fewer windows."""
 RETUNE_DROP = 0.35
 """A settled rate that falls by more than this fraction starts a new climb."""
 RECLIMB_S = 30.0
@@ -54,6 +67,9 @@ tell that more would now pay)."""
 WINDOW_S = 0.3
 """Each setting is measured over at least this long (after `SETTLE_S` to take effect)."""
 SETTLE_S = 0.05
+WINDOW_ELEMENTS = 128
+"""...and over at least this many elements or twice that long: a consumer that takes
+batches takes elements in bursts, which a short window counts unevenly."""
 MAX_THREADS = 64
 """The most threads AUTOTUNE gives a reader (latency-bound reads want many)."""
 MEMORY_SHARE = 0.25
@@ -96,6 +112,23 @@ def available_memory() -> int:
         if text.isdigit():
             available = min(available, int(text))
     return available
+
+
+def queued_seconds() -> float | None:
+    """Seconds this process's threads have spent runnable, waiting for a CPU (the sum of
+    `/proc/self/task/*/schedstat`'s second field); None where Linux does not say."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
 
 
 def memory_budget() -> int:
@@ -141,13 +174,19 @@ class HillClimb:
     """Chooses one of `values` (increasing) from the consumer's measured rate.
 
     Call `observe(elements)` each time the consumer has taken `elements` more; it returns
-    the value to use from now on (the same one while measuring). The climb: measure the
-    starting value, try the next larger one while each raises the rate by more than
-    `GAIN` (a step that does not is measured once more before the climb gives up); if the
-    first step up did not, try smaller ones while each loses at most
-    `KEEP_FEWER` (fewer threads or workers for the same rate); then settle on the best.
-    A settled rate that falls by `RETUNE_DROP`, or `RECLIMB_S` seconds settled, starts a
-    new climb from where it is.
+    the value to use from now on (the same one while measuring). Each window's rate, with
+    the process's CPU use, goes to `measured`, the climb's step, which tests call with given rates.
+
+    The climb: measure the starting value over two windows and count the better one (the
+    other may include the start-up, or lose its CPU to another process), try the next larger one while each raises the rate clearly,
+    by more than `GAIN` and more than `NOISE_FACTOR` times the noise measured so far (a
+    step that does not is measured once more and counts the mean of both windows); a
+    larger value that is not clearly better is left and the climb goes back. No larger
+    value is tried while the process already keeps `SATURATED` of the usable cores busy,
+    or its threads wait for a CPU `QUEUED` of the time (more threads cannot add CPU). If the first step up did not pay, try smaller values
+    while each loses at most `KEEP_FEWER`; then settle on the best. A settled rate that
+    falls by `RETUNE_DROP` two windows in a row, or `RECLIMB_S` seconds settled, starts a new climb from where
+    it is.
     """
 
     def __init__(
@@ -160,6 +199,7 @@ class HillClimb:
         *,
         up_only: bool = False,
         down_only: bool = False,
+        watch_cpu: bool = False,
     ) -> None:
         if not values or list(values) != sorted(set(values)):
             raise ValueError(f"HillClimb values={values!r} must be increasing and non-empty.")
@@ -167,17 +207,23 @@ class HillClimb:
         self.values = list(values)
         self._unit = unit
         self._up_only, self._down_only = up_only, down_only
+        self._cores = usable_cores() if watch_cpu else 0
         self._i = min(range(len(self.values)), key=lambda k: abs(self.values[k] - start))
         self._tuning = tuning
-        self._rates: dict[int, float] = {}  # index -> measured rate in this climb
-        self._retried: set[int] = set()  # values measured twice in this climb
-        self._first_try: dict[int, float] = {}
-        self._phase = "up"
-        self._best = self._i
+        self._spreads: list[float] = []
+        self._new_climb()
         self._settled_rate: float | None = None
         self._settled_at = 0.0
+        self._fell = False  # the last settled window's rate fell by RETUNE_DROP
         self._reset_window()
         tuning.note(setting, self.value, f"start ({self._start_reason()})")
+
+    def _new_climb(self) -> None:
+        self._rates: dict[int, float] = {}  # index -> measured rate in this climb
+        self._first_try: dict[int, float] = {}  # index -> the first of two windows
+        self._phase = "up"
+        self._best = self._i
+        self._skipped: int | None = None  # a value jumped over, measured if the jump fails
 
     def _start_reason(self) -> str:
         if len(self.values) == 1:
@@ -192,10 +238,26 @@ class HillClimb:
     def settled(self) -> bool:
         return self._settled_rate is not None
 
+    @property
+    def noise(self) -> float:
+        """The relative noise of one window's rate: the median, over the values measured
+        twice in a row (every climb's start, steps measured again), of how far the two
+        windows' rates differ, as a share of their mean."""
+        if not self._spreads:
+            return 0.0
+        ordered = sorted(self._spreads[-9:])
+        return ordered[len(ordered) // 2]
+
+    def needed_gain(self) -> float:
+        """The fraction by which a larger value must raise the rate to be kept."""
+        return min(1.0, max(GAIN, NOISE_FACTOR * self.noise))
+
     def _reset_window(self) -> None:
         self._t0 = time.monotonic()
         self._count = 0
         self._measuring_since: float | None = None
+        self._cpu0 = 0.0
+        self._queued0: float | None = None
 
     def observe(self, elements: int) -> int:
         now = time.monotonic()
@@ -203,88 +265,155 @@ class HillClimb:
             if now - self._t0 < SETTLE_S:
                 return self.value
             self._measuring_since, self._count = now, 0
+            if self._cores:
+                self._cpu0, self._queued0 = time.process_time(), queued_seconds()
             return self.value
         self._count += elements
         elapsed = now - self._measuring_since
-        if elapsed < WINDOW_S or self._count < 4:
+        enough = self._count >= WINDOW_ELEMENTS or elapsed >= 2 * WINDOW_S
+        if elapsed < WINDOW_S or not enough:
             return self.value
         rate = self._count / elapsed
-        if self._settled_rate is not None:
-            self._watch(rate)
-        else:
-            self._step(rate)
+        cpu = queued = None
+        if self._cores:
+            cpu = (time.process_time() - self._cpu0) / elapsed / self._cores
+            now_queued = queued_seconds()
+            if now_queued is not None and self._queued0 is not None:
+                # per thread computing (the value) and the consumer's
+                queued = max(0.0, now_queued - self._queued0) / elapsed / (self.value + 1)
         self._reset_window()
+        return self.measured(rate, cpu=cpu, queued=queued)
+
+    def measured(
+        self, rate: float, *, cpu: float | None = None, queued: float | None = None
+    ) -> int:
+        """One window's step: the consumer took `rate` elements/s with the current value,
+        the process kept `cpu` of the usable cores busy and its threads waited for a CPU
+        `queued` of the window each (None: not watched). Returns the value to use next."""
+        busy = None
+        if cpu is not None and cpu >= SATURATED:
+            busy = f"{cpu:.0%} of {self._cores} cores busy"
+        elif queued is not None and queued >= QUEUED:
+            busy = f"threads waiting for a CPU {queued:.0%} of the time"
+        if self._settled_rate is not None:
+            self._watch(rate, busy)
+        else:
+            self._step(rate, busy)
         return self.value
+
+    def _note_noise(self, first: float, second: float) -> None:
+        self._spreads.append(abs(first - second) / max(1e-9, (first + second) / 2))
 
     def _fmt(self, rate: float) -> str:
         return f"{rate:,.0f} {self._unit}/s"
 
-    def _step(self, rate: float) -> None:
+    def _step(self, rate: float, cpu_bound: str | None) -> None:
         i = self._i
-        fastest = max(self._rates.values(), default=rate)  # before this measurement
-        self._rates[i] = rate
-        if i == self._best:  # the first measurement of a climb
-            if not self._down_only and i + 1 < len(self.values):
+        saturated = cpu_bound is not None
+        busy = f" with {cpu_bound}" if cpu_bound else ""
+        if not self._rates:  # the first measurement of a climb, taken over two windows
+            if i not in self._first_try:
+                self._first_try[i] = rate
+                return
+            # The better window: a step up must beat the base at its best, not a window
+            # that lost the CPU to another process.
+            first = self._first_try.pop(i)
+            self._note_noise(first, rate)
+            rate = max(rate, first)
+            self._rates[i] = rate
+            up = not self._down_only and i + 1 < len(self.values)
+            down = not self._up_only and i > 0
+            if up and not saturated:
                 self._move(i + 1, "up", f"{self.values[i]} gave {self._fmt(rate)}: trying more")
-            elif not self._up_only and i > 0:
-                self._move(i - 1, "down", f"{self.values[i]} gave {self._fmt(rate)}: trying fewer")
+            elif down:
+                self._move(
+                    i - 1, "down", f"{self.values[i]} gave {self._fmt(rate)}{busy}: trying fewer"
+                )
             else:
                 self._settle()
             return
         best_rate = self._rates[self._best]
+        need = self.needed_gain()
         if self._phase == "up":
-            if rate <= best_rate * (1 + GAIN) and i not in self._retried:
+            if rate <= best_rate * (1 + need) and i not in self._first_try:
                 # One more window before giving up: on a shared machine one window can
                 # lose its CPU to another process.
-                self._retried.add(i)
                 self._first_try[i] = rate
                 return
             if i in self._first_try:  # the mean of both windows: the max would favour steps
+                self._note_noise(self._first_try[i], rate)
                 rate = (rate + self._first_try[i]) / 2
             self._rates[i] = rate
-            if rate > best_rate * (1 + GAIN):
+            if rate > best_rate * (1 + need):
+                base = self.values[self._best]
+                linear = base > 0 and rate >= best_rate * (1 + LINEAR * (self.values[i] / base - 1))
                 self._best = i
-                if i + 1 < len(self.values):
-                    self._move(i + 1, "up", f"{self.values[i]} gave {self._fmt(rate)}: trying more")
+                nxt = i + 2 if linear and i + 2 < len(self.values) else i + 1
+                if i + 1 < len(self.values) and i + 1 not in self._rates and not saturated:
+                    self._skipped = i + 1 if nxt == i + 2 else None
+                    jump = " (near linear: skipping one)" if self._skipped is not None else ""
+                    self._move(
+                        nxt, "up", f"{self.values[i]} gave {self._fmt(rate)}: trying more{jump}"
+                    )
                     return
+            elif self._skipped is not None and self._skipped not in self._rates:
+                skipped, self._skipped = self._skipped, None
+                self._move(
+                    skipped,
+                    "up",
+                    f"{self.values[i]} gave {self._fmt(rate)}, not > {need:.0%} more than "
+                    f"{self.values[self._best]}: trying the value jumped over",
+                )
+                return
             elif not self._up_only and len(self._rates) == 2 and self._best > 0:
                 # the first step up did not pay: maybe fewer do as well
                 self._move(
                     self._best - 1,
                     "down",
-                    f"{self.values[i]} gave {self._fmt(rate)}, not > {GAIN:.0%} more than "
+                    f"{self.values[i]} gave {self._fmt(rate)}, not > {need:.0%} more than "
                     f"{self.values[self._best]}: trying fewer",
                 )
                 return
-        elif rate >= fastest * (1 - KEEP_FEWER):  # not compounded step after step
-            self._best = i
-            if i > 0:
-                self._move(i - 1, "down", f"{self.values[i]} gave {self._fmt(rate)}: trying fewer")
-                return
-        self._settle()
+        else:
+            fastest = max(self._rates.values())  # not compounded step after step
+            self._rates[i] = rate
+            if rate >= fastest * (1 - KEEP_FEWER):
+                self._best = i
+                if i > 0:
+                    self._move(
+                        i - 1, "down", f"{self.values[i]} gave {self._fmt(rate)}: trying fewer"
+                    )
+                    return
+        self._settle(busy)
 
     def _move(self, i: int, phase: str, reason: str) -> None:
         self._i, self._phase = i, phase
         self._tuning.note(self.setting, self.value, reason)
 
-    def _settle(self) -> None:
+    def _settle(self, busy: str = "") -> None:
         self._i = self._best
         best_rate = self._rates[self._best]
         self._settled_rate = best_rate
         self._settled_at = time.monotonic()
+        self._fell = False
         tried = ", ".join(
             f"{self.values[k]}: {self._fmt(r)}" for k, r in sorted(self._rates.items())
         )
         self._tuning.note(
             self.setting,
             self.value,
-            f"settled; measured {tried} (a step is kept for > {GAIN:.0%} more, or fewer "
-            f"for < {KEEP_FEWER:.0%} less)",
+            f"settled; measured {tried}{busy} (a larger value is kept for > "
+            f"{self.needed_gain():.0%} more, the noise {self.noise:.0%} allowing; fewer for "
+            f"< {KEEP_FEWER:.0%} less)",
         )
 
-    def _watch(self, rate: float) -> None:
+    def _watch(self, rate: float, cpu_bound: str | None) -> None:
         settled = self._settled_rate or 0.0
-        dropped = rate < settled * (1 - RETUNE_DROP)
+        fell = rate < settled * (1 - RETUNE_DROP)
+        dropped = fell and self._fell  # two windows in a row: one can lose its CPU
+        self._fell = fell
+        if fell and not dropped:
+            return
         if dropped or time.monotonic() - self._settled_at > RECLIMB_S:
             why = (
                 f"rate fell to {self._fmt(rate)} from {self._fmt(settled)}"
@@ -293,9 +422,8 @@ class HillClimb:
             )
             self._tuning.note(self.setting, self.value, f"{why}: tuning again")
             self._settled_rate = None
-            self._rates, self._retried, self._first_try = {}, set(), {}
-            self._best = self._i
-            self._step(rate)
+            self._new_climb()
+            self._step(rate, cpu_bound)
         else:
             # follow slow drifts so that a later drop is measured against the present
             self._settled_rate = 0.8 * settled + 0.2 * rate
@@ -310,5 +438,6 @@ __all__ = [
     "available_memory",
     "is_autotune",
     "memory_budget",
+    "queued_seconds",
     "usable_cores",
 ]

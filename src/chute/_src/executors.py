@@ -10,7 +10,7 @@ consumed; its executor computes elements `[start, ...)` of the MapDataset when a
 - `Autotuned`: `ReadOptions(num_threads=AUTOTUNE)`: `InProcess` or `Threads`, the number
   of threads (0 to 64) chosen from the consumer's rate by a `HillClimb`
   (`_src/autotune.py`); with `prefetch_buffer_size=AUTOTUNE` too, the elements computed
-  ahead grow while the consumer finds nothing ready.
+  ahead doubled by a second climb while the consumer finds nothing ready and that pays.
 - worker processes: `_src/iter/mp_prefetch.py`'s `WorkerChunks`, on the same interface.
 
 Which one runs is chosen by the reader (`ReadOptions`, or `mp_prefetch`'s rewrite); the
@@ -222,10 +222,13 @@ _FIRST_BUFFER, _MAX_BUFFER = 32, 4096
 
 class Autotuned(ChunkExecutor):
     """`ReadOptions` with AUTOTUNE: the consuming thread (0 threads) or a thread pool, the
-    number of threads chosen by a `HillClimb` on the consumer's rate (or fixed), and the
-    elements computed ahead grown while the consumer waits (or fixed). Starts with as many
-    threads as usable cores, at most 4; nothing is measured before the first chunk
-    (first-element costs such as loading a model would count against the first setting).
+    number of threads chosen by a `HillClimb` on the consumer's rate (or fixed); with
+    `prefetch_buffer_size=AUTOTUNE` too, once the threads are chosen and only while the
+    consumer finds the next chunk not computed yet, a second climb doubles the elements
+    computed ahead while that clearly raises the rate, up to the memory budget for the
+    element size seen. Starts with as many threads as usable cores, at most 4; nothing is
+    measured before the first chunk (first-element costs such as loading a model would
+    count against the first setting).
     """
 
     concurrent = True
@@ -242,16 +245,16 @@ class Autotuned(ChunkExecutor):
             self._tuning.note(
                 "prefetch_buffer_size",
                 self._buffer,
-                f"start; grows while the consumer waits, to {_MAX_BUFFER} elements and "
-                f"{self._budget / (1 << 20):,.0f} MiB of arrays (a quarter of the available "
-                "memory)",
+                f"start; doubled while the consumer waits and that pays, to {_MAX_BUFFER} "
+                f"elements and {self._budget / (1 << 20):,.0f} MiB of arrays (a quarter of "
+                "the available memory)",
             )
         self._climb: autotune.HillClimb | None = None
+        self._buffer_climb: autotune.HillClimb | None = None
         self._local = InProcess(ds)
         self._pool = Threads(ds, max(1, self._threads), self._buffer, self._budget)
         self._first = True
         self._element_bytes = 0.0  # measured on the first chunk
-        self._grown_at = 0.0  # when the buffer last grew: once per measuring window
 
     @property
     def _uses_threads(self) -> bool:
@@ -267,16 +270,55 @@ class Autotuned(ChunkExecutor):
             self._element_bytes = nbytes(items) / max(1, len(items))
             if self._fixed_threads is None:
                 self._climb = autotune.HillClimb(
-                    "num_threads", self._choices(), self._threads, self._tuning, "elements"
+                    "num_threads",
+                    self._choices(),
+                    self._threads,
+                    self._tuning,
+                    "elements",
+                    watch_cpu=True,
                 )
             return items
-        if self._climb is not None:
-            threads = self._climb.observe(len(items))
+        climb, buffers = self._climb, self._buffer_climb
+        if buffers is not None and not buffers.settled:
+            buffer = buffers.observe(len(items))
+            if buffer != self._buffer:
+                self._buffer = buffer
+                self._pool.resize(self._threads, buffer)
+        elif climb is not None and (
+            not climb.settled or buffers is not None or not self._may_grow_buffer()
+        ):
+            threads = climb.observe(len(items))
             if threads != self._threads:
                 self._switch(threads, start + len(items))
-        if self._fixed_buffer is None and self._uses_threads and self._pool.waited:
-            self._grow_buffer()
+        elif self._may_grow_buffer():
+            self._start_buffer_climb()
         return items
+
+    def _may_grow_buffer(self) -> bool:
+        """The buffer is autotuned, not climbed yet for these threads, and the consumer
+        found the last chunk not computed yet."""
+        return (
+            self._fixed_buffer is None
+            and self._buffer_climb is None
+            and self._uses_threads
+            and self._pool.waited
+        )
+
+    def _start_buffer_climb(self) -> None:
+        cap = _MAX_BUFFER
+        if self._element_bytes:
+            cap = max(1, min(cap, int(self._budget // self._element_bytes)))
+        values = [self._buffer]
+        while values[-1] * 2 <= cap:
+            values.append(values[-1] * 2)
+        self._buffer_climb = autotune.HillClimb(
+            "prefetch_buffer_size",
+            values,
+            self._buffer,
+            self._tuning,
+            "elements",
+            up_only=True,
+        )
 
     def _choices(self) -> list[int]:
         """Thread counts whose chunks in flight fit the memory budget."""
@@ -293,31 +335,12 @@ class Autotuned(ChunkExecutor):
         elif self._threads == 0:
             self._pool.seek(next_index)
         self._threads = threads
+        self._buffer_climb = None  # the buffer is climbed again for these threads
         if threads and self._fixed_buffer is None and self._buffer < 2 * threads:
             self._buffer = 2 * threads
             self._tuning.note("prefetch_buffer_size", self._buffer, "two elements per thread")
         if threads:
             self._pool.resize(threads, max(self._buffer, 2 * threads))
-
-    def _grow_buffer(self) -> None:
-        if self._climb is not None and not self._climb.settled:
-            return  # grow for the chosen number of threads, not for one being measured
-        per_element = self._element_bytes
-        cap = _MAX_BUFFER
-        if per_element:
-            cap = max(1, min(cap, int(self._budget // per_element)))
-        now = time.monotonic()
-        if self._buffer >= cap or now - self._grown_at < autotune.WINDOW_S:
-            return
-        self._grown_at = now
-        self._buffer = min(cap, self._buffer * 2)
-        self._pool.resize(self._threads, self._buffer)
-        self._tuning.note(
-            "prefetch_buffer_size",
-            self._buffer,
-            "the consumer found the next chunk not computed yet"
-            + (" (the memory budget's limit)" if self._buffer == cap and per_element else ""),
-        )
 
     def seek(self, start: int) -> None:
         self._pool.seek(start)

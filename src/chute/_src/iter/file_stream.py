@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from chute._src.autotune import AUTOTUNE, Autotune
 from chute._src.dataset import IterDataset
 from chute._src.errors import CheckpointError, DataError
 from chute._src.iter.interleave import InterleaveIterDataset
@@ -60,7 +61,7 @@ class FileLinesIterDataset(InterleaveIterDataset):
         parse: Callable[[bytes], Any] | None = None,
         *,
         cycle_length: int = 1,
-        parallelism: int | None = None,
+        parallelism: int | Autotune | None = AUTOTUNE,
         storage_options: StorageOptions = None,
     ) -> None:
         storage = dict(storage_options or {})
@@ -110,7 +111,7 @@ class JsonlIterDataset(FileLinesIterDataset):
         parse: Callable[[bytes], Any] | None = None,
         *,
         cycle_length: int = 1,
-        parallelism: int | None = None,
+        parallelism: int | Autotune | None = AUTOTUNE,
         storage_options: StorageOptions = None,
     ) -> None:
         super().__init__(

@@ -4,9 +4,12 @@ As tf.data's parallel interleave: `cycle_length` inputs are open at a time and t
 takes one element from each in turn; an exhausted input is replaced by the next one. Each
 open input (and the next ones to open) is read ahead, `iter_buffer_size` elements at a
 time (one read in flight and one chunk buffered per input), on a pool of `parallelism`
-threads (by default one per open input), so per-read latency (remote storage) overlaps
-across inputs while the output order stays a fixed function of the inputs: Grain's order,
-whatever the timing or the number of threads.
+threads, so per-read latency (remote storage) overlaps across inputs while the output
+order stays a fixed function of the inputs: Grain's order, whatever the timing or the
+number of threads. `parallelism=AUTOTUNE` (the default) starts with one thread per open
+input and per input opened ahead and lets a `HillClimb` (`_src/autotune.py`) on the
+consumer's rate choose how many inputs are read concurrently: `parallelism` threads,
+and the inputs beyond the cycle opened ahead to keep them busy.
 
 The inputs are the shards of one stream, each read whole and on its own (`reads_shards`,
 `_src/protocol.py`): under `mp_prefetch`, worker processes read them (docs/design.md).
@@ -24,6 +27,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from chute._src import autotune
+from chute._src.autotune import AUTOTUNE, Autotune
 from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import CheckpointError
 from chute._src.iterator import (
@@ -40,10 +45,13 @@ class InterleaveIterDataset(IterDataset[Any]):
 
     The rule: `cycle_length` slots, visited in turn. A slot reached empty takes the next
     input in list order. A slot gives the next element of its input; one whose input has
-    ended gives nothing this turn and is emptied. `parallelism` is how many threads read ahead (tf.data's
-    `num_parallel_calls`): by default `cycle_length + num_make_iter_threads`, one per open
-    input and per input opened ahead; 0 reads on the consumer's thread. It changes when
-    elements are read, never which come out or their order, nor the state.
+    ended gives nothing this turn and is emptied. `parallelism` is how many threads read
+    ahead (tf.data's `num_parallel_calls`); 0 reads on the consumer's thread; None is
+    `cycle_length + num_make_iter_threads`, one per open input and per input opened ahead;
+    `chute.AUTOTUNE` (the default) starts there and is tuned while the pipeline runs
+    (more threads open more inputs ahead; `iter(ds).tuning()` says what it chose and
+    why). It changes when elements are read, never which come out or their order, nor
+    the state.
 
     >>> import chute
     >>> files = [chute.MapDataset.range(10 * i, 10 * i + 3) for i in range(4)]
@@ -60,7 +68,7 @@ class InterleaveIterDataset(IterDataset[Any]):
         num_make_iter_threads: int = 1,
         make_iter_buffer_size: int = 1,
         iter_buffer_size: int = 8,
-        parallelism: int | None = None,
+        parallelism: int | Autotune | None = AUTOTUNE,
     ) -> None:
         where = "InterleaveIterDataset"
         inputs = list(datasets)
@@ -79,27 +87,33 @@ class InterleaveIterDataset(IterDataset[Any]):
                 raise ValueError(
                     f"{where}: {name}={value!r} is invalid: it must be a positive int."
                 )
-        if parallelism is not None and (
-            isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 0
+        if (
+            parallelism is not None
+            and parallelism is not AUTOTUNE
+            and (
+                isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 0
+            )
         ):
             raise ValueError(
                 f"{where}: parallelism={parallelism!r} is invalid: it must be an int >= 0 "
-                "(threads reading ahead; 0 reads on the consumer's thread), or None for one "
-                "thread per open input."
+                "(threads reading ahead; 0 reads on the consumer's thread), None for one "
+                "thread per open input, or chute.AUTOTUNE to have it tuned."
             )
         parents = [d.to_iter_dataset() if isinstance(d, MapDataset) else d for d in inputs]
         super().__init__(parents)
         self._cycle = min(cycle_length, max(1, len(parents)))
         self._ahead = make_iter_buffer_size
         self._chunk = iter_buffer_size
-        self._threads = self._cycle + num_make_iter_threads if parallelism is None else parallelism
+        default = self._cycle + num_make_iter_threads
+        self._tuned = parallelism is AUTOTUNE
+        self._threads = default if parallelism is None or parallelism is AUTOTUNE else parallelism
 
     reads_shards = True  # each input is one shard, read whole: see `_src/protocol.py`
 
     @property
-    def parallelism(self) -> int:
-        """Threads reading the inputs ahead (0: on the consumer's thread)."""
-        return self._threads
+    def parallelism(self) -> int | Autotune:
+        """Threads reading the inputs ahead (0: on the consumer's thread), or AUTOTUNE."""
+        return AUTOTUNE if self._tuned else self._threads
 
     def make_iterator(self) -> DatasetIterator[Any]:
         its = [self._parent_iter(i) for i in range(len(self._parents))]
@@ -157,7 +171,12 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._its = its
         self._n = len(its)
         self._cycle, self._chunk, self._ahead = ds._cycle, ds._chunk, ds._ahead
+        self._ahead_fixed = ds._ahead
         self._threads = ds._threads
+        self._tuned = ds._tuned
+        self._tuning: autotune.Tuning | None = None
+        self._climb: autotune.HillClimb | None = None
+        self._taken = 0  # elements taken since the tuner last heard
         self._initial = [it.get_state() for it in its]
         self._slots: list[int | None] = [None] * self._cycle
         self._pos = 0  # next slot of the cycle to read
@@ -230,6 +249,8 @@ class _InterleaveIterator(DatasetIterator[Any]):
                 x = self._take(j)
                 if x is not _EXHAUSTED:
                     self._pos = (self._pos + 1) % self._cycle
+                    if self._tuned:
+                        self._observe()
                     return x
                 self._slots[self._pos] = None
                 self._pos = (self._pos + 1) % self._cycle
@@ -245,6 +266,46 @@ class _InterleaveIterator(DatasetIterator[Any]):
             if all(s is None for s in self._slots):
                 raise StopIteration
             self._pos = (self._pos + 1) % self._cycle
+
+    # -- AUTOTUNE --------------------------------------------------------------------------
+
+    def _observe(self) -> None:
+        """Counts an element taken; every 16, tells the tuner (started at the first)."""
+        self._taken += 1
+        if self._taken < 16:
+            return
+        taken, self._taken = self._taken, 0
+        if self._climb is None:
+            if self._pool is None:  # reads are not on threads (inputs fed by workers)
+                self._tuned = False
+                return
+            self._tuning = autotune.Tuning()
+            most = max(self._threads, min(self._n, autotune.MAX_THREADS))
+            values = {self._threads, most, *(2**k for k in range(7) if 2**k <= most)}
+            self._climb = autotune.HillClimb(
+                "parallelism", sorted(values), self._threads, self._tuning, "elements"
+            )
+            return
+        threads = self._climb.observe(taken)
+        if threads != self._threads:
+            self._resize(threads)
+
+    def _resize(self, threads: int) -> None:
+        """Reads on `threads` threads from now on, with the inputs beyond the cycle that
+        keep them busy opened ahead (reads in flight finish on the threads they are on)."""
+        self._threads = threads
+        ahead = max(self._ahead_fixed, threads - self._cycle)
+        if ahead != self._ahead:
+            self._ahead = ahead
+            assert self._tuning is not None
+            self._tuning.note("inputs opened ahead", ahead, f"{threads} threads to keep busy")
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=False)
+            self._pool = None
+        self._prefetch_next_inputs()
+
+    def tuning(self) -> autotune.Tuning | None:
+        return self._tuning
 
     # -- state -----------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ import numpy as np
 from chute._src import autotune, config, observe, pipeline_pickle
 from chute._src.autotune import AUTOTUNE
 from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
-from chute._src.executors import ChunkExecutor, nbytes
+from chute._src.executors import ChunkExecutor, getitems_exact, nbytes
 from chute._src.iter.mp_shards import (
     DropHoles,
     ShardReader,
@@ -314,6 +314,11 @@ class WorkerChunks(ChunkExecutor):
     Chunks `[start, start + k)` are asked for in index order, `k` adapting to ~20 ms of
     work; the reader keeps the in-process state (the next index and the fingerprint of
     the original MapDataset), so states move freely between worker counts.
+
+    While no worker has delivered a result yet (they are starting: forking, importing,
+    unpickling the pipeline), the first element asked for is computed on the consumer's
+    thread, and the workers are given the ones after it: the first batch does not wait
+    for the workers' start. Element `i` is the same wherever it is computed.
     """
 
     concurrent = True
@@ -326,6 +331,7 @@ class WorkerChunks(ChunkExecutor):
         self._pending: deque[tuple[int, int, _Ticket]] = deque()
         self._submitted = 0
         self._chunk = 1  # grows (doubling) from the first result: a fast first element
+        self._local: int | None = None  # an index left to the consumer while workers start
         # (index, exception): a chunk failed at this index; raised when the consumer
         # has had every element before it.
         self._failure: tuple[int, BaseException] | None = None
@@ -344,6 +350,16 @@ class WorkerChunks(ChunkExecutor):
             exc = self._failure[1]
             self._failure = None
             raise exc
+        if self._local == start or (
+            self._local is None and not self._pending and self._leave_to_consumer(start)
+        ):
+            self._local = None
+            if self._service.started:
+                self._top_up()  # the workers get the elements after it meanwhile
+            items = getitems_exact(self.ds, start, 1)[0]
+            if self._service.started:
+                self._top_up()  # else at the next chunk, which waits for the workers
+            return items
         if not self._pending or self._pending[0][0] != start:
             self.seek(start)
         self._top_up()
@@ -374,8 +390,18 @@ class WorkerChunks(ChunkExecutor):
         self._service.observe(len(items))
         return items
 
+    def _leave_to_consumer(self, start: int) -> bool:
+        """Whether element `start` (nothing asked of the workers from it on) is computed
+        by the consumer: while the workers are starting, once per iterator."""
+        if self._closed or self._service.warm or self._submitted != start:
+            return False
+        self._service.warm = True  # only the first element: then the workers' pace
+        self._submitted = start + 1
+        return True
+
     def seek(self, start: int) -> None:
         self._failure = None
+        self._local = None
         if not self._closed:
             for _, _, ticket in self._pending:
                 self._service.discard(ticket)
@@ -384,7 +410,10 @@ class WorkerChunks(ChunkExecutor):
 
     def start(self) -> None:
         if not self._closed:
-            self._top_up()
+            if not self._pending and self._leave_to_consumer(self._submitted):
+                self._local = self._submitted - 1
+            if self._local is None or self._service.started:
+                self._top_up()
 
     def in_flight(self) -> int:
         return sum(k for _, k, _ in self._pending)
@@ -597,6 +626,7 @@ class _ChunkService:
         )
         self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]
         self._received = [False] * self._workers
+        self.warm = False  # a reader has had an element computed by itself, or a result
         self._next_worker = 0
         # Workers start now, not at the first `next` (they import and unpickle the pipeline
         # while the caller restores a state or its model, as PyTorch's start at `iter`),
@@ -626,6 +656,11 @@ class _ChunkService:
 
     def start(self) -> None:
         self._started()
+
+    @property
+    def started(self) -> bool:
+        """Whether the workers are started (so `submit` does not wait for them)."""
+        return self._starter is None or not self._starter.is_alive()
 
     def observe(self, elements: int) -> None:
         """The consumer took `elements` more: AUTOTUNE's measure of the rate."""
@@ -704,6 +739,7 @@ class _ChunkService:
                     e.add_note(_DIED_AT_START)
                 raise
             self._received[ticket.worker] = True
+            self.warm = True
         out, ticket.result = ticket.result, None
         return out
 

@@ -155,7 +155,8 @@ class ResultSender:
 
     With `grow_to` above the first slab's size (and `shm_dir` given), a result that needs
     more than 1/`headroom` of the slab makes the worker replace its slab by one
-    `headroom` times the result (at most `grow_to`), so that `headroom` such results fit.
+    `headroom` times the result (at most `grow_to`), so that `headroom` such results fit;
+    while the current slab still holds the result, the new one is made after it is sent.
 
     `allocate_array` gives out arrays in the slab itself. Each is a region of its own,
     "built": while no result has carried it, the worker frees it as soon as its arrays are
@@ -180,6 +181,7 @@ class ResultSender:
         self._grow_to = grow_to if shm_dir is not None else 0
         self._shm_dir = shm_dir
         self._headroom = headroom
+        self._grow_after = 0  # a result's size whose larger slab is made after its send
         # Filled by the worker's receiving thread; drained here before each allocation.
         self.freed: deque[int] = deque()
         # Regions of `allocate_array`: built ones by id -> (offset, end) in their slab;
@@ -210,9 +212,13 @@ class ResultSender:
         with self._lock:
             self._release_freed()
             slab = self._current
+            got = None
             if nbytes * self._headroom > self.slab_bytes and self.slab_bytes < self._grow_to:
-                slab = self._grow(nbytes)
-            got = slab.allocator.allocate(nbytes) if slab is not None else None
+                got = self._fits_now(nbytes)
+                if got is None:
+                    slab = self._grow(nbytes)
+            if got is None:
+                got = slab.allocator.allocate(nbytes) if slab is not None else None
             if slab is None or got is None:
                 return None
             local, offset = got
@@ -253,6 +259,21 @@ class ResultSender:
         if layout is not None and layout[0] == "pipe":
             for b in buffers:
                 self._conn.send_bytes(b)
+        wanted, self._grow_after = self._grow_after, 0
+        if wanted * self._headroom > self.slab_bytes and self.slab_bytes < self._grow_to:
+            self._grow(wanted)
+
+    def _fits_now(self, length: int) -> tuple[int, int] | None:
+        """A region of `length` in the current slab when it still has room, the larger
+        slab that results of this size want being made after this result is sent: making
+        it (reserving and mapping `headroom` times the result, 77 MiB for a batch of 64
+        images) would otherwise hold up the first result, which the consumer waits for."""
+        if self._current is None:
+            return None
+        got = self._current.allocator.allocate(length)
+        if got is not None:
+            self._grow_after = max(self._grow_after, length)
+        return got
 
     def _carried(self, buffers: list[memoryview]) -> dict[int, tuple[int, int]]:
         """Buffers that lie in a built region of the current slab: index -> (id, offset)."""
@@ -322,9 +343,13 @@ class ResultSender:
                 length += _align(buffers[i].nbytes)
             slab = self._current
             grow = length * self._headroom > self.slab_bytes and self.slab_bytes < self._grow_to
+            got = None
             if grow and not carried:  # carried regions must stay on the current slab
-                slab = self._grow(length)
-            got = slab.allocator.allocate(length) if slab is not None else None
+                got = self._fits_now(length)
+                if got is None:
+                    slab = self._grow(length)
+            if got is None:
+                got = slab.allocator.allocate(length) if slab is not None else None
             if slab is None or got is None:
                 return None
             local, offset = got
