@@ -10,7 +10,7 @@ applies to (`target`), chute reads ranges itself instead:
   before it expires and on a 403 answer; `http(s)://`: the URL itself.
 - `fetch` sends `Range:` GETs on connections taken from the endpoint's pool (opened
   without blocking, TLS included), many in flight, and waits for the answers with one
-  `selectors` loop on the calling thread: no thread, no event loop, one `send` and
+  `epoll` loop (`wire.py`) on the calling thread: no thread, no event loop, one `send` and
   usually one `recv` per request. Several threads may fetch at once, each with its own
   connections.
 - An answer must be `206` with the `Content-Range` asked for, the object's size and its
@@ -27,11 +27,8 @@ reads through fsspec instead.
 
 from __future__ import annotations
 
-import collections
 import errno
 import os
-import re
-import selectors
 import socket
 import ssl
 import threading
@@ -41,49 +38,14 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from chute._src.errors import DataError
+from chute._src.remote import wire
+from chute._src.remote.wire import Conn
 
 __all__ = ["Target", "fetch", "target"]
 
 _MAX_CONNS = 256  # open connections per endpoint (a call may go over by one)
 _IDLE_S = 20.0  # an idle connection older than this is closed, not reused
-_TIMEOUT_S = 60.0  # a connection silent this long while an answer is due fails
 _PRESIGN_S = 3600  # lifetime asked for a presigned URL (CHUTE_REMOTE_PRESIGN_S)
-_RECV = 1 << 18
-_CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
-
-
-class HTTPStatusError(OSError):
-    """An answer other than the range asked for; `status` is the HTTP status."""
-
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-
-
-class _Conn:
-    __slots__ = ("body", "buf", "head", "k", "last", "length", "out", "reused", "sock", "stage")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.stage = _CONNECT
-        self.reused = False
-        self.last = time.monotonic()
-        self.k = -1
-        self.buf = bytearray()
-        self.out = b""
-        self.head: tuple[int, dict[str, str]] | None = None
-        self.body = -1  # where the body starts in buf, once the head is read
-        self.length = -1  # body bytes; -1: until the connection closes; -2: chunked
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
-_CONNECT, _HANDSHAKE, _SEND, _RECV_HEAD, _IDLE = range(5)
 
 
 class Endpoint:
@@ -95,10 +57,10 @@ class Endpoint:
         self.lock = threading.Lock()
         self.pid = os.getpid()
         self.opened = 0
-        self.idle: list[_Conn] = []
+        self.idle: list[Conn] = []
         weakref.finalize(self, _close_all, self.idle)
 
-    def take(self, n: int) -> tuple[list[_Conn], int]:
+    def take(self, n: int) -> tuple[list[Conn], int]:
         """Up to `n` idle connections, and how many more may be opened (at least one
         when none is idle)."""
         now = time.monotonic()
@@ -106,7 +68,7 @@ class Endpoint:
             if self.pid != os.getpid():  # forked: the parent's connections are not ours
                 self.pid, self.opened = os.getpid(), 0
                 _close_all(self.idle)
-            out: list[_Conn] = []
+            out: list[Conn] = []
             while self.idle and len(out) < n:
                 c = self.idle.pop()
                 if now - c.last > _IDLE_S:
@@ -120,17 +82,17 @@ class Endpoint:
             self.opened += more
             return out, more
 
-    def give(self, conns: list[_Conn], opened_not_returned: int) -> None:
+    def give(self, conns: list[Conn], opened_not_returned: int) -> None:
         with self.lock:
             if self.pid != os.getpid():
                 _close_all(conns)
                 return
             self.opened -= opened_not_returned
             for c in conns:
-                c.stage, c.reused, c.last = _IDLE, True, time.monotonic()
+                c.reused, c.last = True, time.monotonic()
             self.idle.extend(conns)
 
-    def connect(self) -> _Conn:
+    def connect(self) -> Conn:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -141,10 +103,10 @@ class Endpoint:
         except BaseException:
             sock.close()
             raise
-        return _Conn(sock)
+        return Conn(sock)
 
 
-def _close_all(conns: list[_Conn]) -> None:
+def _close_all(conns: list[Conn]) -> None:
     for c in conns:
         c.close()
     conns.clear()
@@ -192,9 +154,13 @@ class Target:
         expires_s: float | None,
         verify: Any = True,
     ) -> None:
-        self.url, self.size, self.etag = url, size, _etag(etag)
+        self.url, self.size, self.etag = url, size, wire.etag_value(etag)
+        self.renewable = expires_s is not None
         self._locate, self._expires_s, self._verify = locate, expires_s, verify
         self._lock = threading.Lock()
+        self.endpoint: Endpoint
+        self.signed_at = self.renew_at = 0.0
+        self.prefix = b""
         self.renew()
 
     def renew(self, if_signed_before: float | None = None) -> None:
@@ -218,11 +184,6 @@ class Target:
         if time.monotonic() > self.renew_at:
             self.renew(if_signed_before=self.renew_at - 0.75 * (self._expires_s or 0))
         return self.prefix + b"%d-%d\r\n\r\n" % (a, b - 1)
-
-
-def _etag(tag: str | None) -> str:
-    tag = (tag or "").strip()
-    return tag[2:].strip('"') if tag.startswith("W/") else tag.strip('"')
 
 
 def presign_seconds() -> int:
@@ -262,339 +223,9 @@ def target(url: str, fs: Any, path: str, size: int, identity: str) -> Target | N
 def fetch(requests: Sequence[tuple[Target, int, int]]) -> list[Any]:
     """One try at each `(target, start, end)`: its bytes, or the exception that failed it
     (transient ones for the caller to retry)."""
-    call = _Call(requests)
+    call = wire.Call(requests)
     try:
         call.run()
     finally:
         call.finish()
     return call.out
-
-
-class _Call:
-    """The state of one `fetch`: queued requests per endpoint, connections, answers."""
-
-    def __init__(self, requests: Sequence[tuple[Target, int, int]]) -> None:
-        self.requests = requests
-        self.out: list[Any] = [None] * len(requests)
-        self.sel = selectors.DefaultSelector()
-        self.queues: dict[Endpoint, collections.deque[int]] = {}
-        self.spare: dict[Endpoint, int] = {}  # connections this call may still open
-        self.owner: dict[_Conn, Endpoint] = {}
-        self.done: dict[Endpoint, list[_Conn]] = {}  # healthy, back to the pool at the end
-        self.opened: dict[Endpoint, int] = {}  # counted by take(), not yet given back
-        self.renewed: set[int] = set()
-        self.sent_at: dict[int, float] = {}
-        for k, (t, _, _) in enumerate(requests):
-            self.queues.setdefault(t.endpoint, collections.deque()).append(k)
-
-    def run(self) -> None:
-        for ep, queue in self.queues.items():
-            conns, more = ep.take(len(queue))
-            self.opened[ep] = len(conns) + more
-            self.spare[ep] = more
-            self.done[ep] = []
-            for c in conns:
-                self.owner[c] = ep
-                self._next(c)
-            while self.spare[ep] and queue and self._open(ep):
-                pass
-        last_sweep = time.monotonic()
-        while self.owner:
-            events = self.sel.select(1.0)
-            for key, mask in events:
-                self._step(key.data, mask)
-            now = time.monotonic()
-            if not events or now - last_sweep > 1.0:
-                last_sweep = now
-                for c in [c for c in self.owner if now - c.last > _TIMEOUT_S]:
-                    self._fail(c, TimeoutError(f"no answer in {_TIMEOUT_S:.0f} s"))
-
-    def finish(self) -> None:
-        for queue in self.queues.values():
-            queue.clear()
-        for c in list(self.owner):  # only after an exception escaped run()
-            self._drop(c)
-        for ep, conns in self.done.items():
-            ep.give(conns, self.opened[ep] - len(conns))
-        self.sel.close()
-
-    # -- connections -----------------------------------------------------------------
-    def _open(self, ep: Endpoint) -> bool:
-        self.spare[ep] -= 1
-        try:
-            c = ep.connect()
-        except OSError as e:
-            self.spare[ep] += 1
-            queue = self.queues[ep]
-            if not any(self.owner[o] is ep for o in self.owner):
-                while queue:  # nothing else will take them
-                    self.out[queue.popleft()] = e
-            return False
-        self.owner[c] = ep
-        self.sel.register(c.sock, selectors.EVENT_WRITE, c)
-        return True
-
-    def _drop(self, c: _Conn) -> None:
-        """Closes `c`; opens a replacement when requests wait."""
-        ep = self.owner.pop(c)
-        try:
-            self.sel.unregister(c.sock)
-        except (KeyError, ValueError):
-            pass
-        c.close()
-        self.spare[ep] += 1
-        if self.queues[ep]:
-            self._open(ep)
-
-    def _fail(self, c: _Conn, e: BaseException) -> None:
-        if c.k >= 0:
-            self.out[c.k] = e
-            c.k = -1
-        self._drop(c)
-
-    def _next(self, c: _Conn) -> None:
-        """Gives `c` the next queued request of its endpoint, or parks it."""
-        ep = self.owner[c]
-        queue = self.queues[ep]
-        if not queue:
-            self.owner.pop(c)
-            if c.stage != _IDLE:
-                self.sel.unregister(c.sock)
-            c.stage = _IDLE
-            self.done[ep].append(c)
-            return
-        k = queue.popleft()
-        t, a, b = self.requests[k]
-        c.k, c.buf, c.head, c.body, c.length = k, bytearray(), None, -1, -1
-        self.sent_at[k] = t.signed_at
-        c.out = t.request(a, b)
-        c.last = time.monotonic()
-        events = selectors.EVENT_READ
-        try:
-            n = c.sock.send(c.out)
-            c.out = c.out[n:]
-        except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
-            pass
-        except OSError as e:
-            self._lost(c, e)
-            return
-        if c.out:
-            events = selectors.EVENT_WRITE
-            c.stage = _SEND
-        else:
-            c.stage = _RECV_HEAD
-        if self._registered(c):
-            self.sel.modify(c.sock, events, c)
-        else:
-            self.sel.register(c.sock, events, c)
-
-    def _registered(self, c: _Conn) -> bool:
-        try:
-            self.sel.get_key(c.sock)
-            return True
-        except KeyError:
-            return False
-
-    def _lost(self, c: _Conn, e: BaseException) -> None:
-        """The connection broke before an answer: a reused one (the server closed it
-        while idle) is replaced and the request sent again; else the request failed."""
-        if c.reused and not c.buf and c.k >= 0:
-            self.queues[self.owner[c]].appendleft(c.k)
-            c.k = -1
-        self._fail(c, e)
-
-    # -- events ----------------------------------------------------------------------
-    def _step(self, c: _Conn, mask: int) -> None:
-        if c not in self.owner:
-            return
-        c.last = time.monotonic()
-        try:
-            if c.stage == _CONNECT:
-                err = c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if err:
-                    raise ConnectionRefusedError(err, os.strerror(err))
-                ep = self.owner[c]
-                if ep.context is None:
-                    self._next(c)
-                    return
-                self.sel.unregister(c.sock)
-                c.sock = ep.context.wrap_socket(
-                    c.sock, server_hostname=ep.host, do_handshake_on_connect=False
-                )
-                c.stage = _HANDSHAKE
-                self.sel.register(c.sock, selectors.EVENT_WRITE, c)
-                self._handshake(c)
-            elif c.stage == _HANDSHAKE:
-                self._handshake(c)
-            elif c.stage == _SEND:
-                n = c.sock.send(c.out)
-                c.out = c.out[n:]
-                if not c.out:
-                    c.stage = _RECV_HEAD
-                    self.sel.modify(c.sock, selectors.EVENT_READ, c)
-            else:
-                self._receive(c)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-            pass
-        except OSError as e:  # ssl.SSLError included
-            if c in self.owner:
-                self._lost(c, e)
-
-    def _handshake(self, c: _Conn) -> None:
-        assert isinstance(c.sock, ssl.SSLSocket)
-        try:
-            c.sock.do_handshake()
-        except ssl.SSLWantReadError:
-            self.sel.modify(c.sock, selectors.EVENT_READ, c)
-            return
-        except ssl.SSLWantWriteError:
-            self.sel.modify(c.sock, selectors.EVENT_WRITE, c)
-            return
-        except ssl.SSLCertVerificationError as e:
-            ep = self.owner[c]
-            self._fail(c, PermissionError(f"TLS certificate of {ep.netloc} refused: {e}"))
-            return
-        self._next(c)
-
-    def _receive(self, c: _Conn) -> None:
-        data = c.sock.recv(_RECV)
-        if isinstance(c.sock, ssl.SSLSocket):
-            while c.sock.pending():
-                data += c.sock.recv(_RECV)
-        if not data:
-            if c.head is not None and c.length == -1:  # the body ends with the connection
-                self._answer(c, bytes(c.buf[c.body :]), keep=False)
-                return
-            self._lost(c, ConnectionResetError("the server closed the connection"))
-            return
-        c.buf += data
-        if c.head is None:
-            end = c.buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(c.buf) > 65536:
-                    raise ConnectionError("an HTTP answer's head is over 64 KiB")
-                return
-            c.head = _parse_head(c.buf[:end])
-            c.body = end + 4
-            headers = c.head[1]
-            if "content-length" in headers:
-                c.length = int(headers["content-length"])
-            elif "chunked" in headers.get("transfer-encoding", "").lower():
-                c.length = -2
-        if c.length >= 0:
-            if len(c.buf) - c.body < c.length:
-                return
-            body = bytes(c.buf[c.body : c.body + c.length])
-            extra = len(c.buf) - c.body - c.length
-        elif c.length == -2:
-            got = _dechunk(c.buf, c.body)
-            if got is None:
-                return
-            body, used = got
-            extra = len(c.buf) - used
-        else:
-            return
-        headers = c.head[1]
-        keep = extra == 0 and headers.get("connection", "").lower() != "close"
-        self._answer(c, body, keep)
-
-    def _answer(self, c: _Conn, body: bytes, keep: bool) -> None:
-        assert c.head is not None
-        status, headers = c.head
-        k = c.k
-        c.k = -1
-        t, a, b = self.requests[k]
-        if status == 403 and k not in self.renewed and t.renew_at != float("inf"):
-            self.renewed.add(k)  # the presigned URL expired or was refused: sign again
-            t.renew(if_signed_before=self.sent_at[k])
-            self.queues[t.endpoint].appendleft(k)
-            if t.endpoint is not self.owner[c]:
-                self._spare_for(t.endpoint)
-        else:
-            self.out[k] = _check(t, a, b, status, headers, body)
-        if keep:
-            c.reused = True
-            self._next(c)
-        else:
-            self._drop(c)
-
-    def _spare_for(self, ep: Endpoint) -> None:
-        """A request moved to another endpoint (a renewed URL elsewhere): open for it."""
-        if ep not in self.spare:
-            conns, more = ep.take(1)
-            self.queues.setdefault(ep, collections.deque())
-            self.opened[ep], self.spare[ep], self.done[ep] = len(conns) + more, more, []
-            for c in conns:
-                self.owner[c] = ep
-                self._next(c)
-        if self.queues[ep] and self.spare[ep]:
-            self._open(ep)
-
-
-def _parse_head(head: bytearray) -> tuple[int, dict[str, str]]:
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ConnectionError(f"not an HTTP answer: {lines[0][:80]!r}")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if parts[0] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
-        headers["connection"] = "close"
-    return int(parts[1]), headers
-
-
-def _dechunk(buf: bytearray, at: int) -> tuple[bytes, int] | None:
-    """A chunked body that starts at `at` in `buf` and where it ends, or None if partial."""
-    parts: list[bytes] = []
-    while True:
-        eol = buf.find(b"\r\n", at)
-        if eol < 0:
-            return None
-        size = int(bytes(buf[at:eol]).split(b";")[0], 16)
-        at = eol + 2
-        if size == 0:
-            end = buf.find(b"\r\n\r\n", at - 2)
-            return (b"".join(parts), end + 4) if end >= 0 else None
-        if len(buf) < at + size + 2:
-            return None
-        parts.append(bytes(buf[at : at + size]))
-        at += size + 2
-
-
-def _check(
-    t: Target, a: int, b: int, status: int, headers: dict[str, str], body: bytes
-) -> bytes | BaseException:
-    """The bytes of a good answer, or the error it means."""
-    if status == 206 or status == 200:
-        tag = _etag(headers.get("etag"))
-        if t.etag and tag and tag != t.etag:
-            return DataError(
-                f"{t.url}: the object changed after chute opened it (ETag then "
-                f"{t.etag!r}, now {tag!r}); a dataset must not be rewritten in place while "
-                "it is read: write new objects under new names, then reopen the source"
-            )
-        if status == 200:  # the whole object: the server ignored the range
-            if len(body) != t.size:
-                return DataError(
-                    f"{t.url}: the object has {len(body)} bytes, not the {t.size} it had "
-                    "when chute opened it; reopen the source"
-                )
-            return body[a:b]
-        want = f"bytes {a}-{b - 1}/{t.size}"
-        got = headers.get("content-range", "")
-        if got != want or len(body) != b - a:
-            return DataError(
-                f"{t.url}: a read of bytes [{a}, {b}) came back as {got or 'no range'!r} "
-                f"with {len(body)} bytes, not {want!r}: the object changed since chute "
-                "opened it or the store is failing; reopen the source"
-            )
-        return body
-    code = _CODE.search(body[:4096])
-    text = f"HTTP {status}" + (f" {code.group(1).decode('latin-1')}" if code else "")
-    if status == 404:
-        return FileNotFoundError(errno.ENOENT, text, t.url)
-    if status == 403:
-        return PermissionError(errno.EACCES, text, t.url)
-    return HTTPStatusError(status, text)
