@@ -203,3 +203,18 @@ def test_nothing_left_open_after_close(tmp_path: Path) -> None:
             time.sleep(0.02)
         assert _fds() == fds
         assert set(threading.enumerate()) == threads
+
+
+def test_server_gone_after_open_names_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHUTE_REMOTE_RETRIES", "1")
+    root, prefix = _served(tmp_path)
+    with RangeServer(str(root)) as server:
+        src = sources.RecordFileDataSource(
+            f"{prefix}/a.crec", storage_options=_options(server.port)
+        )
+        assert src[3] == RECORDS[3]
+    # Closed: the pooled connections are dead and new ones are refused.
+    with pytest.raises(chute.DataError, match=r"s3://b/a\.crec.*2 attempts failed"):
+        src.__getitems__(INDICES[:50])

@@ -126,7 +126,7 @@ class Call:
             if not events or now - last_sweep > 1.0:
                 last_sweep = now
                 for c in [c for c in self.owner if now - c.last > _TIMEOUT_S]:
-                    self._fail(c, TimeoutError(f"no answer in {_TIMEOUT_S:.0f} s"))
+                    self._lost(c, TimeoutError(f"no answer in {_TIMEOUT_S:.0f} s"))
 
     def finish(self) -> None:
         for queue in self.queues.values():
@@ -200,8 +200,14 @@ class Call:
 
     def _lost(self, c: Conn, e: BaseException) -> None:
         """The connection broke before an answer: a reused one (the server closed it
-        while idle) is replaced and the request sent again; else the request failed."""
-        if c.reused and not c.buf and c.k >= 0:
+        while idle) is replaced and the request sent again; else the request failed. One
+        that could not be opened fails every request waiting for its endpoint (they
+        would all meet the same; the caller retries them)."""
+        if c.stage in (_CONNECT, _HANDSHAKE):
+            queue = self.queues[self.owner[c]]
+            while queue:
+                self.out[queue.popleft()] = e
+        elif c.reused and not c.buf and c.k >= 0:
             self.queues[self.owner[c]].appendleft(c.k)
             c.k = -1
         self._fail(c, e)
@@ -265,8 +271,10 @@ class Call:
                 self._handshake(c)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
             pass
-        except OSError as e:  # ssl.SSLError included
+        except (OSError, ValueError) as e:  # ssl.SSLError included; ValueError: bad numbers
             if c in self.owner:
+                if not isinstance(e, OSError):
+                    e = ConnectionError(f"not an HTTP/1.1 answer ({e})")
                 self._lost(c, e)
 
     def _handshake(self, c: Conn) -> None:
@@ -281,7 +289,7 @@ class Call:
             return
         except ssl.SSLCertVerificationError as e:
             ep = self.owner[c]
-            self._fail(c, PermissionError(f"TLS certificate of {ep.netloc} refused: {e}"))
+            self._lost(c, PermissionError(f"TLS certificate of {ep.netloc} refused: {e}"))
             return
         self._next(c)
 
@@ -338,15 +346,19 @@ class Call:
         status, headers = c.head
         k, c.k = c.k, -1
         t, a, b = self.requests[k]
+        c.buf = b""
         if status == 403 and k not in self.renewed and t.renewable:
             self.renewed.add(k)  # the presigned URL expired or was refused: sign again
-            t.renew(if_signed_before=self.sent_at[k])
-            self.queues.setdefault(t.endpoint, collections.deque()).appendleft(k)
-            if t.endpoint is not self.owner[c]:
-                self._enlist(t.endpoint)
+            try:
+                t.renew(if_signed_before=self.sent_at[k])
+            except Exception as e:  # the store's client cannot sign: that is the answer
+                self.out[k] = e
+            else:
+                self.queues.setdefault(t.endpoint, collections.deque()).appendleft(k)
+                if t.endpoint is not self.owner[c]:
+                    self._enlist(t.endpoint)
         else:
             self.out[k] = check(t, a, b, status, headers, body)
-        c.buf = b""
         if keep:
             c.reused = True
             self._next(c)
