@@ -175,8 +175,9 @@ def _run(
                         n = _getitems(group[w], batches)
                     else:
                         options = THREADS if how == "pipeline 16t" else None
+                        seed = 1000 * r + 10 * k + HOWS.index(how)  # no two rows read the same
                         t0, c0 = time.perf_counter(), time.process_time()
-                        n = _pipeline(group[w], 1000 * r + 10 * k, args.batches, options)
+                        n = _pipeline(group[w], seed, args.batches, options)
                     rate = n / (time.perf_counter() - t0)
                     results.setdefault((fmt, how, w), []).append(rate)
                     # This process's CPU time per record (all its threads: the client's).

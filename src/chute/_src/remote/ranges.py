@@ -58,6 +58,8 @@ class Endpoint:
         self.pid = os.getpid()
         self.opened = 0
         self.idle: list[Conn] = []
+        self.address: tuple[int, Any] | None = None
+        self.resolved_at = 0.0
         weakref.finalize(self, _close_all, self.idle)
 
     def take(self, n: int) -> tuple[list[Conn], int]:
@@ -92,12 +94,24 @@ class Endpoint:
                 c.reused, c.last = True, time.monotonic()
             self.idle.extend(conns)
 
+    def _address(self) -> tuple[int, Any]:
+        """(family, address) of the host, looked up again after `_IDLE_S`."""
+        now = time.monotonic()
+        if self.address is None or now - self.resolved_at > _IDLE_S:
+            family, _, _, _, addr = socket.getaddrinfo(
+                self.host, self.port, type=socket.SOCK_STREAM
+            )[0]
+            self.address, self.resolved_at = (family, addr), now
+        return self.address
+
     def connect(self) -> Conn:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        """A new connection, being opened (without blocking, once the name is known)."""
+        family, addr = self._address()
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setblocking(False)
-            err = sock.connect_ex((self.host, self.port))
+            err = sock.connect_ex(addr)
             if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
                 raise ConnectionRefusedError(err, f"{os.strerror(err)}: {self.netloc}")
         except BaseException:
