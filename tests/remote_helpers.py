@@ -186,13 +186,13 @@ class RangeServer:
                 return "AccessDenied"  # S3 says "Request has expired"
         return None
 
-    def answer(self, head: bytes) -> bytes:
-        """The whole answer (head and body) to a request head."""
+    def answer(self, head: bytes) -> tuple[bytes, bytes | memoryview]:
+        """The answer's head and body to a request head (the body a view: no copy)."""
         line, _, rest = head.partition(b"\r\n")
         method, target, _ = line.split(b" ", 2)
         path, _, query = target.partition(b"?")
         data = self._file(path)
-        body = b""
+        body: bytes | memoryview = b""
         if method == b"GET":
             self.gets += 1
         if data is None:
@@ -208,7 +208,7 @@ class RangeServer:
             body = b"<Error><Code>%s</Code></Error>" % refusal.encode()
             return _reply(b"403 Forbidden", b"Content-Type: application/xml\r\n", body)
         extra = b'ETag: "%x"\r\nLast-Modified: Mon, 23 Nov 2026 00:00:00 GMT\r\n' % len(data)
-        status, body = b"200 OK", data
+        status, body = b"200 OK", memoryview(data)
         at = rest.lower().find(b"\r\nrange: bytes=")
         if at < 0 and rest.lower().startswith(b"range: bytes="):
             at = -2
@@ -216,7 +216,7 @@ class RangeServer:
             spec = rest[at + 15 :].split(b"\r\n", 1)[0]
             a, _, b = spec.partition(b"-")
             start, end = int(a), min(int(b) if b else len(data) - 1, len(data) - 1)
-            body = data[start : end + 1]
+            body = memoryview(data)[start : end + 1]
             status = b"206 Partial Content"
             extra += b"Content-Range: bytes %d-%d/%d\r\n" % (start, end, len(data))
         if method == b"HEAD":
@@ -224,9 +224,11 @@ class RangeServer:
         return _reply(status, extra, body)
 
 
-def _reply(status: bytes, extra: bytes, body: bytes, length: int | None = None) -> bytes:
+def _reply(
+    status: bytes, extra: bytes, body: bytes | memoryview, length: int | None = None
+) -> tuple[bytes, bytes | memoryview]:
     n = len(body) if length is None else length
-    return b"HTTP/1.1 %s\r\nContent-Length: %d\r\n%s\r\n%s" % (status, n, extra, body)
+    return b"HTTP/1.1 %s\r\nContent-Length: %d\r\n%s\r\n" % (status, n, extra), body
 
 
 class _RangeProtocol(asyncio.Protocol):
@@ -257,9 +259,9 @@ class _RangeProtocol(asyncio.Protocol):
             else:
                 self._send(reply)
 
-    def _send(self, reply: bytes) -> None:
+    def _send(self, reply: tuple[bytes, bytes | memoryview]) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(reply)
+            self.transport.writelines(reply)
 
 
 def serve_s3(latencies_ms: list[float], root: str = "") -> None:

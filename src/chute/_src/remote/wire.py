@@ -122,6 +122,8 @@ class Call:
                 c = by_fd.get(fd)
                 if c is not None:
                     self._step(c)
+                else:  # a parked connection the server closed: checked when next taken
+                    self.poll.unregister(fd)
             now = time.monotonic()
             if not events or now - last_sweep > 1.0:
                 last_sweep = now
@@ -216,12 +218,9 @@ class Call:
         """Gives `c` the next queued request of its endpoint, or parks it."""
         ep = self.owner[c]
         queue = self.queues[ep]
-        if not queue:
+        if not queue:  # parked; left registered until the poll closes (a syscall less)
             del self.owner[c]
             del self.by_fd[c.fd]
-            if c.mask:
-                self.poll.unregister(c.fd)
-                c.mask = 0
             self.done[ep].append(c)
             return
         k = queue.popleft()
