@@ -3,9 +3,10 @@
 Opening asks the store for the object's size and identity (ETag, version or mtime) once.
 `read_ranges` serves a list of byte ranges with as few round trips as it can: the blocks
 they need that the cache lacks are grouped into runs (adjacent or nearby blocks become
-one request), and all runs are fetched at once, through the file system's async
-`cat_ranges` where it has one (s3fs, gcsfs: hundreds of requests in flight without a
-thread each), else through a shared thread pool. A read that fails or comes back short
+one request), and all runs are fetched at once: through chute's own range client
+(`ranges.py`) for s3 and http(s) objects, else through the file system's async
+`cat_ranges` where it has one (gcsfs: hundreds of requests in flight without a thread
+each), else through a shared thread pool. A read that fails or comes back short
 asks the store again for the object's identity, so an object replaced or removed since it
 was opened is named as such (`DataError`), rather than as corrupt data.
 
