@@ -239,3 +239,19 @@ def test_server_gone_after_open_names_the_url(
     # Closed: the pooled connections are dead and new ones are refused.
     with pytest.raises(chute.DataError, match=r"s3://b/big\.crec.*2 attempts failed"):
         src.__getitems__(FIRST)
+
+
+def test_worker_processes_read_with_their_own_connections(tmp_path: Path) -> None:
+    root, prefix = _served(tmp_path)
+    with RangeServer(str(root)) as server:
+        src = sources.RecordFileDataSource(
+            f"{prefix}/big.crec", storage_options=_options(server.port)
+        )
+        assert src.__getitems__(list(FIRST)) == [_big(i) for i in FIRST]  # pooled here
+        ds = (
+            chute.MapDataset.source(src)
+            .to_iter_dataset()
+            .mp_prefetch(chute.multiprocessing.MultiprocessingOptions(num_workers=2))
+        )
+        assert list(ds) == [_big(i) for i in range(2000)]
+        assert src.__getitems__(list(SECOND)) == [_big(i) for i in SECOND]  # still usable

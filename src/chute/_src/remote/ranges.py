@@ -128,6 +128,21 @@ def _close_all(conns: list[Conn]) -> None:
 
 _endpoints: weakref.WeakValueDictionary[tuple[Any, ...], Endpoint] = weakref.WeakValueDictionary()
 _endpoints_lock = threading.Lock()
+_targets: weakref.WeakSet[Target] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held a lock when it forked: new ones here (the
+    parent's connections are dropped by `Endpoint.take`, which sees the new pid)."""
+    global _endpoints_lock
+    _endpoints_lock = threading.Lock()
+    for ep in list(_endpoints.values()):
+        ep.lock = threading.Lock()
+    for t in list(_targets):
+        t._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _endpoint(url: str, verify: Any) -> tuple[Endpoint, str]:
@@ -176,6 +191,7 @@ class Target:
         self.signed_at = self.renew_at = 0.0
         self.prefix = b""
         self.renew()
+        _targets.add(self)
 
     def renew(self, if_signed_before: float | None = None) -> None:
         """Locates the object again (a fresh presigned URL), unless that was done since
