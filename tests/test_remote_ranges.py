@@ -255,3 +255,13 @@ def test_worker_processes_read_with_their_own_connections(tmp_path: Path) -> Non
         )
         assert list(ds) == [_big(i) for i in range(2000)]
         assert src.__getitems__(list(SECOND)) == [_big(i) for i in SECOND]  # still usable
+
+
+def test_http_urls_read_through_the_same_client(tmp_path: Path) -> None:
+    pytest.importorskip("aiohttp", reason="fsspec's http file system needs aiohttp")
+    root, _ = _served(tmp_path)
+    with RangeServer(str(root)) as server:
+        src = sources.RecordFileDataSource(f"http://127.0.0.1:{server.port}/b/big.crec")
+        gets = server.gets
+        assert src.__getitems__(list(FIRST)) == [_big(i) for i in FIRST]
+        assert server.gets - gets >= len(FIRST)  # range GETs, not one read of the whole file
