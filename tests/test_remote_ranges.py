@@ -69,7 +69,13 @@ def _write(d: Path) -> None:
 
 
 def _options(port: int) -> dict[str, Any]:
-    return {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+    # Credentials in the options: worker processes (a fork server started earlier in the
+    # session) do not see this test's environment.
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+    }
 
 
 def _served(tmp_path: Path) -> tuple[Path, str]:
