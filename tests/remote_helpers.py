@@ -79,19 +79,41 @@ class TcpProxy:
 
 
 class RangeServer:
-    """A minimal object server for benchmarks: answers S3's HEAD and (ranged) GET of the
-    files under `root` (`/bucket/key` is `root/bucket/key`) over keep-alive HTTP/1.1, each
-    answer delayed by `delay_s`. Enough for s3fs to read known keys (no listing, no
-    writes, no auth); it shows what the client does when the server is not the limit
-    (moto closes every connection after one answer and runs a thread per request)."""
+    """A minimal object server for tests and benchmarks: answers S3's HEAD and (ranged)
+    GET of the files under `root` (`/bucket/key` is `root/bucket/key`) over keep-alive
+    HTTP/1.1, each answer delayed by `delay_s`. Enough for s3fs to read known keys (no
+    listing, no writes, no auth); it shows what the client does when the server is not the
+    limit (moto closes every connection after one answer and runs a thread per request).
+    An asyncio protocol on one thread, so thousands of delayed answers wait at once.
 
-    def __init__(self, root: str, *, delay_s: float = 0.0) -> None:
+    Failures, as S3 answers them: `fail_first` GETs get 503 SlowDown; with `expire`, a
+    presigned URL past its expiry (`Expires=` or `X-Amz-Date` + `X-Amz-Expires`) gets 403;
+    `revoke()` refuses (403) every presigned URL seen so far; `deny` refuses every GET."""
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        delay_s: float = 0.0,
+        fail_first: int = 0,
+        expire: bool = False,
+        deny: bool = False,
+    ) -> None:
         self.root = root
         self.delay_s = delay_s
+        self.fail_remaining = fail_first
+        self.expire = expire
+        self.deny = deny
         self.port = 0
+        self.gets = 0  # GETs answered, failures included
+        self.refused = 0  # 403s sent
+        self.connections = 0  # connections accepted
+        self._seen: set[bytes] = set()
+        self._revoked: set[bytes] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._files: dict[str, bytes] = {}
+        self._files: dict[bytes, bytes] = {}
+        self._transports: set[asyncio.BaseTransport] = set()
 
     def __enter__(self) -> RangeServer:
         self._thread.start()
@@ -104,69 +126,142 @@ class RangeServer:
         self._thread.join(timeout=10)
         self._loop.close()
 
+    def revoke(self) -> None:
+        """Refuses, from now on, every presigned URL this server has seen."""
+        self._loop.call_soon_threadsafe(self._revoked.update, set(self._seen))
+
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=4096)
+        self._server = await self._loop.create_server(
+            lambda: _RangeProtocol(self), "127.0.0.1", 0, backlog=4096
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _stop(self) -> None:
         self._server.close()
-        for task in asyncio.all_tasks(self._loop):
-            if task is not asyncio.current_task():
-                task.cancel()
+        for t in list(self._transports):
+            t.close()
 
-    def _file(self, path: str) -> bytes | None:
+    def _file(self, path: bytes) -> bytes | None:
+        data = self._files.get(path)
+        if data is None:
+            data = self._read(path)
+            if data is not None:  # kept: files are served as first read
+                self._files[path] = data
+        return data
+
+    def _read(self, path: bytes) -> bytes | None:
         import os
         import urllib.parse
 
-        rel = urllib.parse.unquote(path.split("?", 1)[0]).lstrip("/")
+        rel = urllib.parse.unquote(path.decode("latin-1")).lstrip("/")
         full = os.path.normpath(os.path.join(self.root, rel))
         if not full.startswith(os.path.normpath(self.root) + os.sep) or not os.path.isfile(full):
             return None
-        if full not in self._files:
-            with open(full, "rb") as f:
-                self._files[full] = f.read()
-        return self._files[full]
+        with open(full, "rb") as f:
+            return f.read()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {
-                    k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)
-                }
-                if int(headers.get("content-length", 0)):
-                    await reader.readexactly(int(headers["content-length"]))
-                if self.delay_s:
-                    await asyncio.sleep(self.delay_s)
-                data = self._file(path)
-                if data is None:
-                    body = b"<Error><Code>NoSuchKey</Code><Message>no such key</Message></Error>"
-                    status, extra = "404 Not Found", {"Content-Type": "application/xml"}
-                else:
-                    status, extra, body = "200 OK", {}, data
-                    rng = headers.get("range", "")
-                    if rng.startswith("bytes="):
-                        a, _, b = rng[6:].partition("-")
-                        start, end = int(a), min(int(b) if b else len(data) - 1, len(data) - 1)
-                        body = data[start : end + 1]
-                        status = "206 Partial Content"
-                        extra["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-                    extra["ETag"] = f'"{len(data):x}"'
-                    extra["Last-Modified"] = "Mon, 23 Nov 2026 00:00:00 GMT"
-                    extra["Content-Type"] = "binary/octet-stream"
-                out = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}"]
-                out += [f"{k}: {v}" for k, v in extra.items()]
-                writer.write(("\r\n".join(out) + "\r\n\r\n").encode())
-                if method != "HEAD":
-                    writer.write(body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
+    def _refusal(self, query: bytes) -> str | None:
+        """Why a GET with this query string is refused (403), or None."""
+        import calendar
+        import time
+        import urllib.parse
+
+        if self.deny:
+            return "AccessDenied"
+        if not query:
+            return None
+        self._seen.add(query)
+        if query in self._revoked:
+            return "AccessDenied"
+        if self.expire:
+            q = urllib.parse.parse_qs(query.decode())
+            if "Expires" in q:
+                expires = float(q["Expires"][0])
+            elif "X-Amz-Date" in q:
+                t0 = calendar.timegm(time.strptime(q["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ"))
+                expires = t0 + float(q["X-Amz-Expires"][0])
+            else:
+                return "AccessDenied"
+            if time.time() > expires:
+                return "AccessDenied"  # S3 says "Request has expired"
+        return None
+
+    def answer(self, head: bytes) -> tuple[bytes, bytes | memoryview]:
+        """The answer's head and body to a request head (the body a view: no copy)."""
+        line, _, rest = head.partition(b"\r\n")
+        method, target, _ = line.split(b" ", 2)
+        path, _, query = target.partition(b"?")
+        data = self._file(path)
+        body: bytes | memoryview = b""
+        if method == b"GET":
+            self.gets += 1
+        if data is None:
+            body = b"<Error><Code>NoSuchKey</Code><Message>no such key</Message></Error>"
+            return _reply(b"404 Not Found", b"Content-Type: application/xml\r\n", body)
+        if method == b"GET" and self.fail_remaining > 0:
+            self.fail_remaining -= 1
+            body = b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>"
+            return _reply(b"503 Slow Down", b"Content-Type: application/xml\r\n", body)
+        refusal = self._refusal(query) if method == b"GET" else None
+        if refusal is not None:
+            self.refused += 1
+            body = b"<Error><Code>%s</Code></Error>" % refusal.encode()
+            return _reply(b"403 Forbidden", b"Content-Type: application/xml\r\n", body)
+        extra = b'ETag: "%x"\r\nLast-Modified: Mon, 23 Nov 2026 00:00:00 GMT\r\n' % len(data)
+        status, body = b"200 OK", memoryview(data)
+        at = rest.lower().find(b"\r\nrange: bytes=")
+        if at < 0 and rest.lower().startswith(b"range: bytes="):
+            at = -2
+        if at != -1:
+            spec = rest[at + 15 :].split(b"\r\n", 1)[0]
+            a, _, b = spec.partition(b"-")
+            start, end = int(a), min(int(b) if b else len(data) - 1, len(data) - 1)
+            body = memoryview(data)[start : end + 1]
+            status = b"206 Partial Content"
+            extra += b"Content-Range: bytes %d-%d/%d\r\n" % (start, end, len(data))
+        if method == b"HEAD":
+            return _reply(status, extra, b"", length=len(body))
+        return _reply(status, extra, body)
+
+
+def _reply(
+    status: bytes, extra: bytes, body: bytes | memoryview, length: int | None = None
+) -> tuple[bytes, bytes | memoryview]:
+    n = len(body) if length is None else length
+    return b"HTTP/1.1 %s\r\nContent-Length: %d\r\n%s\r\n" % (status, n, extra), body
+
+
+class _RangeProtocol(asyncio.Protocol):
+    """One client connection of a `RangeServer`: request heads in, answers out in order."""
+
+    def __init__(self, server: RangeServer) -> None:
+        self.server = server
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server.connections += 1
+        self.server._transports.add(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.server._transports.discard(self.transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            head, self.buf = self.buf[:end], self.buf[end + 4 :]
+            reply = self.server.answer(head)
+            if self.server.delay_s:
+                self.server._loop.call_later(self.server.delay_s, self._send, reply)
+            else:
+                self._send(reply)
+
+    def _send(self, reply: tuple[bytes, bytes | memoryview]) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(reply)
 
 
 def serve_s3(latencies_ms: list[float], root: str = "") -> None:

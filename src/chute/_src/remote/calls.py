@@ -1,6 +1,6 @@
 """Calls to a remote store: bounded retries of transient failures, and clear errors.
 
-A transient failure (a connection refused or reset, a timeout, a 5xx answer) is retried
+A transient failure (a connection refused or reset, a timeout, a 5xx or 429 answer) is retried
 `CHUTE_REMOTE_RETRIES` times (default 3) with exponential backoff from 0.1 s, each retry
 logged as a warning on the `chute` logger; then `DataError` names the URL, the attempts and
 the last error. fsspec file systems may retry on their own first (s3fs tries 5 times):
@@ -98,7 +98,7 @@ def is_transient(e: BaseException) -> bool:
             return True
         if isinstance(x, OSError) and x.errno in _TRANSIENT_ERRNOS:
             return True
-        if type(x).__name__ in _TRANSIENT_NAMES or 500 <= _status(x) < 600:
+        if type(x).__name__ in _TRANSIENT_NAMES or 500 <= _status(x) < 600 or _status(x) == 429:
             return True
         if any(f" {c} " in f" {x} " or f"({c})" in str(x) for c in ("500", "502", "503", "504")):
             return True

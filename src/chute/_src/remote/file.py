@@ -3,9 +3,10 @@
 Opening asks the store for the object's size and identity (ETag, version or mtime) once.
 `read_ranges` serves a list of byte ranges with as few round trips as it can: the blocks
 they need that the cache lacks are grouped into runs (adjacent or nearby blocks become
-one request), and all runs are fetched at once, through the file system's async
-`cat_ranges` where it has one (s3fs, gcsfs: hundreds of requests in flight without a
-thread each), else through a shared thread pool. A read that fails or comes back short
+one request), and all runs are fetched at once: through chute's own range client
+(`ranges.py`) for s3 and http(s) objects, else through the file system's async
+`cat_ranges` where it has one (gcsfs: hundreds of requests in flight without a thread
+each), else through a shared thread pool. A read that fails or comes back short
 asks the store again for the object's identity, so an object replaced or removed since it
 was opened is named as such (`DataError`), rather than as corrupt data.
 
@@ -26,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from chute._src.errors import DataError
-from chute._src.remote import blocks
+from chute._src.remote import blocks, ranges
 from chute._src.remote.calls import call, failure, is_transient, logger, max_retries
 from chute._src.remote.urls import StorageOptions, filesystem, is_url, options_key
 
@@ -112,6 +113,12 @@ class RemoteFile:
             )
         self.identity = _identity(info)
         self.size = self.identity[0]
+        # Where chute's own range client reads it (s3, http), or None: through fsspec.
+        self.target = call(
+            url,
+            "locate it for range reads",
+            lambda: ranges.target(url, self.fs, self._fspath, self.size, self.identity[1]),
+        )
         # Blocks are shared by readers of the same object through the same store only.
         self.key: Hashable = (url, options_key(storage_options), self.identity)
 
@@ -265,6 +272,8 @@ def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
         last: BaseException | None = None
         for k, data in zip(pending, got):
             f, a, b = requests[k]
+            if isinstance(data, DataError):
+                raise f.explain(data)
             if isinstance(data, BaseException):
                 if not is_transient(data):
                     err = failure(f.url, data, f"read it as {f.what}")
@@ -313,11 +322,20 @@ def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
 
 def _fetch_once(requests: list[tuple[RemoteFile, int, int]]) -> list[Any]:
     """One try at every request: bytes, or the exception it raised, for each. Requests
-    to one async file system go out in one `cat_ranges` call; the others share threads."""
+    to objects with a range target go out through `ranges.fetch`; those to one async file
+    system in one `cat_ranges` call; the others share threads."""
     out: list[Any] = [None] * len(requests)
     by_fs: dict[int, list[int]] = {}
-    for k, (f, _, _) in enumerate(requests):
-        by_fs.setdefault(id(f.fs), []).append(k)
+    direct: list[int] = []
+    targeted: list[tuple[ranges.Target, int, int]] = []
+    for k, (f, a, b) in enumerate(requests):
+        if f.target is not None:
+            direct.append(k)
+            targeted.append((f.target, a, b))
+        else:
+            by_fs.setdefault(id(f.fs), []).append(k)
+    for k, data in zip(direct, ranges.fetch(targeted) if targeted else []):
+        out[k] = data
     sync: list[int] = []
     for ks in by_fs.values():
         fs = requests[ks[0]][0].fs
