@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 
@@ -68,3 +70,33 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     sep = "  ".join("-" * w for w in widths)
     body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join([line, sep, *body])
+
+
+@contextlib.contextmanager
+def object_servers(root: Path, latencies_ms: list[float]) -> Iterator[list[int]]:
+    """Ports of servers over the files under `root` (`/bucket/key` is `root/bucket/key`),
+    run in a process of their own (tests/remote_helpers.py): moto's S3 server (files are
+    uploaded to it), a latency proxy in front of it per entry of `latencies_ms`, then a
+    keep-alive range server per entry. Stopped when the block ends."""
+    helper = Path(__file__).resolve().parents[1] / "tests" / "remote_helpers.py"
+    server = subprocess.Popen(
+        [sys.executable, str(helper), f"--root={root}", *map(str, latencies_ms)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdin is not None
+    try:
+        yield [int(p) for p in server.stdout.readline().split()]
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+
+
+def emit(lines: list[str], out: Path | None) -> None:
+    """Prints a benchmark's result lines, and writes them to `out` when given."""
+    text = "\n".join(lines)
+    print(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")

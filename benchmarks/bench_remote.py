@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import chute
-from _harness import machine
+from _harness import emit, machine, object_servers
 from chute import sources
 from chute.records import ShardedRecordWriter
 
@@ -92,24 +91,9 @@ def main() -> None:
         # moto, a latency proxy in front of it, and the range server (with and without
         # added latency) run in a process of their own (tests/remote_helpers.py), so their
         # Python work does not compete for this process's GIL.
-        helper = Path(__file__).resolve().parents[1] / "tests" / "remote_helpers.py"
-        server = subprocess.Popen(
-            [sys.executable, str(helper), f"--root={root}", str(args.latency_ms), "0"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert server.stdout is not None and server.stdin is not None
-        try:
-            lines = _run(args, root / "bench", *map(int, server.stdout.readline().split()))
-        finally:
-            server.stdin.close()
-            server.wait(timeout=60)
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        with object_servers(root, [args.latency_ms, 0]) as ports:
+            lines = _run(args, root / "bench", *ports)
+    emit(lines, args.out)
 
 
 def _endpoint(port: int) -> dict[str, Any]:

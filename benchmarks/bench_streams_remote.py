@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 import chute
-from _harness import machine, table
+from _harness import emit, machine, object_servers, table
 from bench_streams import split_corpus
 
 SHARDS = 64
@@ -122,25 +121,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "served"
         paths = split_corpus(args.records, SHARDS, root / "bench" / "jsonl")
-        helper = Path(__file__).resolve().parents[1] / "tests" / "remote_helpers.py"
-        server = subprocess.Popen(
-            [sys.executable, str(helper), f"--root={root}", str(args.latency_ms)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert server.stdout is not None and server.stdin is not None
-        try:
-            moto, moto_slow, range_slow = map(int, server.stdout.readline().split())
+        with object_servers(root, [args.latency_ms]) as (moto, moto_slow, range_slow):
             lines = run(args, paths, moto, moto_slow, range_slow)
-        finally:
-            server.stdin.close()
-            server.wait(timeout=60)
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(lines, args.out)
 
 
 def run(
