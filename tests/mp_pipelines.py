@@ -143,6 +143,6 @@ def slow_double(x: int) -> int:
     return x * 2
 
 
-def with_pid(x: int) -> tuple[int, int]:
+def with_pid(x: Any) -> tuple[Any, int]:
     """The element and the process that computed it."""
     return x, os.getpid()

@@ -199,3 +199,20 @@ def test_file_streams_follow_the_interleave_rule(counts: list[int], cycle: int) 
         got = [sh.key(x) for x in JsonlIterDataset(paths, cycle_length=cycle)]
     shards = [[(f, r) for r in range(n)] for f, n in enumerate(counts)]
     assert got == sh_interleave(shards, cycle)
+
+
+def test_shards_are_dealt_evenly_over_the_workers(tmp_path: Path) -> None:
+    """The merge opens shards one after the other, each once the one before has given an
+    element, so the workers' queues are often equally empty when a shard is placed: it
+    goes to the worker holding the fewest shards, and each worker reads half of them (by
+    queue length alone, the first worker took 15 of 16 and the other idled)."""
+    from mp_pipelines import with_pid
+
+    paths = _write_jsonl(tmp_path, [20] * 16)
+    ds = JsonlIterDataset(paths, cycle_length=16).map(with_pid).mp_prefetch(_opts(2))
+    got = list(ds)
+    assert [x for x, _ in got] == list(JsonlIterDataset(paths, cycle_length=16))
+    by_pid: dict[int, set[int]] = {}
+    for x, pid in got:
+        by_pid.setdefault(pid, set()).add(x["shard"])
+    assert sorted(len(shards) for shards in by_pid.values()) == [8, 8], by_pid

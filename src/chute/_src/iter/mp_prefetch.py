@@ -625,6 +625,7 @@ class _ChunkService:
             buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding + shard_requests,
         )
         self._queues: list[deque[_Ticket]] = [deque() for _ in range(self._workers)]
+        self._shards_held = [0] * self._workers  # shards each worker was given
         self._received = [False] * self._workers
         self.warm = False  # a reader has had an element computed by itself, or a result
         self._next_worker = 0
@@ -693,13 +694,18 @@ class _ChunkService:
     def submit_stream(self, task: tuple[Any, ...]) -> _Ticket:
         """Asks for steps of a shard (`mp_shards`) from the worker that has read it before
         (which then replaces the copy it has open when the request brings a state to start
-        from), or first from the worker with the fewest requests waiting."""
+        from), or first from the worker with the fewest shards (then the fewest requests
+        waiting). Shards are opened one after the other, each once the one before has
+        given its first element, so queues are often equally empty: by queue length alone,
+        the first worker would take nearly every shard while the others idle."""
         self._started()
         key = (task[1], task[2])
         w = self._shard_worker.get(key)
         if w is None:
-            w = min(range(self._workers), key=lambda i: len(self._queues[i]))
+            held = self._shards_held
+            w = min(range(self._workers), key=lambda i: (held[i], len(self._queues[i])))
             self._shard_worker[key] = w
+            held[w] += 1
         ticket = _Ticket(w, task)
         self._pool.put(w, ticket.task)
         self._queues[w].append(ticket)
