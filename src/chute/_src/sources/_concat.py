@@ -62,8 +62,9 @@ class MultiFileSource(abc.ABC, Generic[F]):
 
     Subclasses name the options they keep in `_options` (pickled with the paths), open one
     file in `_open_file` (an `OpenFile`: `num_records`, `guard`) and read record `i` of an
-    opened file in `_record`. Every read first makes sure the file has not shrunk since it
-    was opened (`FileGuard`: a flag test while leased), once per block in `__getitems__`.
+    opened file in `_record`, the bytes it reads given by `_span`. Every read first makes
+    sure the file has not shrunk since it was opened (`FileGuard`: a flag test while
+    leased), once per block in `__getitems__`.
     """
 
     _options: tuple[str, ...] = ()
@@ -91,9 +92,9 @@ class MultiFileSource(abc.ABC, Generic[F]):
     def _record(self, f: F, i: int) -> Any:
         """Record `i` of the opened file `f`, its size already checked."""
 
+    @abc.abstractmethod
     def _span(self, f: F, i: int) -> tuple[int, int]:
         """The bytes `_record(f, i)` reads (fetched ahead, all at once, for remote files)."""
-        raise NotImplementedError
 
     def __getitem__(self, index: int) -> Any:
         f, i = self._locate(index)
