@@ -17,6 +17,7 @@ import chute
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ckpt_jax_worker as worker
+from process_helpers import wait_all
 
 ocp = pytest.importorskip(
     "orbax.checkpoint",
@@ -125,9 +126,7 @@ def _run_processes(phase: str, ckpt: Path, tmp_path: Path) -> list[dict[str, Any
         )
         for i in range(2)
     ]
-    for p in procs:
-        log, _ = p.communicate(timeout=120)
-        assert p.returncode == 0, log[-3000:]
+    wait_all(procs)
     return [json.loads(o.read_text()) for o in outs if o.exists()]
 
 

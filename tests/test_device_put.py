@@ -20,6 +20,9 @@ import pytest
 import chute
 from chute.testing import assert_equal_output_after_checkpoint
 
+sys.path.insert(0, str(Path(__file__).parent))
+from process_helpers import wait_all
+
 jax = pytest.importorskip("jax", reason="jax not installed: pip install 'chute[jax]'")
 
 WORKER = Path(__file__).parent / "device_put_worker.py"
@@ -194,21 +197,9 @@ def _run(args: list[str], env_extra: dict[str, str] | None = None) -> subprocess
     )
 
 
-def _wait(procs: list[subprocess.Popen[str]]) -> None:
-    try:
-        for p in procs:
-            log, _ = p.communicate(timeout=120)
-            assert p.returncode == 0, log[-3000:]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
 def test_sharded_across_four_cpu_devices_and_restored_with_full_buffers(tmp_path: Path) -> None:
     out = tmp_path / "sharded.json"
-    _wait([_run(["sharded", str(out)])])
+    wait_all([_run(["sharded", str(out)])])
     r = json.loads(out.read_text())
     assert r["num_devices"] == 4 and r["type"] == "ArrayImpl" and r["shape"] == [8, 3]
     assert r["sharding_devices"] == [0, 1, 2, 3]
@@ -231,7 +222,7 @@ def _free_port() -> int:
 def test_two_jax_processes_build_global_batches_from_their_shards(tmp_path: Path) -> None:
     port = str(_free_port())
     outs = [tmp_path / f"process{i}.json" for i in range(2)]
-    _wait([_run(["distributed", str(i), port, str(outs[i])]) for i in range(2)])
+    wait_all([_run(["distributed", str(i), port, str(outs[i])]) for i in range(2)])
     r0, r1 = (json.loads(o.read_text()) for o in outs)
     assert r0["process"] == [0, 2] and r1["process"] == [1, 2]
     assert r0["devices"] == r1["devices"] == [2, 4]

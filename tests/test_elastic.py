@@ -24,6 +24,7 @@ from chute.testing import assert_equal_output_after_checkpoint
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import elastic_host  # noqa: E402
+from process_helpers import wait_all  # noqa: E402
 
 N = elastic_host.N
 HOST_BATCH = 3
@@ -53,9 +54,7 @@ def run_hosts(
                 text=True,
             )
         )
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
+    wait_all(procs)
     return [json.loads((out_dir / f"out_{j}.json").read_text()) for j in range(m)]
 
 

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
 import chute
+from process_helpers import wait_all
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install 'chute[torch]'")
 from torch.utils.data import DataLoader  # noqa: E402
@@ -339,15 +341,7 @@ def _run_ranks(phase: str, ckpt: Path, tmp_path: Path) -> list[dict[str, Any]]:
         )
         for r in range(2)
     ]
-    try:
-        for p in procs:
-            log, _ = p.communicate(timeout=180)
-            assert p.returncode == 0, log[-3000:]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    wait_all(procs, timeout=180)
     return [json.loads(o.read_text()) for o in outs]
 
 
