@@ -486,32 +486,26 @@ class _ChunkWorker:
     def not_picklable(self, task: tuple[Any, ...], result: Any, exc: BaseException) -> Any:
         """Called by the worker when `result` cannot be pickled: the elements before the
         first that cannot, and an error naming that element's index."""
+        fix = (
+            "cannot be sent from the worker process; make the stages return picklable "
+            "values (no lambdas, generators, open files or locks)"
+        )
         if task[0] == _STREAM:  # a shard's steps: stop before the step that cannot go
             elapsed, steps, _, _ = result
-            for n, (items, _) in enumerate(steps):
-                try:
-                    pickle.dumps(items, protocol=5, buffer_callback=_out_of_band)
-                except Exception as e:
-                    e.add_note(
-                        f"chute: an element of shard {task[2]} cannot be pickled, so it cannot "
-                        "be sent from the worker process; make the stages return picklable "
-                        "values (no lambdas, generators, open files or locks)"
-                    )
-                    return elapsed, steps[:n], True, RemoteFailure.capture(e)
-            raise exc
+            found = _first_unpicklable([items for items, _ in steps])
+            if found is None:
+                raise exc
+            n, e = found
+            e.add_note(f"chute: an element of shard {task[2]} cannot be pickled, so it {fix}")
+            return elapsed, steps[:n], True, RemoteFailure.capture(e)
         elapsed, items, deltas, _ = result
         _, start, _ = task
-        for position, item in enumerate(items):
-            try:
-                pickle.dumps(item, protocol=5, buffer_callback=_out_of_band)
-            except Exception as e:
-                e.add_note(
-                    f"chute: the element at index {start + position} cannot be pickled, so it "
-                    "cannot be sent from the worker process; make the stages return "
-                    "picklable values (no lambdas, generators, open files or locks)"
-                )
-                return elapsed, items[:position], deltas, RemoteFailure.capture(e)
-        raise exc
+        found = _first_unpicklable(items)
+        if found is None:
+            raise exc
+        position, e = found
+        e.add_note(f"chute: the element at index {start + position} cannot be pickled, so it {fix}")
+        return elapsed, items[:position], deltas, RemoteFailure.capture(e)
 
     def __repr__(self) -> str:
         return "chute worker"
@@ -838,3 +832,14 @@ def _for_workers(ds: MapDataset[Any], made: list[Any]) -> MapDataset[Any]:
     """`ds` as the workers receive it: each node's `for_workers` (large in-memory lists
     shared through shared memory rather than pickled into every worker)."""
     return rewrite_graph(ds, lambda node: node.for_workers(made))
+
+
+def _first_unpicklable(values: list[Any]) -> tuple[int, Exception] | None:
+    """The position of the first of `values` that cannot be pickled, and why; None if
+    every one can."""
+    for k, value in enumerate(values):
+        try:
+            pickle.dumps(value, protocol=5, buffer_callback=_out_of_band)
+        except Exception as e:
+            return k, e
+    return None
