@@ -1,6 +1,10 @@
 """`RemoteFile`: one object of a remote store, read by byte ranges through the block cache.
 
-Opening asks the store for the object's size and identity (ETag, version or mtime) once.
+Opening asks the store for the object's size and identity (ETag, version or mtime) once:
+for an object the range client reads (s3, http), by a GET of its first block, whose
+answer carries the size (`Content-Range`) and the ETag, so the block is in the cache and
+opening costs one round trip; else (and for a 0-byte, missing or directory object, to
+tell which) by the file system's `info` (for s3fs a HEAD, milliseconds of CPU).
 `read_ranges` serves a list of byte ranges with as few round trips as it can: the blocks
 they need that the cache lacks are grouped into runs (adjacent or nearby blocks become
 one request), and all runs are fetched at once: through chute's own range client
@@ -26,12 +30,13 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from chute._src.errors import DataError
+from chute._src.errors import DataError, MissingFileError
 from chute._src.remote import blocks, ranges
 from chute._src.remote.calls import call, failure, is_transient, logger, max_retries
 from chute._src.remote.urls import StorageOptions, filesystem, is_url, options_key
+from chute._src.remote.wire import HTTPStatusError, etag_value
 
-__all__ = ["RemoteFile", "RemoteReader", "open_concurrently", "read_many"]
+__all__ = ["RemoteFile", "RemoteReader", "find_objects", "open_concurrently", "read_many"]
 T = TypeVar("T")
 
 _GAP_BLOCKS = 2  # missing blocks this close together are fetched in one request
@@ -81,16 +86,53 @@ def open_concurrently(open_one: Callable[[int], T], paths: Sequence[str]) -> lis
     return out
 
 
+def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[bool]:
+    """For each URL, whether it is known to name an object: its first byte was asked for
+    through the range client, all at once (one round trip for the lot, no HEAD; a 416
+    answer is a 0-byte object). False means not known: not read by the range client, or
+    the answer was not that (missing, a directory, a failure): `fs.info` tells."""
+    found = [False] * len(urls)
+    asked: list[tuple[int, ranges.Target]] = []
+    for k, url in enumerate(urls):
+        fs, path = filesystem(url, storage_options)
+        try:
+            t = ranges.target(url, fs, path)
+        except Exception:  # cannot sign here: `fs.info` gives the error
+            continue
+        if t is not None:
+            asked.append((k, t))
+    got = ranges.fetch([(t, 0, 1) for _, t in asked]) if asked else []
+    for (k, _), answer in zip(asked, got):
+        if isinstance(answer, bytes) or (
+            isinstance(answer, HTTPStatusError) and answer.status == 416
+        ):
+            found[k] = True
+    return found
+
+
 def _identity(info: dict[str, Any]) -> tuple[int, str]:
     """(size, the first of ETag / version / mtime the store reports) of an fsspec info."""
     size = int(info.get("size") or 0)
-    for key in ("ETag", "etag", "VersionId", "version_id", "generation", "md5Hash"):
+    for key in ("ETag", "etag"):
+        if info.get(key):
+            return size, f"ETag={etag_value(str(info[key]))}"
+    for key in ("VersionId", "version_id", "generation", "md5Hash"):
         if info.get(key):
             return size, f"{key}={info[key]}"
     for key in ("LastModified", "mtime", "updated", "last_modified", "created"):
         if info.get(key):
             return size, f"{key}={info[key]}"
     return size, ""
+
+
+def _etag(identity: tuple[int, str]) -> str:
+    return identity[1][5:] if identity[1].startswith("ETag=") else ""
+
+
+def _same(then: tuple[int, str], now: tuple[int, str]) -> bool:
+    """Whether an object's identity now is the one it had when opened. An object opened
+    by its first GET knows its ETag, or nothing but its size when the server sends none."""
+    return then == now or (then[0] == now[0] and not then[1])
 
 
 class RemoteFile:
@@ -105,22 +147,60 @@ class RemoteFile:
         self.path = url
         self.what = what
         self.fs, self._fspath = filesystem(url, storage_options)
-        info = call(url, f"open it as {what}", lambda: self.fs.info(self._fspath))
-        if info.get("type") == "directory":
-            raise DataError(
-                f"{url}: it is a directory, not an object: cannot read it as {what}; name "
-                "the object(s) inside it, or a glob pattern"
-            )
-        self.identity = _identity(info)
-        self.size = self.identity[0]
         # Where chute's own range client reads it (s3, http), or None: through fsspec.
         self.target = call(
             url,
             "locate it for range reads",
-            lambda: ranges.target(url, self.fs, self._fspath, self.size, self.identity[1]),
+            lambda: ranges.target(url, self.fs, self._fspath),
         )
+        first = self._first_block() if self.target is not None else None
+        if first is None:
+            self.identity = self._info_identity()
+            if self.target is not None:
+                self.target.size, self.target.etag = self.identity[0], _etag(self.identity)
+        else:
+            assert self.target is not None
+            tag = f"ETag={self.target.etag}" if self.target.etag else ""
+            self.identity = (self.target.size, tag)
+        self.size = self.identity[0]
         # Blocks are shared by readers of the same object through the same store only.
         self.key: Hashable = (url, options_key(storage_options), self.identity)
+        if first:
+            blocks.cache().put((self.key, 0), first)
+
+    def _first_block(self) -> bytes | None:
+        """The object's first block, read through the range client, which learns its
+        size and ETag from the answer: opening costs one GET and no HEAD. None when
+        that cannot tell (a 0-byte object, a missing object or a directory: `fs.info`
+        names which)."""
+        assert self.target is not None
+        t = self.target
+        bs = blocks.block_bytes()
+
+        def once() -> bytes | None:
+            got = ranges.fetch([(t, 0, bs)])[0]
+            if isinstance(got, HTTPStatusError) and got.status == 416:
+                return None  # no byte 0: a 0-byte object
+            if isinstance(got, BaseException):
+                raise got
+            data: bytes = got
+            return data
+
+        try:
+            return call(self.url, f"open it as {self.what}", once)
+        except MissingFileError:
+            return None
+
+    def _info_identity(self) -> tuple[int, str]:
+        """(size, identity) from the file system's `info` (a HEAD for s3); `DataError`
+        for a missing object or a directory."""
+        info = call(self.url, f"open it as {self.what}", lambda: self.fs.info(self._fspath))
+        if info.get("type") == "directory":
+            raise DataError(
+                f"{self.url}: it is a directory, not an object: cannot read it as "
+                f"{self.what}; name the object(s) inside it, or a glob pattern"
+            )
+        return _identity(info)
 
     # -- the FileGuard reading interface -------------------------------------------------
     def check(self, record: int | None = None) -> None:
@@ -158,7 +238,7 @@ class RemoteFile:
                 "source"
             )
         now = _identity(info)
-        if now == self.identity:
+        if _same(self.identity, now):
             return None
         return DataError(
             f"{self.url}: the object changed after chute opened and indexed it (size and "
