@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from chute._src.errors import DataError, MissingFileError
@@ -261,9 +261,29 @@ class RemoteFile:
         """The bytes of each `(start, end)` range (clipped to the object), fetched at once."""
         return read_many([(self, a, b) for a, b in ranges])
 
-    def reader(self, buffer_size: int = 1 << 20) -> io.BufferedReader:
-        """A seekable binary file object over the object (reads go through `read_ranges`)."""
-        return io.BufferedReader(RemoteReader(self), buffer_size=buffer_size)
+    def reader(self, buffer_size: int = 1 << 20, *, sequential: bool = False) -> io.BufferedReader:
+        """A seekable binary file object over the object (reads go through `read_ranges`);
+        `sequential`: each window of `buffer_size` bytes read ahead of the reads."""
+        raw = RemoteReader(self, ahead=buffer_size if sequential else 0)
+        return io.BufferedReader(raw, buffer_size=buffer_size)
+
+    def cached(self, start: int, end: int) -> bytes:
+        """The bytes from `start` (up to `end`) that the block cache holds, without a
+        request: those of the blocks there in a row from `start`'s, maybe none."""
+        bs = blocks.block_bytes()
+        store = blocks.cache()
+        parts: list[bytes] = []
+        n = start // bs
+        while n * bs < end:
+            block = store.get((self.key, n))
+            if block is None:
+                break
+            parts.append(block)
+            n += 1
+        if not parts:
+            return b""
+        base = (start // bs) * bs
+        return b"".join(parts)[start - base : end - base]
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.url!r}, size={self.size})"
@@ -451,13 +471,23 @@ def _fetch_once(requests: list[tuple[RemoteFile, int, int]]) -> list[Any]:
 
 
 class RemoteReader(io.RawIOBase):
-    """A raw, seekable, read-only file over a `RemoteFile` (for pyarrow, numpy, streams)."""
+    """A raw, seekable, read-only file over a `RemoteFile` (for pyarrow, numpy, streams).
 
-    def __init__(self, f: RemoteFile) -> None:
+    With `ahead` (bytes; 0: off), reads are sequential: once a read ends at `p`, the
+    next `ahead` bytes from `p` are fetched in the background (one request on a shared
+    thread), so a stream consuming one window finds the next one there, or on the way.
+    A read that finds its first bytes in the block cache (the first block, read when
+    the object was opened) returns those at once and starts the read-ahead. At most one
+    window is held or in flight per reader; a seek elsewhere drops it."""
+
+    def __init__(self, f: RemoteFile, ahead: int = 0) -> None:
         super().__init__()
         self._f = f
         self._pos = 0
         self.name = f.url
+        self._ahead = ahead
+        self._held: tuple[int, bytes] | None = None  # (start, bytes) fetched ahead
+        self._next: tuple[int, int, Future[bytes]] | None = None  # (start, end, fetch)
 
     def readable(self) -> bool:
         return True
@@ -481,10 +511,48 @@ class RemoteReader(io.RawIOBase):
         end = min(self._pos + len(view), self._f.size)
         if end <= self._pos:
             return 0
-        data = self._f.read_ranges([(self._pos, end)])[0]
+        data = self._read_ahead(self._pos, end) if self._ahead else None
+        if data is None:
+            data = self._f.read_ranges([(self._pos, end)])[0]
         view[: len(data)] = data
         self._pos += len(data)
+        if self._ahead and self._next is None and self._pos < self._f.size:
+            a, z = self._pos, min(self._pos + self._ahead, self._f.size)
+            if self._held is not None:  # the rest of the held window comes first
+                a = self._held[0] + len(self._held[1])
+                z = min(a + self._ahead, self._f.size)
+            if a < z:
+                f = self._f
+                fut = _thread_pool().submit(lambda: f.read_ranges([(a, z)])[0])
+                self._next = (a, z, fut)
         return len(data)
+
+    def _read_ahead(self, pos: int, end: int) -> bytes | None:
+        """Bytes from `pos` (up to `end`) fetched ahead, or the cached blocks there, or
+        None: read them now."""
+        if self._held is not None:
+            a, data = self._held
+            if a <= pos < a + len(data):
+                out = data[pos - a : end - a]
+                if pos + len(out) >= a + len(data):
+                    self._held = None
+                return out
+            self._held = None
+        if self._next is not None:
+            a, z, fut = self._next
+            if a <= pos < z:
+                self._next = None
+                self._held = (a, fut.result())
+                return self._read_ahead(pos, end)
+            fut.cancel()
+            self._next = None
+        return self._f.cached(pos, end) or None
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._next[2].cancel()
+        self._next, self._held = None, None
+        super().close()
 
     def size(self) -> int:
         return self._f.size
