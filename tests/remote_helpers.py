@@ -127,6 +127,10 @@ class RangeServer:
         self._thread.join(timeout=10)
         self._loop.close()
 
+    def open_connections(self) -> int:
+        """Client connections open on the server's side now."""
+        return len(self._transports)
+
     def revoke(self) -> None:
         """Refuses, from now on, every presigned URL this server has seen."""
         self._loop.call_soon_threadsafe(self._revoked.update, set(self._seen))

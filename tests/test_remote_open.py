@@ -1,5 +1,5 @@
-"""Opening remote objects: one GET of the first block (size and ETag from its answer), no
-HEAD, for s3 and http objects; the checks a HEAD gave stay (missing, a directory, a
+"""Opening remote objects: one GET of the first bytes (size and ETag from its answer), no
+HEAD, for s3 and http objects, when a stream's objects are found or when one is opened; the checks a HEAD gave stay (missing, a directory, a
 0-byte object, an object changed or removed after it was opened). Against a real
 keep-alive range server (tests/remote_helpers.py) and moto's S3 server."""
 
@@ -70,8 +70,8 @@ def test_a_stream_opens_each_object_with_one_get_and_no_head(tmp_path: Path, sch
             )
         )
         assert got == want
-        # Opened: one GET each, whose answer is the whole (small) object; the empty one
-        # answers 416 and is asked its size with a HEAD.
+        # Opened when found: then one GET each for the whole (small) object; the empty
+        # one answered 416: opening asks again (416) and its size with a HEAD.
         assert server.gets == 8
         assert server.heads == 1
 
@@ -130,3 +130,46 @@ def test_an_object_changed_after_its_first_get_is_caught(
         match = rf"{prefix}/a\.crec: the object was removed after chute opened it"
     with pytest.raises(chute.DataError, match=match):
         src.__getitems__(list(range(100, 200)))
+
+
+def _big_jsonl(path: Path, n: int) -> list[dict[str, Any]]:
+    rows = [{"i": i, "text": "x" * (i % 300)} for i in range(n)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def test_a_long_object_streams_in_windows_read_ahead(tmp_path: Path) -> None:
+    rows = _big_jsonl(tmp_path / "served" / "b" / "big.jsonl", 16000)  # ~2.5 MB
+    size = (tmp_path / "served" / "b" / "big.jsonl").stat().st_size
+    with RangeServer(str(tmp_path / "served"), delay_s=0.005) as server:
+        ds = chute.experimental.JsonlIterDataset(
+            "s3://b/big.jsonl", storage_options=_options(server.port)
+        )
+        it = iter(ds)
+        assert [next(it) for _ in range(5000)] == rows[:5000]
+        state = it.get_state()
+        assert list(it) == rows[5000:]
+        # Found (its first byte: size and ETag), then read in 1 MiB windows.
+        windows = -(-size // (1 << 20))
+        assert server.gets == 1 + windows and server.heads == 0
+        it2 = iter(ds)
+        it2.set_state(state)  # restored mid-object: read from there, ahead again
+        assert list(it2) == rows[5000:]
+
+
+def test_an_object_replaced_while_streamed_is_caught(s3_server: Any, tmp_path: Path) -> None:
+    rows = _big_jsonl(tmp_path / "big.jsonl", 22000)  # ~3.5 MB: 4 windows
+    prefix = s3_server.bucket(f"chute-{uuid.uuid4().hex[:8]}")
+    fs = s3_server.fs()
+    fs.put_file(str(tmp_path / "big.jsonl"), f"{prefix}/big.jsonl")
+    ds = chute.experimental.JsonlIterDataset(
+        f"{prefix}/big.jsonl", storage_options=s3_server.options
+    )
+    it = iter(ds)
+    assert [next(it) for _ in range(100)] == rows[:100]
+    data = bytearray((tmp_path / "big.jsonl").read_bytes())
+    data[-10:-1] = b"y" * 9  # same size, other bytes: a new ETag
+    fs.pipe_file(f"{prefix}/big.jsonl", bytes(data))
+    with pytest.raises(chute.DataError, match=rf"{prefix}/big\.jsonl: the object changed"):
+        list(it)

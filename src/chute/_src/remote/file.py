@@ -26,6 +26,7 @@ import io
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -55,9 +56,10 @@ def _thread_pool() -> ThreadPoolExecutor:
 
 
 def _after_fork_in_child() -> None:
-    global _pool, _pool_lock
+    global _pool, _pool_lock, _found_lock
     _pool = None  # the parent's threads do not exist here
     _pool_lock = threading.Lock()
+    _found_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -90,11 +92,25 @@ def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[b
     """For each URL, whether it is known to name an object: its first byte was asked for
     through the range client, all at once (one round trip for the lot, no HEAD; a 416
     answer is a 0-byte object). False means not known: not read by the range client, or
-    the answer was not that (missing, a directory, a failure): `fs.info` tells."""
+    the answer was not that (missing, a directory, a failure): `fs.info` tells.
+
+    An object found so keeps what its answer told (size and ETag; its presigned URL is
+    kept by `ranges`) until this process opens it (`RemoteFile`), which then costs no
+    request: the object is opened when found, and a read that finds it replaced since is
+    a `DataError`. Nothing else is kept: connections close when unused."""
     found = [False] * len(urls)
     asked: list[tuple[int, ranges.Target]] = []
-    for k, url in enumerate(urls):
-        fs, path = filesystem(url, storage_options)
+    systems = [filesystem(url, storage_options) for url in urls]
+    by_fs: dict[Any, list[str]] = {}
+    for fs, path in systems:
+        by_fs.setdefault(fs, []).append(path)
+    for fs, paths in by_fs.items():
+        if ranges.target_protocol(fs) == "s3":
+            try:
+                ranges.presign_all(fs, paths)
+            except Exception:  # each is signed again below, and its error named there
+                pass
+    for k, (url, (fs, path)) in enumerate(zip(urls, systems)):
         try:
             t = ranges.target(url, fs, path)
         except Exception:  # cannot sign here: `fs.info` gives the error
@@ -102,12 +118,31 @@ def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[b
         if t is not None:
             asked.append((k, t))
     got = ranges.fetch([(t, 0, 1) for _, t in asked]) if asked else []
-    for (k, _), answer in zip(asked, got):
-        if isinstance(answer, bytes) or (
-            isinstance(answer, HTTPStatusError) and answer.status == 416
-        ):
+    opts = options_key(storage_options)
+    for (k, t), answer in zip(asked, got):
+        if isinstance(answer, bytes):
+            found[k] = True
+            _keep_found((urls[k], opts), (t.size, t.etag))
+        elif isinstance(answer, HTTPStatusError) and answer.status == 416:
             found[k] = True
     return found
+
+
+_FOUND_MAX = 1 << 16  # objects found and not opened yet, kept (oldest dropped first)
+_found: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()  # (size, ETag)
+_found_lock = threading.Lock()
+
+
+def _keep_found(key: tuple[str, str], identity: tuple[int, str]) -> None:
+    with _found_lock:
+        _found[key] = identity
+        while len(_found) > _FOUND_MAX:
+            _found.popitem(last=False)
+
+
+def _take_found(key: tuple[str, str]) -> tuple[int, str] | None:
+    with _found_lock:
+        return _found.pop(key, None)
 
 
 def _identity(info: dict[str, Any]) -> tuple[int, str]:
@@ -148,13 +183,18 @@ class RemoteFile:
         self.what = what
         self.fs, self._fspath = filesystem(url, storage_options)
         # Where chute's own range client reads it (s3, http), or None: through fsspec.
+        # An object `find_objects` just found is opened already.
+        found = _take_found((url, options_key(storage_options)))
+        size, etag = found or (-1, "")
         self.target = call(
             url,
             "locate it for range reads",
-            lambda: ranges.target(url, self.fs, self._fspath),
+            lambda: ranges.target(url, self.fs, self._fspath, size, etag),
         )
-        first = self._first_block() if self.target is not None else None
-        if first is None:
+        if self.target is None:
+            found = None  # CHUTE_REMOTE_HTTP=fsspec since it was found
+        first = self._first_block() if self.target is not None and not found else None
+        if first is None and not found:
             self.identity = self._info_identity()
             if self.target is not None:
                 self.target.size, self.target.etag = self.identity[0], _etag(self.identity)

@@ -42,7 +42,7 @@ from typing import Any
 from chute._src.remote import wire
 from chute._src.remote.wire import Conn
 
-__all__ = ["Target", "fetch", "target"]
+__all__ = ["Target", "fetch", "presign_all", "target", "target_protocol"]
 
 _MAX_CONNS = 256  # open connections per endpoint (a call may go over by one)
 _IDLE_S = 20.0  # an idle connection older than this is closed, not reused
@@ -260,16 +260,56 @@ def _presigned(fs: Any, path: str, expires: int, fresh: bool) -> tuple[str, floa
     return located, now
 
 
-def target(url: str, fs: Any, path: str, size: int = -1, etag: str = "") -> Target | None:
-    """A `Target` for the object `path` of `fs` when chute can read it with `fetch`
-    (s3fs without request options that a presigned GET cannot carry; fsspec's http),
-    else None: fsspec reads it. `size` -1: learnt from the first answer, with the ETag."""
+def presign_all(fs: Any, paths: Sequence[str]) -> None:
+    """Presigns `paths` of the s3 file system `fs` in one call to its event loop (the
+    URLs kept for `target`), rather than one call, and one thread hop, each."""
+    expires = presign_seconds()
+    now = time.monotonic()
+    with _signed_lock:
+        todo = [
+            p
+            for p in dict.fromkeys(paths)
+            if (got := _signed.get((fs, p, expires))) is None or now - got[1] >= 0.25 * expires
+        ]
+    if len(todo) < 2 or not hasattr(fs, "_url"):
+        return
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    async def sign_all() -> list[str]:
+        return list(await asyncio.gather(*(fs._url(p, expires=expires) for p in todo)))
+
+    located = sync(fs.loop, sign_all)
+    with _signed_lock:
+        for p, url in zip(todo, located):
+            _signed[fs, p, expires] = (url, now)
+            _signed.move_to_end((fs, p, expires))
+        while len(_signed) > _SIGNED_MAX:
+            _signed.popitem(last=False)
+
+
+def target_protocol(fs: Any) -> str | None:
+    """ "s3" or "http" when `fetch` reads `fs`'s objects (s3fs without request options
+    that a presigned GET cannot carry; fsspec's http), else None: fsspec reads them."""
     if os.environ.get("CHUTE_REMOTE_HTTP", "").lower() == "fsspec":
         return None
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("s3", "s3a"):
         if getattr(fs, "s3_additional_kwargs", None) or getattr(fs, "req_kw", None):
             return None  # server-side encryption keys, requester pays: signed headers
+        return "s3"
+    if protocol in ("http", "https"):
+        return "http"
+    return None
+
+
+def target(url: str, fs: Any, path: str, size: int = -1, etag: str = "") -> Target | None:
+    """A `Target` for the object `path` of `fs` when chute can read it with `fetch`
+    (`target_protocol`), else None. `size` -1: learnt from the first answer, with the
+    ETag."""
+    protocol = target_protocol(fs)
+    if protocol == "s3":
         expires = presign_seconds()
         verify = (getattr(fs, "client_kwargs", None) or {}).get("verify", True)
 
@@ -277,7 +317,7 @@ def target(url: str, fs: Any, path: str, size: int = -1, etag: str = "") -> Targ
             return _presigned(fs, path, expires, fresh)
 
         return Target(url, size, etag, locate, expires, verify)
-    if protocol in ("http", "https"):
+    if protocol == "http":
         return Target(url, size, etag, lambda fresh: (path, time.monotonic()), None)
     return None
 
