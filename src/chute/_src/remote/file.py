@@ -297,9 +297,10 @@ class RemoteFile:
         start, stop, _ = s.indices(self.size)
         return self.read_ranges([(start, stop)])[0]
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of each `(start, end)` range (clipped to the object), fetched at once."""
-        return read_many([(self, a, b) for a, b in ranges])
+    def read_ranges(self, ranges: Sequence[tuple[int, int]], *, cache: bool = True) -> list[bytes]:
+        """The bytes of each `(start, end)` range (clipped to the object), fetched at once;
+        `cache=False`: fetched exactly, past the block cache (a stream reads once)."""
+        return read_many([(self, a, b) for a, b in ranges], cache=cache)
 
     def reader(self, buffer_size: int = 1 << 20, *, sequential: bool = False) -> io.BufferedReader:
         """A seekable binary file object over the object (reads go through `read_ranges`);
@@ -341,12 +342,13 @@ def _runs(wanted: list[int], bs: int) -> list[tuple[int, int]]:
     return runs
 
 
-def read_many(items: Sequence[tuple[RemoteFile, int, int]]) -> list[bytes]:
+def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = True) -> list[bytes]:
     """The bytes of each `(file, start, end)`, across any number of objects, with one
-    concurrent fetch for all the blocks the cache lacks (nearby blocks coalesced)."""
+    concurrent fetch for all the blocks the cache lacks (nearby blocks coalesced); with
+    `cache=False`, each range fetched as it is, the cache neither asked nor filled."""
     bs = blocks.block_bytes()
     store = blocks.cache()
-    cache_on = store.max_bytes > 0
+    cache_on = cache and store.max_bytes > 0
     direct_limit = 16 * bs
     have: dict[tuple[int, int], bytes] = {}  # (id(file), block) -> block
     wanted: dict[int, set[int]] = {}
@@ -518,7 +520,9 @@ class RemoteReader(io.RawIOBase):
     thread), so a stream consuming one window finds the next one there, or on the way.
     A read that finds its first bytes in the block cache (the first block, read when
     the object was opened) returns those at once and starts the read-ahead. At most one
-    window is held or in flight per reader; a seek elsewhere drops it."""
+    window is held or in flight per reader; a seek elsewhere drops it. Windows pass the
+    block cache by: a stream reads its bytes once, and would evict the blocks that
+    random reads use."""
 
     def __init__(self, f: RemoteFile, ahead: int = 0) -> None:
         super().__init__()
@@ -553,7 +557,7 @@ class RemoteReader(io.RawIOBase):
             return 0
         data = self._read_ahead(self._pos, end) if self._ahead else None
         if data is None:
-            data = self._f.read_ranges([(self._pos, end)])[0]
+            data = self._f.read_ranges([(self._pos, end)], cache=not self._ahead)[0]
         view[: len(data)] = data
         self._pos += len(data)
         if self._ahead and self._next is None and self._pos < self._f.size:
@@ -563,7 +567,7 @@ class RemoteReader(io.RawIOBase):
                 z = min(a + self._ahead, self._f.size)
             if a < z:
                 f = self._f
-                fut = _thread_pool().submit(lambda: f.read_ranges([(a, z)])[0])
+                fut = _thread_pool().submit(lambda: f.read_ranges([(a, z)], cache=False)[0])
                 self._next = (a, z, fut)
         return len(data)
 
