@@ -532,6 +532,7 @@ class RemoteReader(io.RawIOBase):
         self._ahead = ahead
         self._held: tuple[int, bytes] | None = None  # (start, bytes) fetched ahead
         self._next: tuple[int, int, Future[bytes]] | None = None  # (start, end, fetch)
+        self._pid = os.getpid()  # a fetch in flight belongs to this process's threads
 
     def readable(self) -> bool:
         return True
@@ -566,7 +567,7 @@ class RemoteReader(io.RawIOBase):
                 a = self._held[0] + len(self._held[1])
                 z = min(a + self._ahead, self._f.size)
             if a < z:
-                f = self._f
+                f, self._pid = self._f, os.getpid()
                 fut = _thread_pool().submit(lambda: f.read_ranges([(a, z)], cache=False)[0])
                 self._next = (a, z, fut)
         return len(data)
@@ -582,6 +583,8 @@ class RemoteReader(io.RawIOBase):
                     self._held = None
                 return out
             self._held = None
+        if self._next is not None and self._pid != os.getpid():
+            self._next = None  # forked since: the thread fetching it is not here
         if self._next is not None:
             a, z, fut = self._next
             if a <= pos < z:
