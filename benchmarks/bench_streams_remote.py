@@ -27,6 +27,7 @@ presigned URL kept from an earlier round.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -77,7 +78,9 @@ class FsspecLines:
                     yield line
 
 
-def tf_lines(urls: list[str], options: dict[str, Any] | None) -> Iterator[Any]:
+def tf_lines(urls: list[str], options: dict[str, Any] | None, limit: int = 0) -> Iterator[Any]:
+    """tf.data's lines of `urls` (the first `limit`, when given: the pipeline then ends
+    by itself, so no reader of it goes on in the background after it is timed)."""
     import tensorflow as tf
 
     files = tf.data.Dataset.from_tensor_slices(urls)
@@ -92,15 +95,15 @@ def tf_lines(urls: list[str], options: dict[str, Any] | None) -> Iterator[Any]:
             )
 
     ds = files.interleave(open_file, cycle_length=CYCLE, num_parallel_calls=tf.data.AUTOTUNE)
+    if limit:
+        ds = ds.take(limit)
     return ds.batch(1024).prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
 
 
-def count(it: Iterator[Any], batched: bool, limit: int | None = None) -> int:
+def count(it: Iterator[Any], batched: bool) -> int:
     n = 0
     for x in it:
         n += len(x) if batched else 1
-        if limit is not None and n >= limit:
-            break
     close = getattr(it, "close", None)
     if close is not None:
         close()
@@ -199,16 +202,19 @@ def run(
         f"moto {ms}": (urls, _endpoint(moto_slow)),
         f"fast {ms}": (urls, _endpoint(range_slow)),
     }
+    tf_limit = args.tf_remote_lines
     readers: dict[str, Callable[[list[str], dict[str, Any] | None], tuple[Iterator[Any], bool]]]
     readers = {
         "chute lines": lambda u, o: (chute_lines(u, o, parse=False), False),
         "chute JSONL (parsed)": lambda u, o: (chute_lines(u, o, parse=True), False),
-        "tf.data lines": lambda u, o: (tf_lines(u, o), True),
+        "tf.data lines": lambda u, o: (tf_lines(u, o, tf_limit if o else 0), True),
     }
     for make in readers.values():  # one-time costs (imports, TensorFlow's start) untimed
         for where, options in places.values():
             it, batched = make(where[:1], options)
             count(it, batched)
+            del it
+    gc.collect()
     rates: dict[tuple[str, str], list[float]] = {}
     for r in range(args.rounds):
         for reader, make in readers.items():
@@ -221,9 +227,11 @@ def run(
                     cold_remote_caches()
                 t0 = time.perf_counter()
                 it, batched = make(where, options)
-                n = count(it, batched, want)
+                n = count(it, batched)
                 rate = n / (time.perf_counter() - t0)
-                if n < want:
+                del it
+                gc.collect()  # every pipeline torn down before the next one is timed
+                if n != want:
                     raise AssertionError(f"{reader} at {place} read {n} lines, not {want}")
                 rates.setdefault((reader, place), []).append(rate)
                 print(
