@@ -1,7 +1,8 @@
 """Streaming 64 JSONL shards from a bucket with interleave, against local disk and tf.data.
 
 The shared corpus's first `--records` lines dealt into 64 JSONL files (line i to file
-i % 64), read with interleave (cycle_length 16) from:
+i % 64), and again with `--large-records` lines (longer shards: the steady state, where
+the per-shard costs of opening weigh less), read with interleave (cycle_length 16) from:
 - local disk;
 - moto's S3 server behind a proxy adding `--latency-ms` per request (moto closes the
   connection after each answer and runs a thread per request: a slow server);
@@ -13,16 +14,20 @@ The servers run in a process of their own. Contenders, each reading every line o
 - tf.data `interleave(num_parallel_calls=AUTOTUNE)` over the same files: `TextLineDataset`
   locally; from the bucket through fsspec (s3fs, the same storage options) in
   `from_generator`, since `tf.io.gfile` has no S3 without tensorflow-io. Its lines cross
-  into Python 1024 at a time (`batch(1024)`).
-Contenders alternate within each round; medians of `--rounds` rounds.
+  into Python 1024 at a time (`batch(1024)`); from the bucket it reads the first
+  `--tf-remote-lines` lines (a rate: its whole run would take minutes).
+Contenders alternate within each round; medians of `--rounds` rounds. Every chute read
+from a bucket starts cold, as in a fresh process: the block cache emptied and no
+presigned URL kept from an earlier round.
 
-    python benchmarks/bench_streams_remote.py [--records 40000] [--rounds 3] [--tf-rounds R]
-        [--latency-ms 20]
+    python benchmarks/bench_streams_remote.py [--records 100000] [--large-records 400000]
+        [--rounds 3] [--tf-rounds R] [--tf-remote-lines 20000] [--latency-ms 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -73,7 +78,9 @@ class FsspecLines:
                     yield line
 
 
-def tf_lines(urls: list[str], options: dict[str, Any] | None) -> Iterator[Any]:
+def tf_lines(urls: list[str], options: dict[str, Any] | None, limit: int = 0) -> Iterator[Any]:
+    """tf.data's lines of `urls` (the first `limit`, when given: the pipeline then ends
+    by itself, so no reader of it goes on in the background after it is timed)."""
     import tensorflow as tf
 
     files = tf.data.Dataset.from_tensor_slices(urls)
@@ -88,6 +95,8 @@ def tf_lines(urls: list[str], options: dict[str, Any] | None) -> Iterator[Any]:
             )
 
     ds = files.interleave(open_file, cycle_length=CYCLE, num_parallel_calls=tf.data.AUTOTUNE)
+    if limit:
+        ds = ds.take(limit)
     return ds.batch(1024).prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
 
 
@@ -101,9 +110,20 @@ def count(it: Iterator[Any], batched: bool) -> int:
     return n
 
 
+def cold_remote_caches() -> None:
+    """Forgets what an earlier read left in this process (cached blocks, presigned URLs),
+    so each timed read from a bucket costs what it costs a fresh process."""
+    from chute._src.remote import blocks, ranges
+
+    blocks.cache().clear()
+    with ranges._signed_lock:
+        ranges._signed.clear()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--records", type=int, default=40000)
+    ap.add_argument("--records", type=int, default=100000)
+    ap.add_argument("--large-records", type=int, default=400000, help="0: no large run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument(
@@ -112,61 +132,112 @@ def main() -> None:
         default=None,
         help="rounds tf.data runs in (its remote reads are slow)",
     )
+    ap.add_argument(
+        "--tf-remote-lines",
+        type=int,
+        default=20000,
+        help="lines tf.data reads from a bucket (its rate; 0: all)",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
         os.environ.setdefault(k, v)
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sizes = [n for n in (args.records, args.large_records) if n]
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "served"
-        paths = split_corpus(args.records, SHARDS, root / "bench" / "jsonl")
+        runs = {n: split_corpus(n, SHARDS, root / "bench" / f"jsonl-{n}") for n in sizes}
         with object_servers(root, [args.latency_ms]) as (moto, moto_slow, range_slow):
-            lines = run(args, paths, moto, moto_slow, range_slow)
+            tables = [run(args, n, paths, moto, moto_slow, range_slow) for n, paths in runs.items()]
+    ms = f"+{args.latency_ms:.0f}ms"
+    lines = [
+        f"bench_streams_remote: the corpus's first N lines in {SHARDS} JSONL shards (line i "
+        f"to shard i % {SHARDS}), interleave cycle_length={CYCLE}, default settings; the "
+        "whole stream read (time includes building the dataset, which finds every object, "
+        "and opening; each reader warmed up once on one shard untimed; every chute read "
+        "from a bucket starts with an empty block cache and no presigned URL kept); "
+        f"{args.rounds} rounds (tf.data: {args.tf_rounds or args.rounds}), contenders "
+        "alternated, medians",
+        f"'moto {ms}': moto's S3 server behind a proxy adding {ms} per request (it closes the "
+        "connection after every answer); "
+        f"'fast {ms}': a keep-alive range server with {ms} per request; servers in a process "
+        "of their own",
+        "tf.data: TextLineDataset locally, fsspec (s3fs) in from_generator from the bucket "
+        + (
+            f"(its first {args.tf_remote_lines:,} lines: a rate); "
+            if args.tf_remote_lines
+            else "; "
+        )
+        + "interleave(num_parallel_calls=AUTOTUNE), batch(1024)",
+        f"machine: {machine()}; load average {load0:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at end (a shared machine)",
+    ]
+    for t in tables:
+        lines += ["", *t]
     emit(lines, args.out)
 
 
 def run(
-    args: argparse.Namespace, paths: list[str], moto: int, moto_slow: int, range_slow: int
+    args: argparse.Namespace,
+    records: int,
+    paths: list[str],
+    moto: int,
+    moto_slow: int,
+    range_slow: int,
 ) -> list[str]:
     import s3fs
 
     fs = s3fs.S3FileSystem(**_endpoint(moto))
-    fs.mkdir("bench")
+    if not fs.exists("bench"):
+        fs.mkdir("bench")
+    key = f"bench/{Path(paths[0]).parent.name}"
     for p in paths:
-        fs.put_file(p, f"bench/jsonl/{Path(p).name}")
-    urls = [f"s3://bench/jsonl/{Path(p).name}" for p in paths]
+        fs.put_file(p, f"{key}/{Path(p).name}")
+    urls = [f"s3://{key}/{Path(p).name}" for p in paths]
     ms = f"+{args.latency_ms:.0f}ms"
     places: dict[str, tuple[list[str], dict[str, Any] | None]] = {
         "local": (paths, None),
         f"moto {ms}": (urls, _endpoint(moto_slow)),
         f"fast {ms}": (urls, _endpoint(range_slow)),
     }
+    tf_limit = args.tf_remote_lines
     readers: dict[str, Callable[[list[str], dict[str, Any] | None], tuple[Iterator[Any], bool]]]
     readers = {
         "chute lines": lambda u, o: (chute_lines(u, o, parse=False), False),
         "chute JSONL (parsed)": lambda u, o: (chute_lines(u, o, parse=True), False),
-        "tf.data lines": lambda u, o: (tf_lines(u, o), True),
+        "tf.data lines": lambda u, o: (tf_lines(u, o, tf_limit if o else 0), True),
     }
     for make in readers.values():  # one-time costs (imports, TensorFlow's start) untimed
         for where, options in places.values():
             it, batched = make(where[:1], options)
             count(it, batched)
+            del it
+    gc.collect()
     rates: dict[tuple[str, str], list[float]] = {}
-    load0 = os.getloadavg()[0]
     for r in range(args.rounds):
         for reader, make in readers.items():
             if reader.startswith("tf.data") and r >= (args.tf_rounds or args.rounds):
                 continue
             for place, (where, options) in places.items():
+                tf_remote = reader.startswith("tf.data") and options is not None
+                want = min(records, args.tf_remote_lines or records) if tf_remote else records
+                if options is not None:
+                    cold_remote_caches()
                 t0 = time.perf_counter()
                 it, batched = make(where, options)
                 n = count(it, batched)
                 rate = n / (time.perf_counter() - t0)
-                if n != args.records:
-                    raise AssertionError(f"{reader} at {place} read {n} lines")
+                del it
+                gc.collect()  # every pipeline torn down before the next one is timed
+                if n != want:
+                    raise AssertionError(f"{reader} at {place} read {n} lines, not {want}")
                 rates.setdefault((reader, place), []).append(rate)
-                print(f"round {r}: {reader} {place}: {rate:,.0f} lines/s", file=sys.stderr)
+                print(
+                    f"{records} lines, round {r}: {reader} {place}: {rate:,.0f} lines/s",
+                    file=sys.stderr,
+                )
     med = {k: statistics.median(v) for k, v in rates.items()}
     rows = []
     for reader in readers:
@@ -182,21 +253,9 @@ def run(
                 ]
             )
     head = ["reader", "from", "lines/s", "vs local", "vs tf.data", "each round"]
+    kib = sum(os.path.getsize(p) for p in paths) / SHARDS / 1024
     return [
-        f"bench_streams_remote: {args.records:,} corpus lines in {SHARDS} JSONL shards, "
-        f"interleave cycle_length={CYCLE}, default settings; the whole stream read (time "
-        "includes building the dataset and opening; each reader warmed up once on one shard "
-        f"untimed); {args.rounds} rounds (tf.data: {args.tf_rounds or args.rounds}), "
-        "contenders alternated, medians",
-        f"'moto {ms}': moto's S3 server behind a proxy adding {ms} per request (it closes the "
-        "connection after every answer); "
-        f"'fast {ms}': a keep-alive range server with {ms} per request; servers in a process "
-        "of their own",
-        "tf.data: TextLineDataset locally, fsspec (s3fs) in from_generator from the bucket; "
-        "interleave(num_parallel_calls=AUTOTUNE), batch(1024)",
-        f"machine: {machine()}; load average {load0:.1f} at start, "
-        f"{os.getloadavg()[0]:.1f} at end (a shared machine)",
-        "",
+        f"{records:,} lines ({kib:,.0f} KiB a shard):",
         table(head, rows),
     ]
 

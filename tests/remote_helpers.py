@@ -106,6 +106,7 @@ class RangeServer:
         self.deny = deny
         self.port = 0
         self.gets = 0  # GETs answered, failures included
+        self.heads = 0  # HEADs answered
         self.refused = 0  # 403s sent
         self.connections = 0  # connections accepted
         self._seen: set[bytes] = set()
@@ -125,6 +126,10 @@ class RangeServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
+
+    def open_connections(self) -> int:
+        """Client connections open on the server's side now."""
+        return len(self._transports)
 
     def revoke(self) -> None:
         """Refuses, from now on, every presigned URL this server has seen."""
@@ -195,6 +200,8 @@ class RangeServer:
         body: bytes | memoryview = b""
         if method == b"GET":
             self.gets += 1
+        elif method == b"HEAD":
+            self.heads += 1
         if data is None:
             body = b"<Error><Code>NoSuchKey</Code><Message>no such key</Message></Error>"
             return _reply(b"404 Not Found", b"Content-Type: application/xml\r\n", body)
@@ -216,6 +223,9 @@ class RangeServer:
             spec = rest[at + 15 :].split(b"\r\n", 1)[0]
             a, _, b = spec.partition(b"-")
             start, end = int(a), min(int(b) if b else len(data) - 1, len(data) - 1)
+            if start >= len(data):  # as S3: no byte there (a 0-byte object)
+                body = b"<Error><Code>InvalidRange</Code></Error>"
+                return _reply(b"416 Requested Range Not Satisfiable", b"", body)
             body = memoryview(data)[start : end + 1]
             status = b"206 Partial Content"
             extra += b"Content-Range: bytes %d-%d/%d\r\n" % (start, end, len(data))

@@ -217,7 +217,13 @@ def test_nothing_left_open_after_close(tmp_path: Path) -> None:
         src = sources.RecordFileDataSource(
             f"{prefix}/big.crec", storage_options=_options(server.port)
         )
-        threads, fds = set(threading.enumerate()), _fds()  # opened: no connection yet
+        # Opened (found by one GET, on a connection closed since): once the server's side
+        # of it has closed too, no connection is open.
+        deadline = time.monotonic() + 5
+        while server.open_connections() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not server.open_connections()
+        threads, fds = set(threading.enumerate()), _fds()
         for _ in range(3):
             src.__getitems__(INDICES)
         assert _fds() > fds  # connections kept for the next reads

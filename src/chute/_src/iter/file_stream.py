@@ -72,6 +72,9 @@ class FileLinesIterDataset(InterleaveIterDataset):
         super().__init__(
             [_FileLines(path, fn, self._where, storage) for path in files],
             cycle_length=cycle_length,
+            # A whole next cycle of files opened while this one is read: shards of one
+            # size end together, and opening one from a bucket costs a round trip.
+            make_iter_buffer_size=cycle_length,
             iter_buffer_size=_LINES_PER_READ,
             parallelism=parallelism,
         )

@@ -1,6 +1,10 @@
 """`RemoteFile`: one object of a remote store, read by byte ranges through the block cache.
 
-Opening asks the store for the object's size and identity (ETag, version or mtime) once.
+Opening asks the store for the object's size and identity (ETag, version or mtime) once:
+for an object the range client reads (s3, http), by a GET of its first block, whose
+answer carries the size (`Content-Range`) and the ETag, so the block is in the cache and
+opening costs one round trip; else (and for a 0-byte, missing or directory object, to
+tell which) by the file system's `info` (for s3fs a HEAD, milliseconds of CPU).
 `read_ranges` serves a list of byte ranges with as few round trips as it can: the blocks
 they need that the cache lacks are grouped into runs (adjacent or nearby blocks become
 one request), and all runs are fetched at once: through chute's own range client
@@ -22,16 +26,18 @@ import io
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from chute._src.errors import DataError
+from chute._src.errors import DataError, MissingFileError
 from chute._src.remote import blocks, ranges
 from chute._src.remote.calls import call, failure, is_transient, logger, max_retries
 from chute._src.remote.urls import StorageOptions, filesystem, is_url, options_key
+from chute._src.remote.wire import HTTPStatusError, etag_value
 
-__all__ = ["RemoteFile", "RemoteReader", "open_concurrently", "read_many"]
+__all__ = ["RemoteFile", "RemoteReader", "find_objects", "open_concurrently", "read_many"]
 T = TypeVar("T")
 
 _GAP_BLOCKS = 2  # missing blocks this close together are fetched in one request
@@ -50,9 +56,10 @@ def _thread_pool() -> ThreadPoolExecutor:
 
 
 def _after_fork_in_child() -> None:
-    global _pool, _pool_lock
+    global _pool, _pool_lock, _found_lock
     _pool = None  # the parent's threads do not exist here
     _pool_lock = threading.Lock()
+    _found_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -81,16 +88,86 @@ def open_concurrently(open_one: Callable[[int], T], paths: Sequence[str]) -> lis
     return out
 
 
+def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[bool]:
+    """For each URL, whether it is known to name an object: its first byte was asked for
+    through the range client, all at once (one round trip for the lot, no HEAD; a 416
+    answer is a 0-byte object). False means not known: not read by the range client, or
+    the answer was not that (missing, a directory, a failure): `fs.info` tells.
+
+    An object found so keeps what its answer told (size and ETag; its presigned URL is
+    kept by `ranges`) until this process opens it (`RemoteFile`), which then costs no
+    request: the object is opened when found, and a read that finds it replaced since is
+    a `DataError`. Nothing else is kept: connections close when unused."""
+    found = [False] * len(urls)
+    asked: list[tuple[int, ranges.Target]] = []
+    systems = [filesystem(url, storage_options) for url in urls]
+    by_fs: dict[Any, list[str]] = {}
+    for fs, path in systems:
+        by_fs.setdefault(fs, []).append(path)
+    for fs, paths in by_fs.items():
+        if ranges.target_protocol(fs) == "s3":
+            try:
+                ranges.presign_all(fs, paths)
+            except Exception:  # each is signed again below, and its error named there
+                pass
+    for k, (url, (fs, path)) in enumerate(zip(urls, systems)):
+        try:
+            t = ranges.target(url, fs, path)
+        except Exception:  # cannot sign here: `fs.info` gives the error
+            continue
+        if t is not None:
+            asked.append((k, t))
+    got = ranges.fetch([(t, 0, 1) for _, t in asked]) if asked else []
+    opts = options_key(storage_options)
+    for (k, t), answer in zip(asked, got):
+        if isinstance(answer, bytes):
+            found[k] = True
+            _keep_found((urls[k], opts), (t.size, t.etag))
+        elif isinstance(answer, HTTPStatusError) and answer.status == 416:
+            found[k] = True
+    return found
+
+
+_FOUND_MAX = 1 << 16  # objects found and not opened yet, kept (oldest dropped first)
+_found: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()  # (size, ETag)
+_found_lock = threading.Lock()
+
+
+def _keep_found(key: tuple[str, str], identity: tuple[int, str]) -> None:
+    with _found_lock:
+        _found[key] = identity
+        while len(_found) > _FOUND_MAX:
+            _found.popitem(last=False)
+
+
+def _take_found(key: tuple[str, str]) -> tuple[int, str] | None:
+    with _found_lock:
+        return _found.pop(key, None)
+
+
 def _identity(info: dict[str, Any]) -> tuple[int, str]:
     """(size, the first of ETag / version / mtime the store reports) of an fsspec info."""
     size = int(info.get("size") or 0)
-    for key in ("ETag", "etag", "VersionId", "version_id", "generation", "md5Hash"):
+    for key in ("ETag", "etag"):
+        if info.get(key):
+            return size, f"ETag={etag_value(str(info[key]))}"
+    for key in ("VersionId", "version_id", "generation", "md5Hash"):
         if info.get(key):
             return size, f"{key}={info[key]}"
     for key in ("LastModified", "mtime", "updated", "last_modified", "created"):
         if info.get(key):
             return size, f"{key}={info[key]}"
     return size, ""
+
+
+def _etag(identity: tuple[int, str]) -> str:
+    return identity[1][5:] if identity[1].startswith("ETag=") else ""
+
+
+def _same(then: tuple[int, str], now: tuple[int, str]) -> bool:
+    """Whether an object's identity now is the one it had when opened. An object opened
+    by its first GET knows its ETag, or nothing but its size when the server sends none."""
+    return then == now or (then[0] == now[0] and not then[1])
 
 
 class RemoteFile:
@@ -105,22 +182,65 @@ class RemoteFile:
         self.path = url
         self.what = what
         self.fs, self._fspath = filesystem(url, storage_options)
-        info = call(url, f"open it as {what}", lambda: self.fs.info(self._fspath))
-        if info.get("type") == "directory":
-            raise DataError(
-                f"{url}: it is a directory, not an object: cannot read it as {what}; name "
-                "the object(s) inside it, or a glob pattern"
-            )
-        self.identity = _identity(info)
-        self.size = self.identity[0]
         # Where chute's own range client reads it (s3, http), or None: through fsspec.
+        # An object `find_objects` just found is opened already.
+        found = _take_found((url, options_key(storage_options)))
+        size, etag = found or (-1, "")
         self.target = call(
             url,
             "locate it for range reads",
-            lambda: ranges.target(url, self.fs, self._fspath, self.size, self.identity[1]),
+            lambda: ranges.target(url, self.fs, self._fspath, size, etag),
         )
+        if self.target is None:
+            found = None  # CHUTE_REMOTE_HTTP=fsspec since it was found
+        first = self._first_block() if self.target is not None and not found else None
+        if first is None and not found:
+            self.identity = self._info_identity()
+            if self.target is not None:
+                self.target.size, self.target.etag = self.identity[0], _etag(self.identity)
+        else:
+            assert self.target is not None
+            tag = f"ETag={self.target.etag}" if self.target.etag else ""
+            self.identity = (self.target.size, tag)
+        self.size = self.identity[0]
         # Blocks are shared by readers of the same object through the same store only.
         self.key: Hashable = (url, options_key(storage_options), self.identity)
+        if first:
+            blocks.cache().put((self.key, 0), first)
+
+    def _first_block(self) -> bytes | None:
+        """The object's first block, read through the range client, which learns its
+        size and ETag from the answer: opening costs one GET and no HEAD. None when
+        that cannot tell (a 0-byte object, a missing object or a directory: `fs.info`
+        names which)."""
+        assert self.target is not None
+        t = self.target
+        bs = blocks.block_bytes()
+
+        def once() -> bytes | None:
+            got = ranges.fetch([(t, 0, bs)])[0]
+            if isinstance(got, HTTPStatusError) and got.status == 416:
+                return None  # no byte 0: a 0-byte object
+            if isinstance(got, BaseException):
+                raise got
+            data: bytes = got
+            return data
+
+        try:
+            return call(self.url, f"open it as {self.what}", once)
+        except MissingFileError:
+            return None
+
+    def _info_identity(self) -> tuple[int, str]:
+        """(size, identity) from the file system's `info` (a HEAD for s3); `DataError`
+        for a missing object or a directory."""
+        info = call(self.url, f"open it as {self.what}", lambda: self.fs.info(self._fspath))
+        if info.get("type") == "directory":
+            raise DataError(
+                f"{self.url}: it is a directory, not an object: cannot read it as "
+                f"{self.what}; name the object(s) inside it, or a glob pattern"
+            )
+        return _identity(info)
 
     # -- the FileGuard reading interface -------------------------------------------------
     def check(self, record: int | None = None) -> None:
@@ -158,7 +278,7 @@ class RemoteFile:
                 "source"
             )
         now = _identity(info)
-        if now == self.identity:
+        if _same(self.identity, now):
             return None
         return DataError(
             f"{self.url}: the object changed after chute opened and indexed it (size and "
@@ -177,13 +297,34 @@ class RemoteFile:
         start, stop, _ = s.indices(self.size)
         return self.read_ranges([(start, stop)])[0]
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of each `(start, end)` range (clipped to the object), fetched at once."""
-        return read_many([(self, a, b) for a, b in ranges])
+    def read_ranges(self, ranges: Sequence[tuple[int, int]], *, cache: bool = True) -> list[bytes]:
+        """The bytes of each `(start, end)` range (clipped to the object), fetched at once;
+        `cache=False`: fetched exactly, past the block cache (a stream reads once)."""
+        return read_many([(self, a, b) for a, b in ranges], cache=cache)
 
-    def reader(self, buffer_size: int = 1 << 20) -> io.BufferedReader:
-        """A seekable binary file object over the object (reads go through `read_ranges`)."""
-        return io.BufferedReader(RemoteReader(self), buffer_size=buffer_size)
+    def reader(self, buffer_size: int = 1 << 20, *, sequential: bool = False) -> io.BufferedReader:
+        """A seekable binary file object over the object (reads go through `read_ranges`);
+        `sequential`: each window of `buffer_size` bytes read ahead of the reads."""
+        raw = RemoteReader(self, ahead=buffer_size if sequential else 0)
+        return io.BufferedReader(raw, buffer_size=buffer_size)
+
+    def cached(self, start: int, end: int) -> bytes:
+        """The bytes from `start` (up to `end`) that the block cache holds, without a
+        request: those of the blocks there in a row from `start`'s, maybe none."""
+        bs = blocks.block_bytes()
+        store = blocks.cache()
+        parts: list[bytes] = []
+        n = start // bs
+        while n * bs < end:
+            block = store.get((self.key, n))
+            if block is None:
+                break
+            parts.append(block)
+            n += 1
+        if not parts:
+            return b""
+        base = (start // bs) * bs
+        return b"".join(parts)[start - base : end - base]
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.url!r}, size={self.size})"
@@ -201,12 +342,13 @@ def _runs(wanted: list[int], bs: int) -> list[tuple[int, int]]:
     return runs
 
 
-def read_many(items: Sequence[tuple[RemoteFile, int, int]]) -> list[bytes]:
+def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = True) -> list[bytes]:
     """The bytes of each `(file, start, end)`, across any number of objects, with one
-    concurrent fetch for all the blocks the cache lacks (nearby blocks coalesced)."""
+    concurrent fetch for all the blocks the cache lacks (nearby blocks coalesced); with
+    `cache=False`, each range fetched as it is, the cache neither asked nor filled."""
     bs = blocks.block_bytes()
     store = blocks.cache()
-    cache_on = store.max_bytes > 0
+    cache_on = cache and store.max_bytes > 0
     direct_limit = 16 * bs
     have: dict[tuple[int, int], bytes] = {}  # (id(file), block) -> block
     wanted: dict[int, set[int]] = {}
@@ -371,13 +513,26 @@ def _fetch_once(requests: list[tuple[RemoteFile, int, int]]) -> list[Any]:
 
 
 class RemoteReader(io.RawIOBase):
-    """A raw, seekable, read-only file over a `RemoteFile` (for pyarrow, numpy, streams)."""
+    """A raw, seekable, read-only file over a `RemoteFile` (for pyarrow, numpy, streams).
 
-    def __init__(self, f: RemoteFile) -> None:
+    With `ahead` (bytes; 0: off), reads are sequential: once a read ends at `p`, the
+    next `ahead` bytes from `p` are fetched in the background (one request on a shared
+    thread), so a stream consuming one window finds the next one there, or on the way.
+    A read that finds its first bytes in the block cache (the first block, read when
+    the object was opened) returns those at once and starts the read-ahead. At most one
+    window is held or in flight per reader; a seek elsewhere drops it. Windows pass the
+    block cache by: a stream reads its bytes once, and would evict the blocks that
+    random reads use."""
+
+    def __init__(self, f: RemoteFile, ahead: int = 0) -> None:
         super().__init__()
         self._f = f
         self._pos = 0
         self.name = f.url
+        self._ahead = ahead
+        self._held: tuple[int, bytes] | None = None  # (start, bytes) fetched ahead
+        self._next: tuple[int, int, Future[bytes]] | None = None  # (start, end, fetch)
+        self._pid = os.getpid()  # a fetch in flight belongs to this process's threads
 
     def readable(self) -> bool:
         return True
@@ -401,10 +556,50 @@ class RemoteReader(io.RawIOBase):
         end = min(self._pos + len(view), self._f.size)
         if end <= self._pos:
             return 0
-        data = self._f.read_ranges([(self._pos, end)])[0]
+        data = self._read_ahead(self._pos, end) if self._ahead else None
+        if data is None:
+            data = self._f.read_ranges([(self._pos, end)], cache=not self._ahead)[0]
         view[: len(data)] = data
         self._pos += len(data)
+        if self._ahead and self._next is None and self._pos < self._f.size:
+            a, z = self._pos, min(self._pos + self._ahead, self._f.size)
+            if self._held is not None:  # the rest of the held window comes first
+                a = self._held[0] + len(self._held[1])
+                z = min(a + self._ahead, self._f.size)
+            if a < z:
+                f, self._pid = self._f, os.getpid()
+                fut = _thread_pool().submit(lambda: f.read_ranges([(a, z)], cache=False)[0])
+                self._next = (a, z, fut)
         return len(data)
+
+    def _read_ahead(self, pos: int, end: int) -> bytes | None:
+        """Bytes from `pos` (up to `end`) fetched ahead, or the cached blocks there, or
+        None: read them now."""
+        if self._held is not None:
+            a, data = self._held
+            if a <= pos < a + len(data):
+                out = data[pos - a : end - a]
+                if pos + len(out) >= a + len(data):
+                    self._held = None
+                return out
+            self._held = None
+        if self._next is not None and self._pid != os.getpid():
+            self._next = None  # forked since: the thread fetching it is not here
+        if self._next is not None:
+            a, z, fut = self._next
+            if a <= pos < z:
+                self._next = None
+                self._held = (a, fut.result())
+                return self._read_ahead(pos, end)
+            fut.cancel()
+            self._next = None
+        return self._f.cached(pos, end) or None
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._next[2].cancel()
+        self._next, self._held = None, None
+        super().close()
 
     def size(self) -> int:
         return self._f.size

@@ -27,6 +27,7 @@ reads through fsspec instead.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import socket
@@ -41,7 +42,7 @@ from typing import Any
 from chute._src.remote import wire
 from chute._src.remote.wire import Conn
 
-__all__ = ["Target", "fetch", "target"]
+__all__ = ["Target", "fetch", "presign_all", "target", "target_protocol"]
 
 _MAX_CONNS = 256  # open connections per endpoint (a call may go over by one)
 _IDLE_S = 20.0  # an idle connection older than this is closed, not reused
@@ -129,13 +130,19 @@ def _close_all(conns: list[Conn]) -> None:
 _endpoints: weakref.WeakValueDictionary[tuple[Any, ...], Endpoint] = weakref.WeakValueDictionary()
 _endpoints_lock = threading.Lock()
 _targets: weakref.WeakSet[Target] = weakref.WeakSet()
+_SIGNED_MAX = 4096  # presigned URLs kept for reuse (`_presigned`)
+_signed: collections.OrderedDict[tuple[Any, str, int], tuple[str, float]] = (
+    collections.OrderedDict()
+)
+_signed_lock = threading.Lock()
 
 
 def _after_fork_in_child() -> None:
     """A thread of the parent may have held a lock when it forked: new ones here (the
     parent's connections are dropped by `Endpoint.take`, which sees the new pid)."""
-    global _endpoints_lock
+    global _endpoints_lock, _signed_lock
     _endpoints_lock = threading.Lock()
+    _signed_lock = threading.Lock()
     for ep in list(_endpoints.values()):
         ep.lock = threading.Lock()
     for t in list(_targets):
@@ -171,15 +178,17 @@ def _endpoint(url: str, verify: Any) -> tuple[Endpoint, str]:
 
 
 class Target:
-    """One object as `fetch` reads it: where to GET it (`locate()`, renewed after
-    `expires_s` when it is presigned) and what it was when opened (size, ETag)."""
+    """One object as `fetch` reads it: where to GET it (`locate(fresh)`, renewed after
+    `expires_s` when it is presigned) and what it was when opened (size, ETag). A
+    `size` of -1 is not known yet: the first answer tells it (`wire.check`), with the
+    ETag, so opening an object costs one GET of its first bytes and no HEAD."""
 
     def __init__(
         self,
         url: str,
         size: int,
         etag: str,
-        locate: Callable[[], str],
+        locate: Callable[[bool], tuple[str, float]],
         expires_s: float | None,
         verify: Any = True,
     ) -> None:
@@ -190,18 +199,17 @@ class Target:
         self.endpoint: Endpoint
         self.signed_at = self.renew_at = 0.0
         self.prefix = b""
-        self.renew()
+        self.renew(fresh=False)
         _targets.add(self)
 
-    def renew(self, if_signed_before: float | None = None) -> None:
+    def renew(self, if_signed_before: float | None = None, *, fresh: bool = True) -> None:
         """Locates the object again (a fresh presigned URL), unless that was done since
-        `if_signed_before`."""
+        `if_signed_before`; `fresh=False` takes a recent one made for the same object."""
         with self._lock:
             if if_signed_before is not None and self.signed_at > if_signed_before:
                 return
-            located = self._locate()
+            located, self.signed_at = self._locate(fresh)
             self.endpoint, target = _endpoint(located, self._verify)
-            self.signed_at = time.monotonic()
             self.renew_at = (
                 self.signed_at + 0.75 * self._expires_s if self._expires_s else float("inf")
             )
@@ -231,22 +239,86 @@ def presign_seconds() -> int:
     return n
 
 
-def target(url: str, fs: Any, path: str, size: int, identity: str) -> Target | None:
-    """A `Target` for the object `path` of `fs` when chute can read it with `fetch`
-    (s3fs without request options that a presigned GET cannot carry; fsspec's http),
-    else None: fsspec reads it."""
+def _presigned(fs: Any, path: str, expires: int, fresh: bool) -> tuple[str, float]:
+    """A presigned GET URL of `path` and when it was made: one made in the last quarter
+    of its lifetime for the same object through the same file system, unless `fresh`
+    (signing costs the s3 client a millisecond of CPU; listing a dataset, then opening
+    each of its objects, would sign each twice)."""
+    key = (fs, path, expires)
+    now = time.monotonic()
+    with _signed_lock:
+        got = _signed.get(key)
+        if got is not None and not fresh and now - got[1] < 0.25 * expires:
+            _signed.move_to_end(key)
+            return got
+    located: str = fs.url(path, expires=expires)
+    with _signed_lock:
+        _signed[key] = (located, now)
+        _signed.move_to_end(key)
+        while len(_signed) > _SIGNED_MAX:
+            _signed.popitem(last=False)
+    return located, now
+
+
+def presign_all(fs: Any, paths: Sequence[str]) -> None:
+    """Presigns `paths` of the s3 file system `fs` in one call to its event loop (the
+    URLs kept for `target`), rather than one call, and one thread hop, each."""
+    expires = presign_seconds()
+    now = time.monotonic()
+    with _signed_lock:
+        todo = [
+            p
+            for p in dict.fromkeys(paths)
+            if (got := _signed.get((fs, p, expires))) is None or now - got[1] >= 0.25 * expires
+        ]
+    if len(todo) < 2 or not hasattr(fs, "_url"):
+        return
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    async def sign_all() -> list[str]:
+        return list(await asyncio.gather(*(fs._url(p, expires=expires) for p in todo)))
+
+    located = sync(fs.loop, sign_all)
+    with _signed_lock:
+        for p, url in zip(todo, located):
+            _signed[fs, p, expires] = (url, now)
+            _signed.move_to_end((fs, p, expires))
+        while len(_signed) > _SIGNED_MAX:
+            _signed.popitem(last=False)
+
+
+def target_protocol(fs: Any) -> str | None:
+    """ "s3" or "http" when `fetch` reads `fs`'s objects (s3fs without request options
+    that a presigned GET cannot carry; fsspec's http), else None: fsspec reads them."""
     if os.environ.get("CHUTE_REMOTE_HTTP", "").lower() == "fsspec":
         return None
-    etag = identity[5:] if identity.startswith("ETag=") else ""
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("s3", "s3a"):
         if getattr(fs, "s3_additional_kwargs", None) or getattr(fs, "req_kw", None):
             return None  # server-side encryption keys, requester pays: signed headers
+        return "s3"
+    if protocol in ("http", "https"):
+        return "http"
+    return None
+
+
+def target(url: str, fs: Any, path: str, size: int = -1, etag: str = "") -> Target | None:
+    """A `Target` for the object `path` of `fs` when chute can read it with `fetch`
+    (`target_protocol`), else None. `size` -1: learnt from the first answer, with the
+    ETag."""
+    protocol = target_protocol(fs)
+    if protocol == "s3":
         expires = presign_seconds()
         verify = (getattr(fs, "client_kwargs", None) or {}).get("verify", True)
-        return Target(url, size, etag, lambda: fs.url(path, expires=expires), expires, verify)
-    if protocol in ("http", "https"):
-        return Target(url, size, etag, lambda: path, None)
+
+        def locate(fresh: bool) -> tuple[str, float]:
+            return _presigned(fs, path, expires, fresh)
+
+        return Target(url, size, etag, locate, expires, verify)
+    if protocol == "http":
+        return Target(url, size, etag, lambda fresh: (path, time.monotonic()), None)
     return None
 
 

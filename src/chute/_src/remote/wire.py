@@ -396,7 +396,10 @@ def _dechunk(buf: bytes | bytearray, at: int) -> tuple[bytes, int] | None:
 def check(
     t: Target, a: int, b: int, status: int, headers: dict[bytes, bytes], body: bytes
 ) -> bytes | BaseException:
-    """The bytes of a good answer to a GET of `[a, b)`, or the error it means."""
+    """The bytes of a good answer to a GET of `[a, b)`, or the error it means. The first
+    answer for a target of unknown size (-1) tells its size and ETag (`_first_answer`)."""
+    if t.size < 0 and status in (200, 206):
+        return _first_answer(t, a, b, status, headers, body)
     if status == 206 or status == 200:
         tag = etag_value(headers.get(b"etag", b"").decode("latin-1"))
         if t.etag and tag and tag != t.etag:
@@ -429,3 +432,29 @@ def check(
     if status == 403:
         return PermissionError(errno.EACCES, text, t.url)
     return HTTPStatusError(status, text)
+
+
+_TOTAL = re.compile(rb"bytes (\d+)-(\d+)/(\d+)")
+
+
+def _first_answer(
+    t: Target, a: int, b: int, status: int, headers: dict[bytes, bytes], body: bytes
+) -> bytes | BaseException:
+    """The bytes of the first answer for `t` (size not known yet), which sets `t.size`
+    (the `Content-Range` total, or the whole body of a 200) and `t.etag`."""
+    tag = etag_value(headers.get(b"etag", b"").decode("latin-1"))
+    if status == 200:  # the whole object: the server ignored the range
+        t.size, t.etag = len(body), tag
+        return body[a:b]
+    got = headers.get(b"content-range", b"")
+    m = _TOTAL.fullmatch(got.strip())
+    if m is not None:
+        first, last, total = (int(x) for x in m.groups())
+        if first == a and last == min(b, total) - 1 and len(body) == last - first + 1:
+            t.size, t.etag = total, tag
+            return body
+    return DataError(
+        f"{t.url}: a read of bytes [{a}, {b}) came back as "
+        f"{got.decode('latin-1') or 'no range'!r} with {len(body)} bytes, not that range "
+        "of the object: the store is failing; reopen the source"
+    )

@@ -14,6 +14,7 @@ from chute._src.sources._file_guard import FileGuard
 __all__ = ["DataFile", "open_binary", "open_data"]
 
 DataFile = FileGuard | RemoteFile
+_STREAM_WINDOW = 1 << 20  # bytes of a remote stream read per request, and read ahead
 
 
 def open_data(
@@ -26,7 +27,8 @@ def open_data(
 
 
 def open_binary(path: str, what: str, storage_options: StorageOptions = None) -> io.BufferedReader:
-    """A seekable binary file object over `path` (buffered reads for streams)."""
+    """A seekable binary file object over `path` (buffered reads for streams; a remote
+    object's next window read ahead)."""
     if is_url(path):
-        return RemoteFile(path, storage_options, what).reader()
+        return RemoteFile(path, storage_options, what).reader(_STREAM_WINDOW, sequential=True)
     return open(local_path(path), "rb")

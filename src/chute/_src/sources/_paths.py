@@ -3,7 +3,8 @@
 Local paths (and `file://` URLs, which become local paths) are expanded with `glob`;
 other URLs (`s3://`, `gs://`, `memory://`, ...) through fsspec (`_src/remote`), with the
 same rules: a pattern's matches sorted, plain paths in the order given, anything that
-names nothing an error.
+names nothing an error. Plain s3/http URLs are found by asking for their first byte, all
+at once through the range client (`remote.file.find_objects`); the rest by `fs.info`.
 """
 
 from __future__ import annotations
@@ -71,10 +72,13 @@ def expand_paths(paths: PathsArg, who: str, storage_options: StorageOptions = No
     urls = [p for p in checked if is_url(p)]
     expanded: dict[str, list[str]] = {}
     if urls:  # each costs a round trip or more: asked concurrently, answered in order
-        from chute._src.remote.file import open_concurrently
+        from chute._src.remote.file import find_objects, open_concurrently
 
-        found = open_concurrently(lambda k: _expand_url(urls[k], who, storage_options), urls)
-        expanded = dict(zip(urls, found))
+        plain = [p for p in urls if not glob.has_magic(p)]
+        expanded = {p: [p] for p, ok in zip(plain, find_objects(plain, storage_options)) if ok}
+        rest = [p for p in urls if p not in expanded]
+        found = open_concurrently(lambda k: _expand_url(rest[k], who, storage_options), rest)
+        expanded.update(zip(rest, found))
     out: list[str] = []
     for p in checked:
         if is_url(p):
