@@ -2,10 +2,19 @@
 20 ms per request injected by an asyncio TCP proxy in front of it, against the same reads
 from local disk, in one run.
 
-Batches of 512 random indices, read (a) through the source's `__getitems__` and (b)
-through a pipeline `MapDataset.source(src).shuffle(seed).to_iter_dataset().batch(512)`
-with default settings, and (c) the same pipeline with 16 threads reading ahead. The dataset (sharded, 1 KiB records) is larger than the default
-block cache (128 MiB). Rounds alternate local and remote; medians reported.
+First batches: batches of 512 random indices, read (a) through the source's
+`__getitems__` and (b) through a pipeline
+`MapDataset.source(src).shuffle(seed).to_iter_dataset().batch(512)` with default settings
+from a fresh iterator, (c) the same pipeline with 16 threads reading ahead, and (d) with
+256 elements ahead from the start (what a source's `reads_in_flight` asks for). The
+dataset (sharded, 1 KiB records) is larger than the default block cache (128 MiB).
+Rounds alternate local and remote; medians reported.
+
+Steady state: the default pipeline over `.crec` from a fresh iterator per contender, its
+first batches timed apart, then `--steady-s` seconds of batches: local disk, and the
+keep-alive range server at 20 ms with the default block cache and with none (a 0-byte
+cache swapped in: what `CHUTE_REMOTE_CACHE_BYTES=0` gives), with the share of record reads
+the cache served and the CPU per record of the client and of the server process.
 
     python benchmarks/bench_remote.py [--records N] [--rounds R] [--out FILE]
 """
@@ -17,6 +26,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,13 +36,61 @@ import numpy as np
 import chute
 from _harness import emit, machine, object_servers
 from chute import sources
+from chute._src.remote import blocks
 from chute.records import ShardedRecordWriter
 
 BATCH = 512
-HOWS = ("__getitems__", "pipeline", "pipeline 16t")
+HOWS = ("__getitems__", "pipeline", "pipeline 16t", "pipeline b256")
 # 'pipeline 16t': the same pipeline with read-ahead set by hand (16 threads, 1024 elements
 # ahead), to tell the reads apart from AUTOTUNE's ramp from 2 threads and 32 elements.
-THREADS = chute.ReadOptions(num_threads=16, prefetch_buffer_size=1024)
+# 'pipeline b256': AUTOTUNE threads, 256 elements ahead from the start: the start a remote
+# source's `reads_in_flight` (256) asks the executor for (here fixed: no buffer climb).
+OPTIONS = {
+    "pipeline": None,
+    "pipeline 16t": chute.ReadOptions(num_threads=16, prefetch_buffer_size=1024),
+    "pipeline b256": chute.ReadOptions(prefetch_buffer_size=256),
+}
+
+
+class CountingCache(blocks.BlockCache):
+    """The block cache, counting the lookups it served."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes)
+        self.hits = self.lookups = 0
+
+    def get(self, key: Any) -> bytes | None:
+        block = super().get(key)
+        self.lookups += 1
+        self.hits += block is not None
+        return block
+
+
+def _use_cache(store: blocks.BlockCache) -> None:
+    blocks._cache = store  # the process's cache, as blocks.cache() makes it at first use
+
+
+def _close(it: Any) -> None:
+    """Closes a pipeline's iterator, then waits for the chunks its reader threads were
+    computing: they finish after `close()`, and would overlap the next contender (or meet
+    a stopped server at the end)."""
+    it.close()
+    for t in threading.enumerate():
+        if t.name.startswith("chute-read"):
+            t.join(timeout=60)
+
+
+def _server_cpu_s() -> float:
+    """CPU seconds used so far by this process's children (the servers' process)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            for pid in f.read().split():
+                with open(f"/proc/{pid}/stat") as g:
+                    fields = g.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def _write(d: Path, n: int, shards: int) -> None:
@@ -67,8 +125,31 @@ def _pipeline(src: Any, seed: int, nbatches: int, options: Any = None) -> int:
     n = 0
     for _ in range(nbatches):
         n += len(next(it))
-    it.close()
+    _close(it)
     return n
+
+
+def _steady(src: Any, seed: int, first: int, seconds: float) -> dict[str, float]:
+    """A fresh default pipeline: the rate of its `first` batches, then of `seconds` of
+    batches, with the client's and the server's CPU per record over those."""
+    # Repeated: a fast contender does not run out of records before `seconds` are up.
+    ds = chute.MapDataset.source(src).shuffle(seed=seed).repeat().to_iter_dataset()
+    it = iter(ds.batch(BATCH))
+    t0 = time.perf_counter()
+    for _ in range(first):
+        next(it)
+    t1, c1, s1 = time.perf_counter(), time.process_time(), _server_cpu_s()
+    n = 0
+    while time.perf_counter() - t1 < seconds:
+        n += len(next(it))
+    t2, c2, s2 = time.perf_counter(), time.process_time(), _server_cpu_s()
+    _close(it)
+    return {
+        "first": first * BATCH / (t1 - t0),
+        "steady": n / (t2 - t1),
+        "client_us": 1e6 * (c2 - c1) / n,
+        "server_us": 1e6 * (s2 - s1) / n,
+    }
 
 
 def main() -> None:
@@ -78,6 +159,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--first", type=int, default=4, help="steady state: batches timed apart")
+    ap.add_argument("--steady-s", type=float, default=10.0, help="steady state: seconds")
+    ap.add_argument("--steady-rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
@@ -158,7 +242,7 @@ def _run(
                         t0, c0 = time.perf_counter(), time.process_time()
                         n = _getitems(group[w], batches)
                     else:
-                        options = THREADS if how == "pipeline 16t" else None
+                        options = OPTIONS[how]
                         seed = 1000 * r + 10 * k + HOWS.index(how)  # no two rows read the same
                         t0, c0 = time.perf_counter(), time.process_time()
                         n = _pipeline(group[w], seed, args.batches, options)
@@ -181,7 +265,9 @@ def _run(
         "'pipeline' runs MapDataset.source(src).shuffle(seed).to_iter_dataset().batch(512) "
         "from a fresh iterator (AUTOTUNE read options, ramping up from 2 threads and 32 "
         "elements ahead); 'pipeline 16t' the same with ReadOptions(num_threads=16, "
-        "prefetch_buffer_size=1024)",
+        "prefetch_buffer_size=1024); 'pipeline b256' with ReadOptions(prefetch_buffer_size=256)"
+        " (AUTOTUNE threads, 256 elements ahead from the start, as a source's reads_in_flight "
+        "asks; fixed here, no buffer climb)",
         "servers run in a process of their own",
         f"machine: {machine()}; SHARED with other engineers' test runs (load varied)",
         "",
@@ -195,6 +281,62 @@ def _run(
             fracs = " ".join(f"{m / med[0]:.3f}" for m in med[1:])
             cells = " ".join(f"{f'{m:,.0f} ({u:,.0f})':>17}" for m, u in zip(med, us))
             lines.append(f"{fmt:<12} {how:<13} {cells}   {fracs}")
+    return [*lines, "", *_steady_state(args, contenders[".crec"], f"fast +{ms}", size)]
+
+
+def _steady_state(
+    args: argparse.Namespace, group: dict[str, Any], remote: str, size: int
+) -> list[str]:
+    default_bytes = blocks.cache().max_bytes  # CHUTE_REMOTE_CACHE_BYTES, or 128 MiB
+    caches = {"cache": CountingCache(default_bytes), "no cache": CountingCache(0)}
+    rows = {
+        "local": ("local", None),
+        f"{remote}": (remote, "cache"),
+        f"{remote}, no cache": (remote, "no cache"),
+    }
+    got: dict[str, list[dict[str, float]]] = {}
+    served: dict[str, list[float]] = {}
+    for r in range(args.steady_rounds):
+        for k, (name, (where, cache)) in enumerate(rows.items()):
+            if cache is not None:
+                store = caches[cache]
+                _use_cache(store)
+                hits, lookups = store.hits, store.lookups
+            m = _steady(group[where], 7000 + 10 * r + k, args.first, args.steady_s)
+            got.setdefault(name, []).append(m)
+            if cache is not None:
+                share = (store.hits - hits) / max(1, store.lookups - lookups)
+                served.setdefault(name, []).append(share)
+            print(f"steady round {r}: {name}: {m}", file=sys.stderr)
+    _use_cache(caches["cache"])
+    med = {
+        n: {key: statistics.median(m[key] for m in ms) for key in ms[0]} for n, ms in got.items()
+    }
+    local = med["local"]["steady"]
+    lines = [
+        f"steady state: .crec, the default pipeline from a fresh iterator per contender "
+        f"(shuffle(seed).repeat().to_iter_dataset().batch(512)): its first {args.first} batches timed "
+        f"apart, then {args.steady_s:.0f} s of batches; {args.steady_rounds} rounds, contenders "
+        "alternated, medians. 'no cache': a 0-byte block cache (what "
+        "CHUTE_REMOTE_CACHE_BYTES=0 gives: each record one exact range request); with the "
+        f"default cache ({default_bytes >> 20} MiB, {default_bytes / size:.0%} of the .crec data) "
+        "a miss fetches a "
+        f"{blocks.block_bytes() >> 10} KiB block. CPU: microseconds per record over the "
+        "steady part, of this process (the client) and of the servers' process.",
+        f"{'contender':<24} {'first rec/s':>12} {'steady rec/s':>13} {'vs local':>9} "
+        f"{'cache served':>13} {'client us':>10} {'server us':>10}",
+    ]
+    for name, m in med.items():
+        share = f"{statistics.median(served[name]):.0%}" if name in served else "-"
+        lines.append(
+            f"{name:<24} {m['first']:>12,.0f} {m['steady']:>13,.0f} {m['steady'] / local:>9.3f} "
+            f"{share:>13} {m['client_us']:>10,.0f} {m['server_us']:>10,.0f}"
+        )
+    ratio = med[remote]["steady"] / local
+    lines.append(
+        f"issue 14's goal (remote at {args.latency_ms:.0f} ms >= 0.5x local, default "
+        f"settings, steady state): {ratio:.2f}x: {'met' if ratio >= 0.5 else 'NOT met'}"
+    )
     return lines
 
 

@@ -131,6 +131,13 @@ class RangeServer:
         """Client connections open on the server's side now."""
         return len(self._transports)
 
+    def stop_listening(self) -> None:
+        """Refuses new connections from now on; those open are still served."""
+        asyncio.run_coroutine_threadsafe(self._stop_listening(), self._loop).result(timeout=10)
+
+    async def _stop_listening(self) -> None:
+        self._server.close()
+
     def revoke(self) -> None:
         """Refuses, from now on, every presigned URL this server has seen."""
         self._loop.call_soon_threadsafe(self._revoked.update, set(self._seen))

@@ -24,6 +24,9 @@ Besides its role, a node says `reads_shards`: True for a stage (an interleave) w
 parents are the shards of one stream, each read whole and on its own, and merged by the
 stage's own rule. `mp_prefetch` replaces each such parent (`with_parents`) by one fed by a
 worker process that reads the shard and the element-wise stages above the merge.
+
+A `SOURCE` node that reads a user's source object shows it as `data_source`; what such an
+object may declare to the engine (`reads_in_flight`) is in `_src/in_flight.py`.
 """
 
 from __future__ import annotations

@@ -107,6 +107,9 @@ class Call:
         self.done: dict[Endpoint, list[Conn]] = {}  # healthy, back to the pool at the end
         self.opened: dict[Endpoint, int] = {}  # counted by take(), not yet given back
         self.renewed: set[int] = set()
+        # Endpoints that refused a connection in this call: no more are opened to them;
+        # their queued requests wait for the connections still open (or fail with this).
+        self.refused: dict[Endpoint, BaseException] = {}
         self.sent_at: dict[int, float] = {}
         for k, (t, _, _) in enumerate(requests):
             self.queues.setdefault(t.endpoint, collections.deque()).append(k)
@@ -152,7 +155,7 @@ class Call:
                 self.owner[c] = ep
                 self.by_fd[c.fd] = c
                 self._next(c)
-        while self.spare[ep] and queue and self._open(ep):
+        while self.spare[ep] and queue and ep not in self.refused and self._open(ep):
             pass
 
     def _open(self, ep: Endpoint) -> bool:
@@ -161,10 +164,8 @@ class Call:
             c = ep.connect()
         except OSError as e:
             self.spare[ep] += 1
-            queue = self.queues[ep]
-            if not any(o is ep for o in self.owner.values()):
-                while queue:  # nothing else will take them
-                    self.out[queue.popleft()] = e
+            self.refused[ep] = e
+            self._fail_unserved(ep)
             return False
         self.owner[c] = ep
         self.by_fd[c.fd] = c
@@ -192,7 +193,19 @@ class Call:
         c.close()
         self.spare[ep] += 1
         if self.queues[ep]:
-            self._open(ep)
+            if ep in self.refused:
+                self._fail_unserved(ep)
+            else:
+                self._open(ep)
+
+    def _fail_unserved(self, ep: Endpoint) -> None:
+        """After `ep` refused a connection: its queued requests fail with that error
+        when no connection of `ep` is left open in this call to take them."""
+        if any(o is ep for o in self.owner.values()):
+            return
+        queue, e = self.queues[ep], self.refused[ep]
+        while queue:
+            self.out[queue.popleft()] = e
 
     def _fail(self, c: Conn, e: BaseException) -> None:
         if c.k >= 0:
@@ -203,12 +216,11 @@ class Call:
     def _lost(self, c: Conn, e: BaseException) -> None:
         """The connection broke before an answer: a reused one (the server closed it
         while idle) is replaced and the request sent again; else the request failed. One
-        that could not be opened fails every request waiting for its endpoint (they
-        would all meet the same; the caller retries them)."""
+        that could not be opened (refused, TLS failed) stops this call from opening more
+        to its endpoint: the connections of it still open take the queued requests, and
+        when none is left they fail with this error (the caller retries them)."""
         if c.stage in (_CONNECT, _HANDSHAKE):
-            queue = self.queues[self.owner[c]]
-            while queue:
-                self.out[queue.popleft()] = e
+            self.refused.setdefault(self.owner[c], e)
         elif c.reused and not c.buf and c.k >= 0:
             self.queues[self.owner[c]].appendleft(c.k)
             c.k = -1

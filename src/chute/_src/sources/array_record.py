@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
+from chute._src.in_flight import REMOTE_READS_IN_FLIGHT
 from chute._src.remote.calls import call
 from chute._src.remote.file import RemoteFile, open_concurrently, read_many
 from chute._src.remote.urls import StorageOptions, is_url
@@ -423,6 +424,12 @@ class ArrayRecordDataSource:
             for pos, rec in zip(slots, records):
                 out[pos] = rec
         return out
+
+    @property
+    def reads_in_flight(self) -> int:
+        """Reads a pipeline should keep in flight from the start (`_src/in_flight.py`):
+        many for remote files (each read waits a round trip), none for local ones."""
+        return REMOTE_READS_IN_FLIGHT if any(is_url(p) for p in self._paths) else 0
 
     def __repr__(self) -> str:
         p = self._paths

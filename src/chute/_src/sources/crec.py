@@ -14,6 +14,7 @@ from typing import Any, cast
 import numpy as np
 
 from chute._src.errors import DataError
+from chute._src.in_flight import REMOTE_READS_IN_FLIGHT
 from chute._src.records.checksum import crc32c, read_checked
 from chute._src.records.manifest import (
     MANIFEST_NAME,
@@ -120,6 +121,12 @@ class RecordFileDataSource:
         self._starts: list[int] = []
         self._len = 0
         self._remote = False
+
+    @property
+    def reads_in_flight(self) -> int:
+        """Reads a pipeline should keep in flight from the start (`_src/in_flight.py`):
+        many for remote files (each read waits a round trip), none for local ones."""
+        return REMOTE_READS_IN_FLIGHT if any(is_url(e[0]) for e in self._entries) else 0
 
     def __getstate__(self) -> dict[str, Any]:
         return {"entries": self._entries, "verify": self._verify, "options": self._options}

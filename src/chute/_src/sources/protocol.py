@@ -17,6 +17,8 @@ class RandomAccessDataSource(Protocol[T_co]):
     calls with a whole block of indices at once (indices are always in `[0, len)`), which
     lets a reader amortise its per-call cost. Sources handed to worker processes must be
     picklable; sources holding open files should reopen them lazily after unpickling.
+    A latency-bound source (remote reads) may declare `reads_in_flight: int`, the elements
+    a reader should compute ahead from the start (`chute._src.in_flight`).
     """
 
     def __len__(self) -> int: ...
