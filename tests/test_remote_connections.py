@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def _blob(tmp_path: Path) -> tuple[Path, bytes]:
 
 def _target(port: int) -> ranges.Target:
     url = f"http://127.0.0.1:{port}/b/blob"
-    return ranges.Target(url, SIZE, "", lambda: url, None)
+    return ranges.Target(url, SIZE, "", lambda fresh: (url, time.monotonic()), None)
 
 
 def _spans(n: int, seed: int) -> list[tuple[int, int]]:
