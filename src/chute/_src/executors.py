@@ -244,7 +244,7 @@ def _shutdown(executor: futures.ThreadPoolExecutor, cancel: bool = True) -> None
 
 _THREAD_CHOICES = (0, 1, 2, 4, 8, 16, 32, autotune.MAX_THREADS)
 _FIRST_BUFFER, _MAX_BUFFER = 128, 4096
-_WAITING_SHARE = 0.2
+_WAITING_SHARE = 0.1
 """A first element whose thread computed for less than this share of its wall-clock time
 (the rest waiting on I/O) starts the thread climb at `_WAITING_START` threads."""
 _WAITING_START = 16
