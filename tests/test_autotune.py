@@ -145,6 +145,9 @@ def test_slow_reads_get_many_threads(debug_mode: None) -> None:
         for _ in range(50):
             next(it)
     assert tuned(it)["num_threads"] >= 8, chute.stats(it).summary()
+    # The first element waited (no CPU): the climb starts at 16 threads, not at 2.
+    first = decisions(it, "num_threads")[0]
+    assert first.value == 16 and "waited on reads" in first.reason, chute.stats(it).summary()
     summary = chute.stats(it).summary()
     it.close()
     assert "chute.AUTOTUNE chose" in summary
@@ -155,6 +158,25 @@ def test_slow_reads_get_many_threads(debug_mode: None) -> None:
 def sleep_5ms(x: int) -> int:
     time.sleep(0.005)
     return x
+
+
+def busy_1ms(x: int) -> int:
+    end = time.thread_time() + 0.001
+    while time.thread_time() < end:
+        pass
+    return x
+
+
+def test_computing_elements_start_the_climb_at_the_cores(debug_mode: None) -> None:
+    """Elements that compute (CPU, not waiting) start the thread climb at the usable cores
+    (at most 4): the start at 16 threads is for elements that mostly wait."""
+    it = iter(chute.MapDataset.range(10_000).map(busy_1ms).to_iter_dataset(chute.ReadOptions()))
+    for _ in range(20):
+        next(it)
+    first = decisions(it, "num_threads")[0]
+    it.close()
+    assert first.value == min(len(os.sched_getaffinity(0)), 4), first
+    assert first.reason.startswith("start"), first
 
 
 def test_fixed_settings_are_not_tuned(debug_mode: None) -> None:

@@ -4,12 +4,15 @@ The reader (`_src/iter/prefetch.py`) owns the position, the state and the buffer
 consumed; its executor computes elements `[start, ...)` of the MapDataset when asked:
 
 - `InProcess`: on the consumer's thread, a block at a time; the block grows while
-  blocks take under 2 ms (to 4096) and shrinks when they take over 20 ms.
+  blocks take under 8 ms (to 4096) and shrinks when they take over 50 ms.
 - `Threads`: chunks submitted to a thread pool, consumed in order, at most
-  `prefetch_buffer_size` elements (and `PREFETCH_BYTES` of arrays) ahead.
+  `prefetch_buffer_size` elements (and `PREFETCH_BYTES` of arrays) ahead; a chunk holds
+  about `CHUNK_S` of work once an element's time is measured (a source read per
+  element costs little in a chunk of 50, much in chunks of 4).
 - `Autotuned`: `ReadOptions(num_threads=AUTOTUNE)`: `InProcess` or `Threads`, the number
   of threads (0 to 64) chosen from the consumer's rate by a `HillClimb`
-  (`_src/autotune.py`); with `prefetch_buffer_size=AUTOTUNE` too, the elements computed
+  (`_src/autotune.py`), starting higher when the first element spent its time waiting
+  rather than computing; with `prefetch_buffer_size=AUTOTUNE` too, the elements computed
   ahead doubled by a second climb while the consumer finds nothing ready and that pays.
 - worker processes: `_src/iter/mp_prefetch.py`'s `WorkerChunks`, on the same interface.
 
@@ -32,7 +35,10 @@ import numpy as np
 from chute._src import autotune
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
-_FAST_BLOCK_S, _SLOW_BLOCK_S = 0.002, 0.02
+_FAST_BLOCK_S, _SLOW_BLOCK_S = 0.008, 0.05
+CHUNK_S = 0.01
+"""A thread's chunk aims at about this much work: per-chunk costs (a batched source
+read, a future, the GIL handed over) stay small beside it."""
 PREFETCH_BYTES = 256 << 20
 """At most this many bytes of arrays are computed ahead by the threads (besides the
 element count of `ReadOptions.prefetch_buffer_size`)."""
@@ -118,6 +124,14 @@ class InProcess(ChunkExecutor):
         return items
 
 
+def _timed_getitems(ds: Any, idx: np.ndarray) -> tuple[list[Any], float, float]:
+    """`ds._getitems(idx)`, the wall-clock seconds it took and the CPU seconds of the
+    thread that ran it."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    items = ds._getitems(idx)
+    return items, time.perf_counter() - t0, time.thread_time() - c0
+
+
 class Threads(ChunkExecutor):
     """Chunks of consecutive indices computed on a thread pool, consumed in order."""
 
@@ -135,6 +149,8 @@ class Threads(ChunkExecutor):
         self._submitted = 0  # next index to submit to the pool
         self._max_chunk = max(1, min(256, buffer_size // max(1, 2 * threads)))
         self._element_bytes: float | None = None  # measured on the first chunk
+        self.element_s: float | None = None  # seconds per element, the latest chunks'
+        self.first_cpu_share: float | None = None  # the first chunk's thread CPU / wall time
         self.waited = False  # the last chunk was not ready when the consumer asked for it
 
     def resize(self, threads: int, buffer_size: int) -> None:
@@ -170,12 +186,15 @@ class Threads(ChunkExecutor):
     def _top_up(self) -> None:
         ahead = self._ahead_limit()
         chunk = max(1, min(self._max_chunk, ahead // max(1, 2 * self._threads)))
+        if self.element_s:
+            chunk = max(1, min(chunk, round(CHUNK_S / self.element_s)))
         limit = max(1, ahead // chunk)
         while len(self._pending) < limit and self._submitted < self.length:
             start = self._submitted
             k = min(chunk, self.length - start)
             idx = np.arange(start, start + k, dtype=np.int64)
-            self._pending.append((start, k, self._ensure_pool().submit(self.ds._getitems, idx)))
+            fut = self._ensure_pool().submit(_timed_getitems, self.ds, idx)
+            self._pending.append((start, k, fut))
             self._submitted = start + k
 
     def next_chunk(self, start: int) -> list[Any]:
@@ -186,9 +205,16 @@ class Threads(ChunkExecutor):
         self._top_up()
         self.waited = not fut.done()
         if fut.exception() is None:
-            items: list[Any] = fut.result()
+            items, wall, cpu = fut.result()
             if self._element_bytes is None and items:
                 self._element_bytes = nbytes(items) / len(items)
+                self.first_cpu_share = cpu / wall if wall > 0 else 1.0
+            elif items and wall > 0:
+                # Not the first: it holds start-up costs (opening files, loading a model).
+                # The CPU time, or the wall time shared by the threads: threads that
+                # wait for the GIL take longer than their work.
+                per = min(wall, max(cpu, wall / self._threads)) / len(items)
+                self.element_s = per if self.element_s is None else 0.7 * self.element_s + 0.3 * per
             return items
         # Recompute in this thread, one by one, so the error surfaces at its element.
         return getitems_exact(self.ds, start, k)[0]
@@ -217,7 +243,12 @@ def _shutdown(executor: futures.ThreadPoolExecutor, cancel: bool = True) -> None
 
 
 _THREAD_CHOICES = (0, 1, 2, 4, 8, 16, 32, autotune.MAX_THREADS)
-_FIRST_BUFFER, _MAX_BUFFER = 32, 4096
+_FIRST_BUFFER, _MAX_BUFFER = 128, 4096
+_WAITING_SHARE = 0.1
+"""A first element whose thread computed for less than this share of its wall-clock time
+(the rest waiting on I/O) starts the thread climb at `_WAITING_START` threads."""
+_WAITING_START = 16
+_PER_THREAD = 8
 
 
 class Autotuned(ChunkExecutor):
@@ -226,7 +257,8 @@ class Autotuned(ChunkExecutor):
     `prefetch_buffer_size=AUTOTUNE` too, once the threads are chosen and only while the
     consumer finds the next chunk not computed yet, a second climb doubles the elements
     computed ahead while that clearly raises the rate, up to the memory budget for the
-    element size seen. Starts with as many threads as usable cores, at most 4; nothing is
+    element size seen. Starts with as many threads as usable cores, at most 4 (16 when the
+    first element's thread spent most of its time waiting, not computing); nothing is
     measured before the first chunk (first-element costs such as loading a model would
     count against the first setting).
     """
@@ -269,6 +301,17 @@ class Autotuned(ChunkExecutor):
             self._first = False
             self._element_bytes = nbytes(items) / max(1, len(items))
             if self._fixed_threads is None:
+                share = self._pool.first_cpu_share if self._uses_threads else None
+                if share is not None and share < _WAITING_SHARE:
+                    choices = self._choices()
+                    threads = max(n for n in choices if n <= _WAITING_START)
+                    self._tuning.note(
+                        "num_threads",
+                        threads,
+                        f"the first element computed for {share:.0%} of its time (it waited "
+                        "on reads, a sleep or a lock): starting the climb there",
+                    )
+                    self._switch(threads, start + len(items))
                 self._climb = autotune.HillClimb(
                     "num_threads",
                     self._choices(),
@@ -336,9 +379,12 @@ class Autotuned(ChunkExecutor):
             self._pool.seek(next_index)
         self._threads = threads
         self._buffer_climb = None  # the buffer is climbed again for these threads
-        if threads and self._fixed_buffer is None and self._buffer < 2 * threads:
-            self._buffer = 2 * threads
-            self._tuning.note("prefetch_buffer_size", self._buffer, "two elements per thread")
+        if threads and self._fixed_buffer is None and self._buffer < _PER_THREAD * threads:
+            # Chunks of one element each would cost the consumer a future per element.
+            self._buffer = _PER_THREAD * threads
+            self._tuning.note(
+                "prefetch_buffer_size", self._buffer, f"{_PER_THREAD} elements per thread"
+            )
         if threads:
             self._pool.resize(threads, max(self._buffer, 2 * threads))
 
