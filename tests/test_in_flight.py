@@ -91,3 +91,16 @@ def test_chute_sources_declare_by_path(tmp_path: Path, monkeypatch: pytest.Monke
         ds = chute.MapDataset.source(crec).shuffle(seed=1)
         assert in_flight.reads_in_flight(ds) == in_flight.REMOTE_READS_IN_FLIGHT
         assert list(ds) == [b"x"]
+
+
+@pytest.mark.parametrize(("declared", "first"), [(512, 512), (0, 128), (64, 128)])
+def test_autotune_starts_with_the_reads_a_source_declares(declared: int, first: int) -> None:
+    ds = chute.MapDataset.source(_Remote(declared)).to_iter_dataset()
+    with iter(ds) as it:
+        assert next(it) == 0
+        tuning = it.tuning()  # the reader's: what AUTOTUNE chose, and why
+        assert tuning is not None
+        start = [d for d in tuning.decisions if d.setting == "prefetch_buffer_size"][0]
+        assert start.value == first
+        assert ("reads in flight declared" in start.reason) == (declared > 128)
+        assert list(it) == list(range(1, 10))  # the output is the source's, in order

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src import autotune
+from chute._src import autotune, in_flight
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
 _FAST_BLOCK_S, _SLOW_BLOCK_S = 0.008, 0.05
@@ -272,12 +272,19 @@ class Autotuned(ChunkExecutor):
         self._fixed_buffer = buffer_size
         self._budget = autotune.memory_budget()
         self._threads = threads if threads is not None else min(autotune.usable_cores(), 4)
-        self._buffer = buffer_size if buffer_size is not None else _FIRST_BUFFER
+        declared = in_flight.reads_in_flight(ds)  # latency-bound sources: reads ahead
+        first = max(_FIRST_BUFFER, declared)
+        self._buffer = buffer_size if buffer_size is not None else first
         if buffer_size is None:
+            because = (
+                f"{declared} reads in flight declared by a source; "
+                if declared > _FIRST_BUFFER
+                else ""
+            )
             self._tuning.note(
                 "prefetch_buffer_size",
                 self._buffer,
-                f"start; doubled while the consumer waits and that pays, to {_MAX_BUFFER} "
+                f"{because}start; doubled while the consumer waits and that pays, to {_MAX_BUFFER} "
                 f"elements and {self._budget / (1 << 20):,.0f} MiB of arrays (a quarter of "
                 "the available memory)",
             )

@@ -400,6 +400,17 @@ class ThreadGuardedIterator(DatasetIterator[T]):
     def _restore(self, state: Any, path: str) -> None:
         self._parent._restore(state, path)
 
+    # What DatasetIterator defines for the debug layer is the top iterator's too (these are
+    # found on the class, so `__getattr__` would not pass them on).
+    def computed_dataset(self) -> Any:
+        return self._parent.computed_dataset()
+
+    def buffer_info(self) -> tuple[int, int] | None:
+        return self._parent.buffer_info()
+
+    def tuning(self) -> Tuning | None:
+        return self._parent.tuning()
+
     def __getattr__(self, name: str) -> Any:
         if name == "_parent":  # not yet set (copying, unpickling): no recursion
             raise AttributeError(name)
