@@ -100,7 +100,7 @@ def test_autotune_starts_with_the_reads_a_source_declares(declared: int, first: 
         assert next(it) == 0
         tuning = it.tuning()  # the reader's: what AUTOTUNE chose, and why
         assert tuning is not None
-        start = [d for d in tuning.decisions if d.setting == "prefetch_buffer_size"][0]
+        start = next(d for d in tuning.decisions if d.setting == "prefetch_buffer_size")
         assert start.value == first
         assert ("reads in flight declared" in start.reason) == (declared > 128)
         assert list(it) == list(range(1, 10))  # the output is the source's, in order
