@@ -100,3 +100,10 @@ def emit(lines: list[str], out: Path | None) -> None:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
+
+
+def dummy_s3_credentials() -> None:
+    """Credentials for the local test servers (which check none), unless set already."""
+    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")

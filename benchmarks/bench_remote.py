@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import chute
-from _harness import emit, machine, object_servers
+from _harness import dummy_s3_credentials, emit, machine, object_servers
 from chute import sources
 from chute._src.remote import blocks
 from chute.records import ShardedRecordWriter
@@ -164,9 +164,7 @@ def main() -> None:
     ap.add_argument("--steady-rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
-        os.environ.setdefault(k, v)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    dummy_s3_credentials()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         os.environ["CHUTE_CACHE_DIR"] = str(d / "cache")

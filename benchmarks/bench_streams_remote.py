@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 import chute
-from _harness import emit, machine, object_servers, table
+from _harness import dummy_s3_credentials, emit, machine, object_servers, table
 from bench_streams import split_corpus
 
 SHARDS = 64
@@ -140,9 +140,7 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
-        os.environ.setdefault(k, v)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    dummy_s3_credentials()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sizes = [n for n in (args.records, args.large_records) if n]
     load0 = os.getloadavg()[0]

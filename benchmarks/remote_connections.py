@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import tempfile
 import threading
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 import chute
-from _harness import emit, machine
+from _harness import dummy_s3_credentials, emit, machine
 from chute import sources
 from chute._src.remote import wire
 from chute.records import ShardedRecordWriter
@@ -121,9 +120,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
-        os.environ.setdefault(k, v)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    dummy_s3_credentials()
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "served"

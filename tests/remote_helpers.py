@@ -8,6 +8,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from typing import Any
+
+
+def use_remote_env(monkeypatch: Any, tmp_path: Any, *, block_cache: bool = True) -> None:
+    """A test's environment for remote reads: its own cache folder, test credentials (kept
+    when set), and with `block_cache=False` no block cache (every read goes to the server)."""
+    import os
+
+    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
+    if not block_cache:
+        monkeypatch.setenv("CHUTE_REMOTE_CACHE_BYTES", "0")
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, os.environ.get(key, value))
 
 
 class TcpProxy:

@@ -5,7 +5,6 @@ queued requests to the connections still open."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -21,21 +20,14 @@ from chute._src.remote import ranges
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
-from remote_helpers import RangeServer
+from remote_helpers import RangeServer, use_remote_env
 
 SIZE = 1 << 20
 
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("CHUTE_REMOTE_CACHE_BYTES", "0")  # every read goes to the server
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, os.environ.get(key, value))
+    use_remote_env(monkeypatch, tmp_path, block_cache=False)
 
 
 def _blob(tmp_path: Path) -> tuple[Path, bytes]:

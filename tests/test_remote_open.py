@@ -6,7 +6,6 @@ keep-alive range server (tests/remote_helpers.py) and moto's S3 server."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -19,19 +18,13 @@ from chute import sources
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
-from remote_helpers import RangeServer
+from remote_helpers import RangeServer, use_remote_env
 
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("s3fs", reason="needs s3fs (the test extra)")
-    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, os.environ.get(key, value))
+    use_remote_env(monkeypatch, tmp_path)
 
 
 def _options(port: int) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from chute import sources
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
-from remote_helpers import RangeServer
+from remote_helpers import RangeServer, use_remote_env
 
 RECORDS = [bytes([i % 251]) * (100 + i % 900) for i in range(600)]
 rng = np.random.default_rng(0)
@@ -33,14 +33,7 @@ INDICES = [int(i) for i in rng.integers(0, len(RECORDS), 200)]
 @pytest.fixture(autouse=True)
 def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("s3fs", reason="needs s3fs (the test extra)")
-    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("CHUTE_REMOTE_CACHE_BYTES", "0")  # every read goes to the server
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, os.environ.get(key, value))
+    use_remote_env(monkeypatch, tmp_path, block_cache=False)
 
 
 # A file of 2 MB: FIRST and SECOND each read records from blocks nobody read before, so
