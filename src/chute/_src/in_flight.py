@@ -22,11 +22,20 @@ from typing import Any
 
 from chute._src.protocol import StageRole
 
-__all__ = ["MOST", "REMOTE_READS_IN_FLIGHT", "reads_in_flight"]
+__all__ = ["MOST", "REMOTE_READS_IN_FLIGHT", "for_paths", "reads_in_flight"]
 
 REMOTE_READS_IN_FLIGHT = 256
 """What chute's remote file sources declare: at 20 ms a request, 256 reads in flight
 are about 12,000 records/s, more than one process decodes."""
+
+
+def for_paths(paths: Any) -> int:
+    """What a file source over `paths` declares: `REMOTE_READS_IN_FLIGHT` when one of
+    them is a URL (each read waits a round trip), else 0 (a local read costs CPU)."""
+    from chute._src.remote.urls import is_url
+
+    return REMOTE_READS_IN_FLIGHT if any(is_url(p) for p in paths) else 0
+
 
 MOST = 4096
 """A declared value is capped here (the most elements AUTOTUNE computes ahead)."""

@@ -252,12 +252,18 @@ def _presigned(fs: Any, path: str, expires: int, fresh: bool) -> tuple[str, floa
             _signed.move_to_end(key)
             return got
     located: str = fs.url(path, expires=expires)
+    _keep_signed([(key, located)], now)
+    return located, now
+
+
+def _keep_signed(signed: Sequence[tuple[tuple[Any, str, int], str]], now: float) -> None:
+    """Keeps presigned URLs (by file system, path, lifetime), the oldest dropped first."""
     with _signed_lock:
-        _signed[key] = (located, now)
-        _signed.move_to_end(key)
+        for key, url in signed:
+            _signed[key] = (url, now)
+            _signed.move_to_end(key)
         while len(_signed) > _SIGNED_MAX:
             _signed.popitem(last=False)
-    return located, now
 
 
 def presign_all(fs: Any, paths: Sequence[str]) -> None:
@@ -281,12 +287,7 @@ def presign_all(fs: Any, paths: Sequence[str]) -> None:
         return list(await asyncio.gather(*(fs._url(p, expires=expires) for p in todo)))
 
     located = sync(fs.loop, sign_all)
-    with _signed_lock:
-        for p, url in zip(todo, located):
-            _signed[fs, p, expires] = (url, now)
-            _signed.move_to_end((fs, p, expires))
-        while len(_signed) > _SIGNED_MAX:
-            _signed.popitem(last=False)
+    _keep_signed([((fs, p, expires), url) for p, url in zip(todo, located)], now)
 
 
 def target_protocol(fs: Any) -> str | None:

@@ -9,9 +9,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from chute._src.in_flight import REMOTE_READS_IN_FLIGHT
+from chute._src import in_flight
 from chute._src.remote.file import RemoteFile, open_concurrently, read_many
-from chute._src.remote.urls import StorageOptions, is_url
+from chute._src.remote.urls import StorageOptions
 from chute._src.sources._open import DataFile
 from chute._src.sources._paths import PathsArg, expand_paths
 
@@ -126,7 +126,7 @@ class MultiFileSource(abc.ABC, Generic[F]):
     def reads_in_flight(self) -> int:
         """Reads a pipeline should keep in flight from the start (`_src/in_flight.py`):
         many for remote files (each read waits a round trip), none for local ones."""
-        return REMOTE_READS_IN_FLIGHT if any(is_url(p) for p in self._paths) else 0
+        return in_flight.for_paths(self._paths)
 
     def __getstate__(self) -> dict[str, Any]:
         options = {n: getattr(self, f"_{n}") for n in self._options}

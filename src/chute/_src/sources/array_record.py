@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from chute._src import in_flight
 from chute._src.errors import DataError
-from chute._src.in_flight import REMOTE_READS_IN_FLIGHT
 from chute._src.remote.calls import call
 from chute._src.remote.file import RemoteFile, open_concurrently, read_many
 from chute._src.remote.urls import StorageOptions, is_url
@@ -429,7 +429,7 @@ class ArrayRecordDataSource:
     def reads_in_flight(self) -> int:
         """Reads a pipeline should keep in flight from the start (`_src/in_flight.py`):
         many for remote files (each read waits a round trip), none for local ones."""
-        return REMOTE_READS_IN_FLIGHT if any(is_url(p) for p in self._paths) else 0
+        return in_flight.for_paths(self._paths)
 
     def __repr__(self) -> str:
         p = self._paths

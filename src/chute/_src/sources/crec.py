@@ -13,8 +13,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from chute._src import in_flight
 from chute._src.errors import DataError
-from chute._src.in_flight import REMOTE_READS_IN_FLIGHT
 from chute._src.records.checksum import crc32c, read_checked
 from chute._src.records.manifest import (
     MANIFEST_NAME,
@@ -126,7 +126,7 @@ class RecordFileDataSource:
     def reads_in_flight(self) -> int:
         """Reads a pipeline should keep in flight from the start (`_src/in_flight.py`):
         many for remote files (each read waits a round trip), none for local ones."""
-        return REMOTE_READS_IN_FLIGHT if any(is_url(e[0]) for e in self._entries) else 0
+        return in_flight.for_paths(e[0] for e in self._entries)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"entries": self._entries, "verify": self._verify, "options": self._options}
