@@ -216,6 +216,7 @@ def test_nothing_left_open_after_close(tmp_path: Path) -> None:
         while server.open_connections() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not server.open_connections()
+        gc.collect()  # earlier tests' garbage closes its files now, not during the count
         threads, fds = set(threading.enumerate()), _fds()
         for _ in range(3):
             src.__getitems__(INDICES)
@@ -227,7 +228,8 @@ def test_nothing_left_open_after_close(tmp_path: Path) -> None:
         deadline = time.monotonic() + 5  # the server's side (this process) closes too
         while _fds() > fds and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert _fds() == fds
+        # None of ours is left; the count may be lower if something else closed meanwhile.
+        assert _fds() <= fds
         assert set(threading.enumerate()) == threads
 
 
