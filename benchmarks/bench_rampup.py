@@ -54,7 +54,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chute
 from _corpus import OUT, Tokenize, corpus_array_record, tokenizer_path
-from _harness import machine, table
+from _harness import compile_chute, machine, table
 
 SEQ_LEN = 128
 TEXT_BATCH = 512
@@ -280,7 +280,9 @@ def main() -> None:
     pipelines = args.only or list(PIPELINES)
     corpus_array_record(RECORDS)
     images()
+    compiled = compile_chute()
     print(f"# bench_rampup: 2 worker processes, fresh process per run\n# {machine()}")
+    print(f"# {compiled}")
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for _ in range(args.rounds):
         for pipeline in pipelines:
