@@ -1,9 +1,39 @@
-"""Waiting for the processes a test started (one per host or rank)."""
+"""Waiting for the processes a test started (one per host or rank), and running a script
+in a fresh interpreter."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
+
+import chute
+
+SRC = str(Path(chute.__file__).resolve().parents[1])
+
+
+def run_main(folder: Path, body: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Runs `body` as the `if __name__ == "__main__":` block of `folder/main.py` in a fresh
+    interpreter (which imports chute's source and `folder`); it must exit 0 (its stderr is
+    the message). A fresh interpreter's `sys.modules` shows what the body imported."""
+    script = folder / "main.py"
+    script.write_text(
+        "import sys\n\nif __name__ == '__main__':\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+    paths = [str(folder), SRC, os.environ.get("PYTHONPATH", "")]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 def wait_all(procs: Sequence[subprocess.Popen[str]], timeout: float = 120) -> None:

@@ -8,36 +8,20 @@ Each check runs in a fresh interpreter, where `sys.modules` shows what was impor
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
 import chute
+from process_helpers import run_main
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 INIT = Path(chute.__file__)
 
 
 def _fresh(tmp_path: Path, body: str) -> str:
-    script = tmp_path / "main.py"
-    script.write_text(
-        "import sys\n\nif __name__ == '__main__':\n"
-        + textwrap.indent(textwrap.dedent(body), "    ")
-    )
-    paths = [SRC, os.environ.get("PYTHONPATH", "")]
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return run_main(tmp_path, body, timeout=120).stdout.strip()
 
 
 def test_import_chute_loads_no_layer_until_a_name_is_used(tmp_path: Path) -> None:

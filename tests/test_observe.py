@@ -6,20 +6,19 @@ Each scenario runs in a fresh interpreter, so that what is imported shows in `sy
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
 import chute
 from chute._src import config, observe
+from process_helpers import run_main
 
-SRC = str(Path(chute.__file__).resolve().parents[1])
 DEBUG_LAYER = ("chute._src.instrument", "chute._src.stats", "chute._src.graph_svg")
 
 # Imported by the worker processes too: what each of them has loaded.
@@ -40,21 +39,7 @@ def double(x):
 
 def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "observe_probe.py").write_text(PROBE)
-    script = tmp_path / "main.py"
-    script.write_text(
-        "import sys\n\nif __name__ == '__main__':\n"
-        + textwrap.indent(textwrap.dedent(body), "    ")
-    )
-    paths = [str(tmp_path), SRC, os.environ.get("PYTHONPATH", "")]
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
-    )
-    assert done.returncode == 0, done.stderr
-    return done
+    return run_main(tmp_path, body)
 
 
 def test_a_pipeline_run_without_debug_never_imports_the_debug_layer(tmp_path: Path) -> None:
