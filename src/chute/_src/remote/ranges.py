@@ -20,8 +20,8 @@ applies to (`target`), chute reads ranges itself instead:
   for `calls.py`'s bounded retries; 404 is a missing object, a 403 on a fresh URL is a
   refusal.
 
-Connections stay open while a `Target` of their endpoint lives (an open remote file), up
-to `_IDLE_S` idle, and are closed when the last one goes. `CHUTE_REMOTE_HTTP=fsspec`
+Connections stay open while a `Target` of their endpoint lives (an open remote file, or an
+object found and not opened yet: `file.find_objects`), up to `_IDLE_S` idle, and are closed when the last one goes. `CHUTE_REMOTE_HTTP=fsspec`
 reads through fsspec instead.
 """
 
