@@ -102,6 +102,20 @@ def emit(lines: list[str], out: Path | None) -> None:
         out.write_text(text + "\n")
 
 
+def compile_chute() -> str:
+    """Writes chute's bytecode, as `pip install` does for an installed package (torch and
+    the other peers are installed so). An editable checkout run with
+    PYTHONDONTWRITEBYTECODE set would otherwise compile chute's modules from source in
+    every fresh process, worker processes included. Returns a line for the results."""
+    import compileall
+
+    import chute
+
+    root = Path(chute.__file__).parent
+    compileall.compile_dir(str(root), quiet=1)
+    return f"chute's bytecode compiled in {root} (as pip install does)"
+
+
 def dummy_s3_credentials() -> None:
     """Credentials for the local test servers (which check none), unless set already."""
     for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():

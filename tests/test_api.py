@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import chute as grain
+import chute.python  # `grain.python` below: a subpackage, there once imported
 
 PUBLIC_MODULES = [
     "chute",

@@ -2,69 +2,125 @@
 
 The names follow Grain's, so `import chute as grain` runs code written for Grain.
 
-The debug layer (`stats`, `PipelineStats`, `StageStats`) is imported on first use, or when a
-debug option is switched on in `chute.config`: a pipeline run without it never loads it.
+Every public name is imported on first use: `import chute` loads almost nothing, and a
+worker process loads only the modules its pipeline is made of. The debug layer (`stats`,
+`PipelineStats`, `StageStats`) is thus loaded only when used, or when a debug option is
+switched on in `chute.config`: a pipeline run without it never loads it.
 """
 
+import importlib as _importlib
 import typing as _typing
 
-from chute import checkpoint as checkpoint
-from chute import config as config
-from chute import constants as constants
-from chute import experimental as experimental
-from chute import multiprocessing as multiprocessing
-from chute import records as records
-from chute import samplers as samplers
-from chute import sharding as sharding
-from chute import sources as sources
-from chute import testing as testing
-from chute import transforms as transforms
-from chute._src.autotune import AUTOTUNE as AUTOTUNE
-from chute._src.dataloader import DataLoader as DataLoader
-from chute._src.dataloader import DataLoaderIterator as DataLoaderIterator
-from chute._src.dataset import IterDataset as IterDataset
-from chute._src.dataset import MapDataset as MapDataset
-from chute._src.errors import CheckpointError as CheckpointError
-from chute._src.errors import ChuteError as ChuteError
-from chute._src.errors import DataError as DataError
-from chute._src.iterator import DatasetIterator as DatasetIterator
-from chute._src.load import load as load
-from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
-from chute._src.options import ReadOptions as ReadOptions
-from chute._src.progress import Progress as Progress
-from chute._src.progress import progress as progress
-from chute._src.record import Record as Record
-from chute._src.samplers import IndexSampler as IndexSampler
-from chute._src.samplers import RecordMetadata as RecordMetadata
-from chute._src.samplers import SequentialSampler as SequentialSampler
-from chute._src.transforms import Batch as Batch
-from chute._src.transforms import FilterTransform as FilterTransform
-from chute._src.transforms import MapTransform as MapTransform
-from chute._src.transforms import MapWithIndex as MapWithIndex
-from chute._src.transforms import RandomMapTransform as RandomMapTransform
-from chute._src.transforms import TypeConversion as TypeConversion
-
 if _typing.TYPE_CHECKING:
+    from chute import checkpoint as checkpoint
+    from chute import config as config
+    from chute import constants as constants
+    from chute import experimental as experimental
+    from chute import multiprocessing as multiprocessing
+    from chute import records as records
+    from chute import samplers as samplers
+    from chute import sharding as sharding
+    from chute import sources as sources
+    from chute import testing as testing
+    from chute import transforms as transforms
+    from chute._src.autotune import AUTOTUNE as AUTOTUNE
+    from chute._src.dataloader import DataLoader as DataLoader
+    from chute._src.dataloader import DataLoaderIterator as DataLoaderIterator
+    from chute._src.dataset import IterDataset as IterDataset
+    from chute._src.dataset import MapDataset as MapDataset
+    from chute._src.errors import CheckpointError as CheckpointError
+    from chute._src.errors import ChuteError as ChuteError
+    from chute._src.errors import DataError as DataError
+    from chute._src.iterator import DatasetIterator as DatasetIterator
+    from chute._src.load import load as load
+    from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
+    from chute._src.options import ReadOptions as ReadOptions
+    from chute._src.progress import Progress as Progress
+    from chute._src.progress import progress as progress
+    from chute._src.record import Record as Record
+    from chute._src.samplers import IndexSampler as IndexSampler
+    from chute._src.samplers import RecordMetadata as RecordMetadata
+    from chute._src.samplers import SequentialSampler as SequentialSampler
     from chute._src.stats import PipelineStats as PipelineStats
     from chute._src.stats import StageStats as StageStats
     from chute._src.stats import stats as stats
+    from chute._src.transforms import Batch as Batch
+    from chute._src.transforms import FilterTransform as FilterTransform
+    from chute._src.transforms import MapTransform as MapTransform
+    from chute._src.transforms import MapWithIndex as MapWithIndex
+    from chute._src.transforms import RandomMapTransform as RandomMapTransform
+    from chute._src.transforms import TypeConversion as TypeConversion
 
 __version__ = "0.1.0"
 
-_DEBUG_LAYER = ("PipelineStats", "StageStats", "stats")
+# Checks CHUTE_CRC32C now: a wrong setting fails `import chute`, not a later read. Cheap:
+# the crc32c package itself is imported only if chosen.
+from chute._src.records import checksum as _checksum  # noqa: F401
+
+# The public submodules, and the module each other public name is defined in.
+_SUBMODULES = frozenset(
+    {
+        "checkpoint",
+        "config",
+        "constants",
+        "experimental",
+        "multiprocessing",
+        "records",
+        "samplers",
+        "sharding",
+        "sources",
+        "testing",
+        "transforms",
+    }
+)
+_DEFINED_IN = {
+    "AUTOTUNE": "chute._src.autotune",
+    "DataLoader": "chute._src.dataloader",
+    "DataLoaderIterator": "chute._src.dataloader",
+    "IterDataset": "chute._src.dataset",
+    "MapDataset": "chute._src.dataset",
+    "CheckpointError": "chute._src.errors",
+    "ChuteError": "chute._src.errors",
+    "DataError": "chute._src.errors",
+    "DatasetIterator": "chute._src.iterator",
+    "load": "chute._src.load",
+    "MultiprocessingOptions": "chute._src.options",
+    "ReadOptions": "chute._src.options",
+    "Progress": "chute._src.progress",
+    "progress": "chute._src.progress",
+    "Record": "chute._src.record",
+    "IndexSampler": "chute._src.samplers",
+    "RecordMetadata": "chute._src.samplers",
+    "SequentialSampler": "chute._src.samplers",
+    "Batch": "chute._src.transforms",
+    "FilterTransform": "chute._src.transforms",
+    "MapTransform": "chute._src.transforms",
+    "MapWithIndex": "chute._src.transforms",
+    "RandomMapTransform": "chute._src.transforms",
+    "TypeConversion": "chute._src.transforms",
+    "PipelineStats": "chute._src.stats",
+    "StageStats": "chute._src.stats",
+    "stats": "chute._src.stats",
+}
 
 
-def __getattr__(name: str) -> _typing.Any:
-    if name in _DEBUG_LAYER:
-        from chute._src import stats as _stats
+# Defined for the interpreter only: type checkers see the imports above, so a
+# misspelt name is an error there too.
+if not _typing.TYPE_CHECKING:
 
-        value = globals()[name] = getattr(_stats, name)
+    def __getattr__(name: str) -> _typing.Any:
+        if name in _SUBMODULES:
+            value = _importlib.import_module(f"chute.{name}")
+        elif name in _DEFINED_IN:
+            value = getattr(_importlib.import_module(_DEFINED_IN[name]), name)
+        else:
+            raise AttributeError(f"module 'chute' has no attribute {name!r}")
+        globals()[name] = value  # later lookups do not come here
         return value
-    raise AttributeError(f"module 'chute' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_DEBUG_LAYER})
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [

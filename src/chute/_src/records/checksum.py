@@ -34,8 +34,6 @@ import os
 from collections.abc import Callable
 from typing import TypeAlias
 
-import crc32c as _package
-
 __all__ = ["IMPLEMENTATION", "SETTINGS", "crc32c", "read_checked"]
 
 BytesLike: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
@@ -50,12 +48,18 @@ def _choose() -> tuple[Callable[..., int], ReadChecked | None, str]:
             f"CHUTE_CRC32C={setting!r} is not a CRC32C implementation chute knows; "
             f"set it to one of {', '.join(SETTINGS)}, or unset it"
         )
+    # The crc32c package is imported only when used: its import costs ~50 ms (it loads
+    # importlib.metadata and its command line), paid by every worker process otherwise.
     try:
         from chute import _native
     except ImportError:
-        return _package.crc32c, None, "crc32c package (the native extension is not built)"
+        import crc32c as package
+
+        return package.crc32c, None, "crc32c package (the native extension is not built)"
     if setting == "package":
-        return _package.crc32c, None, "crc32c package (CHUTE_CRC32C)"
+        import crc32c as package
+
+        return package.crc32c, None, "crc32c package (CHUTE_CRC32C)"
     if setting == "portable":
         return _native.crc32c_portable, None, "native, table-driven (CHUTE_CRC32C=portable)"
     how = "SSE4.2 instruction" if _native.HARDWARE else "table-driven: no SSE4.2 on this CPU"

@@ -28,14 +28,21 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chute._src.errors import DataError, MissingFileError
-from chute._src.remote import blocks, ranges
+from chute._src.remote import blocks
 from chute._src.remote.calls import call, failure, is_transient, logger, max_retries
 from chute._src.remote.urls import StorageOptions, filesystem, is_url, options_key
-from chute._src.remote.wire import HTTPStatusError, etag_value
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from chute._src.remote import ranges
+
+# The range client (`ranges`, `wire`: sockets, TLS) and the thread pool are imported when
+# a remote object is first read: a process reading local files only (a worker process
+# among them) does not load them.
 
 __all__ = ["RemoteFile", "RemoteReader", "find_objects", "open_concurrently", "read_many"]
 T = TypeVar("T")
@@ -51,6 +58,8 @@ def _thread_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="chute-remote")
         return _pool
 
@@ -100,6 +109,9 @@ def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[b
     (`RemoteFile`), which then costs no request: the object is opened when found, and a
     read that finds it replaced since is a `DataError`. Until then (at most `_HOLD_S`),
     the connections that found it are kept for its first reads; nothing else is kept."""
+    from chute._src.remote import ranges
+    from chute._src.remote.wire import HTTPStatusError
+
     found = [False] * len(urls)
     asked: list[tuple[int, ranges.Target]] = []
     systems = [filesystem(url, storage_options) for url in urls]
@@ -189,6 +201,8 @@ def _block_key(url: str, opts: str, identity: tuple[int, str]) -> Hashable:
 
 def _identity(info: dict[str, Any]) -> tuple[int, str]:
     """(size, the first of ETag / version / mtime the store reports) of an fsspec info."""
+    from chute._src.remote.wire import etag_value
+
     size = int(info.get("size") or 0)
     for key in ("ETag", "etag"):
         if info.get(key):
@@ -220,6 +234,8 @@ class RemoteFile:
     fd = -1
 
     def __init__(self, url: str, storage_options: StorageOptions, what: str) -> None:
+        from chute._src.remote import ranges
+
         self.url = url
         self.path = url
         self.what = what
@@ -258,6 +274,9 @@ class RemoteFile:
         size and ETag from the answer: opening costs one GET and no HEAD. None when
         that cannot tell (a 0-byte object, a missing object or a directory: `fs.info`
         names which)."""
+        from chute._src.remote import ranges
+        from chute._src.remote.wire import HTTPStatusError
+
         assert self.target is not None
         t = self.target
         bs = blocks.block_bytes()
@@ -511,6 +530,8 @@ def _fetch_once(requests: list[tuple[RemoteFile, int, int]]) -> list[Any]:
     """One try at every request: bytes, or the exception it raised, for each. Requests
     to objects with a range target go out through `ranges.fetch`; those to one async file
     system in one `cat_ranges` call; the others share threads."""
+    from chute._src.remote import ranges
+
     out: list[Any] = [None] * len(requests)
     by_fs: dict[int, list[int]] = {}
     direct: list[int] = []

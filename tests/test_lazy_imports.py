@@ -1,0 +1,124 @@
+"""`import chute` loads almost nothing: each public name is imported on first use, so a
+worker process (forked from a server that imported numpy and the worker loop only) loads
+just the modules its pipeline is made of.
+
+Each check runs in a fresh interpreter, where `sys.modules` shows what was imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import chute
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+INIT = Path(chute.__file__)
+
+
+def _fresh(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "main.py"
+    script.write_text(
+        "import sys\n\nif __name__ == '__main__':\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+    paths = [SRC, os.environ.get("PYTHONPATH", "")]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_import_chute_loads_no_layer_until_a_name_is_used(tmp_path: Path) -> None:
+    out = _fresh(
+        tmp_path,
+        """
+        import chute
+        before = [m for m in sorted(sys.modules) if m.startswith("chute._src.")]
+        heavy = [m for m in ("numpy", "ssl", "socket", "crc32c") if m in sys.modules]
+        ds = chute.MapDataset.range(4).map(lambda x: x + 1)
+        print(before, heavy, list(ds), "chute._src.dataset" in sys.modules)
+        """,
+    )
+    # Only the module checking CHUTE_CRC32C (which a wrong value fails `import chute` for).
+    assert out == "['chute._src.records', 'chute._src.records.checksum'] [] [1, 2, 3, 4] True"
+
+
+def test_the_worker_loop_imports_neither_the_pool_nor_any_dataset(tmp_path: Path) -> None:
+    # What the process that forks workers imports before it forks any.
+    out = _fresh(
+        tmp_path,
+        """
+        import chute._src.mp._worker
+        loaded = [m for m in sorted(sys.modules) if m.startswith("chute._src.")]
+        print(loaded, [m for m in ("ssl", "crc32c", "concurrent.futures") if m in sys.modules])
+        """,
+    )
+    assert out == (
+        "['chute._src.mp', 'chute._src.mp._worker', 'chute._src.mp.shm', "
+        "'chute._src.mp.transport', 'chute._src.records', 'chute._src.records.checksum'] []"
+    )
+
+
+def test_reading_local_records_loads_no_remote_client(tmp_path: Path) -> None:
+    path = tmp_path / "data.crec"
+    with chute.records.RecordWriter(str(path)) as w:
+        for i in range(10):
+            w.write(b"%d" % i)
+    out = _fresh(
+        tmp_path,
+        f"""
+        import chute
+        src = chute.sources.RecordFileDataSource({str(path)!r})
+        got = [src[i] for i in range(len(src))]
+        print(got[3], [m for m in ("ssl", "chute._src.remote.ranges") if m in sys.modules])
+        """,
+    )
+    assert out == "b'3' []"
+
+
+def _type_checking_imports() -> dict[str, str]:
+    """What type checkers see in chute/__init__.py: name -> the module it comes from."""
+    tree = ast.parse(INIT.read_text())
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING"
+    )
+    seen = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module is not None
+        for alias in node.names:
+            assert alias.asname == alias.name, ast.unparse(node)
+            seen[alias.name] = (
+                f"{node.module}.{alias.name}" if node.module == "chute" else node.module
+            )
+    return seen
+
+
+def test_what_type_checkers_see_is_what_each_name_resolves_to() -> None:
+    typed = _type_checking_imports()
+    assert sorted(typed) == sorted(chute.__all__)
+    for name, module in typed.items():
+        value = getattr(chute, name)
+        if module == f"chute.{name}":
+            assert value.__name__ == module  # a submodule
+        else:
+            assert value is getattr(sys.modules[module], name), name
+    assert set(chute.__all__) <= set(dir(chute))
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="module 'chute' has no attribute 'MapDatset'"):
+        chute.MapDatset  # type: ignore[attr-defined]  # noqa: B018
