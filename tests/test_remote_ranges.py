@@ -208,12 +208,13 @@ def test_nothing_left_open_after_close(tmp_path: Path) -> None:
     root, prefix = _served(tmp_path)
     with RangeServer(str(root)) as server:
         gc.collect()  # earlier tests' garbage closes its files now, not during the count
-        threads, fds = set(threading.enumerate()), _fds()
+        fds = _fds()
         src = sources.RecordFileDataSource(
             f"{prefix}/big.crec", storage_options=_options(server.port)
         )
         # Opened by one GET, whose connection is kept for the source's reads.
         assert (server.gets, server.connections, server.open_connections()) == (1, 1, 1)
+        threads = set(threading.enumerate())  # s3fs's event loop thread started by now
         for _ in range(3):
             src.__getitems__(INDICES)
         assert _fds() > fds  # connections kept for the next reads
