@@ -22,6 +22,7 @@ presigned URL kept from an earlier round.
 
     python benchmarks/bench_streams_remote.py [--records 100000] [--large-records 400000]
         [--rounds 3] [--tf-rounds R] [--tf-remote-lines 20000] [--latency-ms 20]
+        [--readers "chute lines,tf.data lines"] [--places local,fast]
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from bench_streams import split_corpus
 
 SHARDS = 64
 CYCLE = 16
+READERS = ("chute lines", "chute JSONL (parsed)", "tf.data lines")
 
 
 def _endpoint(port: int) -> dict[str, Any]:
@@ -113,11 +115,14 @@ def count(it: Iterator[Any], batched: bool) -> int:
 def cold_remote_caches() -> None:
     """Forgets what an earlier read left in this process (cached blocks, presigned URLs),
     so each timed read from a bucket costs what it costs a fresh process."""
-    from chute._src.remote import blocks, ranges
+    from chute._src.remote import blocks, file, ranges
 
     blocks.cache().clear()
     with ranges._signed_lock:
         ranges._signed.clear()
+    with file._found_lock:
+        file._found.clear()
+        file._held.clear()
 
 
 def main() -> None:
@@ -138,8 +143,25 @@ def main() -> None:
         default=20000,
         help="lines tf.data reads from a bucket (its rate; 0: all)",
     )
+    ap.add_argument(
+        "--readers",
+        default=",".join(READERS),
+        help=f"comma-separated contenders to run, of: {', '.join(READERS)}",
+    )
+    ap.add_argument(
+        "--places",
+        default="local,moto,fast",
+        help="comma-separated places to read from, of: local, moto, fast",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    for name, chosen, known in (
+        ("--readers", args.readers, READERS),
+        ("--places", args.places, ("local", "moto", "fast")),
+    ):
+        bad = set(chosen.split(",")) - set(known)
+        if bad:
+            ap.error(f"{name}: unknown {sorted(bad)}; choose among {', '.join(known)}")
     dummy_s3_credentials()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sizes = [n for n in (args.records, args.large_records) if n]
@@ -200,6 +222,8 @@ def run(
         f"moto {ms}": (urls, _endpoint(moto_slow)),
         f"fast {ms}": (urls, _endpoint(range_slow)),
     }
+    wanted = args.places.split(",")
+    places = {k: v for k, v in places.items() if k.split()[0] in wanted}
     tf_limit = args.tf_remote_lines
     readers: dict[str, Callable[[list[str], dict[str, Any] | None], tuple[Iterator[Any], bool]]]
     readers = {
@@ -207,6 +231,7 @@ def run(
         "chute JSONL (parsed)": lambda u, o: (chute_lines(u, o, parse=True), False),
         "tf.data lines": lambda u, o: (tf_lines(u, o, tf_limit if o else 0), True),
     }
+    readers = {k: v for k, v in readers.items() if k in args.readers.split(",")}
     for make in readers.values():  # one-time costs (imports, TensorFlow's start) untimed
         for where, options in places.values():
             it, batched = make(where[:1], options)
@@ -237,6 +262,10 @@ def run(
                     file=sys.stderr,
                 )
     med = {k: statistics.median(v) for k, v in rates.items()}
+
+    def ratio(key: tuple[str, str], unit: str = "") -> str:
+        return f"{med[reader, place] / med[key]:.2f}{unit}" if key in med else "-"
+
     rows = []
     for reader in readers:
         for place in places:
@@ -245,8 +274,8 @@ def run(
                     reader,
                     place,
                     f"{med[reader, place]:,.0f}",
-                    f"{med[reader, place] / med[reader, 'local']:.2f}",
-                    f"{med[reader, place] / med['tf.data lines', place]:.2f}x",
+                    ratio((reader, "local")),
+                    ratio(("tf.data lines", place), "x"),
                     " ".join(f"{x:,.0f}" for x in rates[reader, place]),
                 ]
             )

@@ -98,15 +98,17 @@ def open_concurrently(open_one: Callable[[int], T], paths: Sequence[str]) -> lis
 
 
 def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[bool]:
-    """For each URL, whether it is known to name an object: its first byte was asked for
-    through the range client, all at once (one round trip for the lot, no HEAD; a 416
-    answer is a 0-byte object). False means not known: not read by the range client, or
-    the answer was not that (missing, a directory, a failure): `fs.info` tells.
+    """For each URL, whether it is known to name an object: its first block (the first
+    byte, past the first `_FIRST_BLOCKS` URLs) was asked for through the range client,
+    all at once (one round trip for the lot, no HEAD; a 416 answer is a 0-byte object).
+    False means not known: not read by the range client, or the answer was not that
+    (missing, a directory, a failure): `fs.info` tells.
 
     An object found so keeps what its answer told (size and ETag; its presigned URL is
-    kept by `ranges`) until this process opens it (`RemoteFile`), which then costs no
-    request: the object is opened when found, and a read that finds it replaced since is
-    a `DataError`. Nothing else is kept: connections close when unused."""
+    kept by `ranges`, its first block by the block cache) until this process opens it
+    (`RemoteFile`), which then costs no request: the object is opened when found, and a
+    read that finds it replaced since is a `DataError`. Until then (at most `_HOLD_S`),
+    the connections that found it are kept for its first reads; nothing else is kept."""
     from chute._src.remote import ranges
     from chute._src.remote.wire import HTTPStatusError
 
@@ -129,32 +131,72 @@ def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[b
             continue
         if t is not None:
             asked.append((k, t))
-    got = ranges.fetch([(t, 0, 1) for _, t in asked]) if asked else []
+    bs = blocks.block_bytes()
+    ends = [bs if n < _FIRST_BLOCKS else 1 for n in range(len(asked))]
+    got = ranges.fetch([(t, 0, end) for (_, t), end in zip(asked, ends)]) if asked else []
     opts = options_key(storage_options)
-    for (k, t), answer in zip(asked, got):
+    store = blocks.cache()
+    for (k, t), end, answer in zip(asked, ends, got):
         if isinstance(answer, bytes):
             found[k] = True
-            _keep_found((urls[k], opts), (t.size, t.etag))
+            _keep_found((urls[k], opts), t)
+            if end == bs and len(answer) == min(bs, t.size):
+                store.put((_block_key(urls[k], opts, _target_identity(t)), 0), answer)
         elif isinstance(answer, HTTPStatusError) and answer.status == 416:
             found[k] = True
     return found
 
 
+_FIRST_BLOCKS = 256  # objects whose first block is read when found (the first to open)
 _FOUND_MAX = 1 << 16  # objects found and not opened yet, kept (oldest dropped first)
-_found: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()  # (size, ETag)
+_HOLD_S = 20.0  # how long a found object's target (its connections) is kept for opening
+# (url, options) -> (size, ETag) of an object found and not opened yet, and its target
+# while younger than _HOLD_S (which keeps its endpoint's connections open).
+_found: OrderedDict[tuple[str, str], tuple[int, str, ranges.Target | None, float]] = OrderedDict()
+_held: OrderedDict[tuple[str, str], None] = OrderedDict()  # keys of _found holding a target
 _found_lock = threading.Lock()
 
 
-def _keep_found(key: tuple[str, str], identity: tuple[int, str]) -> None:
+def _keep_found(key: tuple[str, str], t: ranges.Target) -> None:
+    now = time.monotonic()
     with _found_lock:
-        _found[key] = identity
+        _found[key] = (t.size, t.etag, t, now)
+        _found.move_to_end(key)
+        _held[key] = None
+        _held.move_to_end(key)
         while len(_found) > _FOUND_MAX:
-            _found.popitem(last=False)
+            _held.pop(_found.popitem(last=False)[0], None)
+        _release_old(now)
 
 
-def _take_found(key: tuple[str, str]) -> tuple[int, str] | None:
+def _take_found(key: tuple[str, str]) -> tuple[int, str, ranges.Target | None] | None:
+    """What finding the object told, and its target while kept, or None."""
     with _found_lock:
-        return _found.pop(key, None)
+        _release_old(time.monotonic())
+        _held.pop(key, None)
+        got = _found.pop(key, None)
+        return None if got is None else got[:3]
+
+
+def _release_old(now: float) -> None:
+    """Drops the targets found more than `_HOLD_S` ago (under `_found_lock`)."""
+    while _held:
+        key = next(iter(_held))
+        size, etag, _, at = _found[key]
+        if now - at < _HOLD_S:
+            break
+        _found[key] = (size, etag, None, at)
+        del _held[key]
+
+
+def _target_identity(t: ranges.Target) -> tuple[int, str]:
+    return t.size, f"ETag={t.etag}" if t.etag else ""
+
+
+def _block_key(url: str, opts: str, identity: tuple[int, str]) -> Hashable:
+    """What an object's blocks are cached under: blocks are shared by readers of the same
+    object (`identity`: size and ETag, ...) through the same store options only."""
+    return (url, opts, identity)
 
 
 def _identity(info: dict[str, Any]) -> tuple[int, str]:
@@ -199,14 +241,19 @@ class RemoteFile:
         self.what = what
         self.fs, self._fspath = filesystem(url, storage_options)
         # Where chute's own range client reads it (s3, http), or None: through fsspec.
-        # An object `find_objects` just found is opened already.
-        found = _take_found((url, options_key(storage_options)))
-        size, etag = found or (-1, "")
-        self.target = call(
-            url,
-            "locate it for range reads",
-            lambda: ranges.target(url, self.fs, self._fspath, size, etag),
-        )
+        # An object `find_objects` just found is opened already (maybe on its
+        # connections, with its first block in the cache).
+        opts = options_key(storage_options)
+        found = _take_found((url, opts))
+        size, etag, held = found or (-1, "", None)
+        if held is not None and ranges.target_protocol(self.fs) is not None:
+            self.target: ranges.Target | None = held
+        else:
+            self.target = call(
+                url,
+                "locate it for range reads",
+                lambda: ranges.target(url, self.fs, self._fspath, size, etag),
+            )
         if self.target is None:
             found = None  # CHUTE_REMOTE_HTTP=fsspec since it was found
         first = self._first_block() if self.target is not None and not found else None
@@ -216,11 +263,9 @@ class RemoteFile:
                 self.target.size, self.target.etag = self.identity[0], _etag(self.identity)
         else:
             assert self.target is not None
-            tag = f"ETag={self.target.etag}" if self.target.etag else ""
-            self.identity = (self.target.size, tag)
+            self.identity = _target_identity(self.target)
         self.size = self.identity[0]
-        # Blocks are shared by readers of the same object through the same store only.
-        self.key: Hashable = (url, options_key(storage_options), self.identity)
+        self.key = _block_key(url, opts, self.identity)
         if first:
             blocks.cache().put((self.key, 0), first)
 

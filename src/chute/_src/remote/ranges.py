@@ -20,8 +20,8 @@ applies to (`target`), chute reads ranges itself instead:
   for `calls.py`'s bounded retries; 404 is a missing object, a 403 on a fresh URL is a
   refusal.
 
-Connections stay open while a `Target` of their endpoint lives (an open remote file), up
-to `_IDLE_S` idle, and are closed when the last one goes. `CHUTE_REMOTE_HTTP=fsspec`
+Connections stay open while a `Target` of their endpoint lives (an open remote file, or an
+object found and not opened yet: `file.find_objects`), up to `_IDLE_S` idle, and are closed when the last one goes. `CHUTE_REMOTE_HTTP=fsspec`
 reads through fsspec instead.
 """
 
@@ -268,7 +268,9 @@ def _keep_signed(signed: Sequence[tuple[tuple[Any, str, int], str]], now: float)
 
 def presign_all(fs: Any, paths: Sequence[str]) -> None:
     """Presigns `paths` of the s3 file system `fs` in one call to its event loop (the
-    URLs kept for `target`), rather than one call, and one thread hop, each."""
+    URLs kept for `target`), rather than one call, and one thread hop, each. botocore
+    signs each bucket's first key; its other keys are signed by `presign.Signer` when
+    that reproduces botocore's first URL exactly, else by botocore too."""
     expires = presign_seconds()
     now = time.monotonic()
     with _signed_lock:
@@ -277,14 +279,38 @@ def presign_all(fs: Any, paths: Sequence[str]) -> None:
             for p in dict.fromkeys(paths)
             if (got := _signed.get((fs, p, expires))) is None or now - got[1] >= 0.25 * expires
         ]
-    if len(todo) < 2 or not hasattr(fs, "_url"):
+    if len(todo) < 2 or not hasattr(fs, "_url") or not hasattr(fs, "split_path"):
         return
     import asyncio
 
     from fsspec.asyn import sync
 
+    from chute._src.remote import presign
+
+    async def botocore(ks: list[int]) -> list[str]:
+        return list(await asyncio.gather(*(fs._url(todo[k], expires=expires) for k in ks)))
+
     async def sign_all() -> list[str]:
-        return list(await asyncio.gather(*(fs._url(p, expires=expires) for p in todo)))
+        parts = [fs.split_path(p) for p in todo]
+        first: dict[str, int] = {}
+        head = [k for k, (b, _, v) in enumerate(parts) if v or first.setdefault(b, k) == k]
+        out = dict(zip(head, await botocore(head)))
+        signers: dict[str, presign.Signer] = {}
+        for bucket, k in first.items():
+            made, key = out[k], parts[k][1]
+            access_key = presign.access_key_of(made)
+            secret = await presign.session_secret(fs, access_key) if access_key else None
+            signer = presign.Signer.from_url(made, bucket, key, secret) if secret else None
+            if signer is not None and signer.url(key) == made:
+                signers[bucket] = signer
+        rest = [k for k in range(len(todo)) if k not in out]
+        for k in rest:
+            signer = signers.get(parts[k][0])
+            if signer is not None:
+                out[k] = signer.url(parts[k][1])
+        theirs = [k for k in rest if k not in out]
+        out.update(zip(theirs, await botocore(theirs)))
+        return [out[k] for k in range(len(todo))]
 
     located = sync(fs.loop, sign_all)
     _keep_signed([((fs, p, expires), url) for p, url in zip(todo, located)], now)

@@ -1,0 +1,87 @@
+"""Building a stream over many objects finds them all in one round of GETs of their first
+blocks; reading them then starts from those blocks, on the connections that found them:
+requests and connections counted on a real keep-alive server (`RangeServer`); an object
+replaced between building and reading is still a DataError naming it (moto)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chute
+
+sys.path.insert(0, str(Path(__file__).parent))
+from remote_helpers import RangeServer, use_remote_env
+
+SHARDS = 8
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("s3fs", reason="needs s3fs (the test extra)")
+    use_remote_env(monkeypatch, tmp_path)
+
+
+def _options(port: int) -> dict[str, Any]:
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+    }
+
+
+def _shards(d: Path, lines_each: int) -> list[Path]:
+    d.mkdir(parents=True)
+    paths = [d / f"shard-{k}.jsonl" for k in range(SHARDS)]
+    for k, p in enumerate(paths):
+        p.write_text(
+            "".join(json.dumps({"s": k, "i": i, "pad": "x" * 60}) + "\n" for i in range(lines_each))
+        )
+    return paths
+
+
+@pytest.mark.parametrize("lines_each,gets_to_read", [(100, 0), (1500, SHARDS)])
+def test_objects_are_read_from_their_first_blocks_on_the_connections_that_found_them(
+    tmp_path: Path, lines_each: int, gets_to_read: int
+) -> None:
+    """Shards of ~9 KiB (inside a 32 KiB block) cost one GET each, to build and read;
+    shards of ~140 KiB one more each (the rest, read ahead), on the same connections."""
+    paths = _shards(tmp_path / "served" / "b", lines_each)
+    local = list(
+        chute.experimental.FileLinesIterDataset(
+            [str(p) for p in paths], parse=bytes, cycle_length=4
+        )
+    )
+    urls = [f"s3://b/{p.name}" for p in paths]
+    with RangeServer(str(tmp_path / "served")) as server:
+        ds = chute.experimental.FileLinesIterDataset(
+            urls, parse=bytes, cycle_length=4, storage_options=_options(server.port)
+        )
+        assert (server.gets, server.heads, server.connections) == (SHARDS, 0, SHARDS)
+        assert list(ds) == local
+        assert (server.gets, server.heads) == (SHARDS + gets_to_read, 0)
+        assert server.connections == SHARDS  # none opened to read
+
+
+def test_an_object_replaced_between_building_and_reading_is_a_data_error(
+    s3_server: Any, tmp_path: Path
+) -> None:
+    paths = _shards(tmp_path / "local", 1500)  # ~140 KiB: more than its first block
+    prefix = s3_server.bucket(f"chute-{uuid.uuid4().hex[:8]}")
+    fs = s3_server.fs()
+    for p in paths:
+        fs.put_file(str(p), f"{prefix}/{p.name}")
+    urls = [f"{prefix}/{p.name}" for p in paths]
+    ds = chute.experimental.JsonlIterDataset(
+        urls, cycle_length=4, storage_options=s3_server.options
+    )
+    data = bytearray(paths[2].read_bytes())
+    data[-20:-1] = b"y" * 19  # same size, other bytes: a new ETag
+    fs.pipe_file(urls[2], bytes(data))
+    with pytest.raises(chute.DataError, match=rf"{urls[2]}: the object changed"):
+        list(ds)
