@@ -30,7 +30,7 @@ def test_import_chute_loads_no_layer_until_a_name_is_used(tmp_path: Path) -> Non
         """
         import chute
         before = [m for m in sorted(sys.modules) if m.startswith("chute._src.")]
-        heavy = [m for m in ("numpy", "ssl", "socket", "crc32c") if m in sys.modules]
+        heavy = [m for m in ("numpy", "ssl", "chute._src.remote.ranges") if m in sys.modules]
         ds = chute.MapDataset.range(4).map(lambda x: x + 1)
         print(before, heavy, list(ds), "chute._src.dataset" in sys.modules)
         """,
@@ -46,13 +46,31 @@ def test_the_worker_loop_imports_neither_the_pool_nor_any_dataset(tmp_path: Path
         """
         import chute._src.mp._worker
         loaded = [m for m in sorted(sys.modules) if m.startswith("chute._src.")]
-        print(loaded, [m for m in ("ssl", "crc32c", "concurrent.futures") if m in sys.modules])
+        heavy = ["ssl", "concurrent.futures", "chute._src.remote.ranges"]
+        print(loaded, [m for m in heavy if m in sys.modules])
         """,
     )
     assert out == (
         "['chute._src.mp', 'chute._src.mp._worker', 'chute._src.mp.shm', "
         "'chute._src.mp.transport', 'chute._src.records', 'chute._src.records.checksum'] []"
     )
+
+
+def test_the_crc32c_package_is_imported_only_without_the_native_extension(
+    tmp_path: Path,
+) -> None:
+    out = _fresh(
+        tmp_path,
+        """
+        import importlib.util
+        import chute
+        from chute._src.records import checksum
+        native = importlib.util.find_spec("chute._native") is not None
+        print(native, "crc32c" in sys.modules, checksum.IMPLEMENTATION.startswith("native"))
+        """,
+    )
+    native = out.split()[0] == "True"
+    assert out == ("True False True" if native else "False True False")
 
 
 def test_reading_local_records_loads_no_remote_client(tmp_path: Path) -> None:
