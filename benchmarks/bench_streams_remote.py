@@ -15,7 +15,9 @@ The servers run in a process of their own. Contenders, each reading every line o
   locally; from the bucket through fsspec (s3fs, the same storage options) in
   `from_generator`, since `tf.io.gfile` has no S3 without tensorflow-io. Its lines cross
   into Python 1024 at a time (`batch(1024)`); from the bucket it reads the first
-  `--tf-remote-lines` lines (a rate: its whole run would take minutes).
+  `--tf-remote-lines` lines (a rate: its whole run would take minutes). Each tf.data
+  read runs in a fresh process of its own, so TensorFlow's runtime threads never share
+  a process with the chute reads being timed.
 Contenders alternate within each round; medians of `--rounds` rounds. Every chute read
 from a bucket starts cold, as in a fresh process: the block cache emptied and no
 presigned URL kept from an earlier round.
@@ -29,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -102,6 +106,32 @@ def tf_lines(urls: list[str], options: dict[str, Any] | None, limit: int = 0) ->
     return ds.batch(1024).prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
 
 
+def tf_in_child(urls: list[str], options: dict[str, Any] | None, limit: int, want: int) -> float:
+    """tf.data's rate over `urls`, measured in a fresh process of its own (warmed up on one
+    file untimed): TensorFlow's runtime threads then never run in the process that times
+    chute, nor chute's in TensorFlow's."""
+    job = json.dumps({"urls": urls, "options": options, "limit": limit, "want": want})
+    cmd = [sys.executable, os.path.abspath(__file__), "--tf-child", job]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"tf.data's process failed:\n{done.stderr[-3000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def tf_child(job: dict[str, Any]) -> None:
+    dummy_s3_credentials()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    urls, options, limit = job["urls"], job["options"], job["limit"]
+    count(tf_lines(urls[:1], options), True)  # TensorFlow's start and first use, untimed
+    gc.collect()
+    t0 = time.perf_counter()
+    n = count(tf_lines(urls, options, limit), True)
+    rate = n / (time.perf_counter() - t0)
+    if n != job["want"]:
+        raise AssertionError(f"tf.data read {n} lines, not {job['want']}")
+    print(rate)
+
+
 def count(it: Iterator[Any], batched: bool) -> int:
     n = 0
     for x in it:
@@ -154,7 +184,11 @@ def main() -> None:
         help="comma-separated places to read from, of: local, moto, fast",
     )
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--tf-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.tf_child:
+        tf_child(json.loads(args.tf_child))
+        return
     for name, chosen, known in (
         ("--readers", args.readers, READERS),
         ("--places", args.places, ("local", "moto", "fast")),
@@ -232,7 +266,9 @@ def run(
         "tf.data lines": lambda u, o: (tf_lines(u, o, tf_limit if o else 0), True),
     }
     readers = {k: v for k, v in readers.items() if k in args.readers.split(",")}
-    for make in readers.values():  # one-time costs (imports, TensorFlow's start) untimed
+    for reader, make in readers.items():  # one-time costs (imports) untimed
+        if reader.startswith("tf.data"):
+            continue  # its own process warms itself up
         for where, options in places.values():
             it, batched = make(where[:1], options)
             count(it, batched)
@@ -246,6 +282,11 @@ def run(
             for place, (where, options) in places.items():
                 tf_remote = reader.startswith("tf.data") and options is not None
                 want = min(records, args.tf_remote_lines or records) if tf_remote else records
+                if reader.startswith("tf.data"):
+                    limit = tf_limit if options is not None else 0
+                    rate = tf_in_child(where, options, limit, want)
+                    rates.setdefault((reader, place), []).append(rate)
+                    continue
                 if options is not None:
                     cold_remote_caches()
                 t0 = time.perf_counter()
