@@ -255,7 +255,10 @@ def test_interpreter_exit_without_close_leaves_nothing_behind() -> None:
 def test_ctrl_c_in_the_main_process_stops_the_workers() -> None:
     proc = run_script(
         """
-        import psutil
+        import psutil, signal
+        # As in an interactive program, whatever ignored SIGINT in the test's launcher
+        # (a background job of a shell does): Ctrl-C raises KeyboardInterrupt here.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with WorkerPool(2, mp_helpers.sleep) as pool:
             for w in range(2):  # running: the interrupt lands in the loop, not in start-up
                 pool.put(w, 0.0)
