@@ -21,8 +21,8 @@ applies to (`target`), chute reads ranges itself instead:
   refusal.
 
 Connections stay open while a `Target` of their endpoint lives (an open remote file, or an
-object found and not opened yet: `file.find_objects`), up to `_IDLE_S` idle, and are closed when the last one goes. `CHUTE_REMOTE_HTTP=fsspec`
-reads through fsspec instead.
+object found and not opened yet: `file.find_objects`), up to `_IDLE_S` idle, and are closed
+when the last one goes. `CHUTE_REMOTE_HTTP=fsspec` reads through fsspec instead.
 """
 
 from __future__ import annotations
