@@ -179,6 +179,36 @@ def test_computing_elements_start_the_climb_at_the_cores(debug_mode: None) -> No
     assert first.reason.startswith("start"), first
 
 
+class CountingBusy:
+    """~20 ms of CPU per element, counting the elements started."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def __call__(self, x: int) -> int:
+        self.started += 1
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:
+            pass
+        return x
+
+
+def test_slow_elements_after_the_first_come_in_small_chunks() -> None:
+    """An element that takes long (a batch of images) is not computed in a chunk of many
+    before the second element is measured: the first element's time sizes the next chunks.
+    (Before, the second chunk held 32 elements, and the third element waited for all of
+    them: 11 s for batches of 64 images.)"""
+    fn = CountingBusy()
+    it = iter(chute.MapDataset.range(1000).map(fn).to_iter_dataset())
+    for _ in range(3):
+        next(it)
+    started = fn.started
+    it.close()
+    # A second chunk of 32 would have started 33 before the third came out; chunks of one
+    # start only those the threads take up while the consumer waits for its GIL turn.
+    assert started < 33, started
+
+
 def test_fixed_settings_are_not_tuned(debug_mode: None) -> None:
     it = iter(chute.MapDataset.range(50).to_iter_dataset(chute.ReadOptions(2, 10)))
     list(it)

@@ -150,6 +150,9 @@ class Threads(ChunkExecutor):
         self._max_chunk = max(1, min(256, buffer_size // max(1, 2 * threads)))
         self._element_bytes: float | None = None  # measured on the first chunk
         self.element_s: float | None = None  # seconds per element, the latest chunks'
+        # Seconds per element in the first chunk: start-up costs included, so too high;
+        # it sizes chunks (smaller, never larger, than they should be) until element_s.
+        self._first_element_s: float | None = None
         self.first_cpu_share: float | None = None  # the first chunk's thread CPU / wall time
         self.waited = False  # the last chunk was not ready when the consumer asked for it
 
@@ -186,8 +189,9 @@ class Threads(ChunkExecutor):
     def _top_up(self) -> None:
         ahead = self._ahead_limit()
         chunk = max(1, min(self._max_chunk, ahead // max(1, 2 * self._threads)))
-        if self.element_s:
-            chunk = max(1, min(chunk, round(CHUNK_S / self.element_s)))
+        element_s = self.element_s or self._first_element_s
+        if element_s:
+            chunk = max(1, min(chunk, round(CHUNK_S / element_s)))
         limit = max(1, ahead // chunk)
         while len(self._pending) < limit and self._submitted < self.length:
             start = self._submitted
@@ -209,6 +213,7 @@ class Threads(ChunkExecutor):
             if self._element_bytes is None and items:
                 self._element_bytes = nbytes(items) / len(items)
                 self.first_cpu_share = cpu / wall if wall > 0 else 1.0
+                self._first_element_s = wall / len(items)
             elif items and wall > 0:
                 # Not the first: it holds start-up costs (opening files, loading a model).
                 # The CPU time, or the wall time shared by the threads: threads that
