@@ -13,12 +13,19 @@ from typing import Any
 
 def use_remote_env(monkeypatch: Any, tmp_path: Any, *, block_cache: bool = True) -> None:
     """A test's environment for remote reads: its own cache folder, test credentials (kept
-    when set), and with `block_cache=False` no block cache (every read goes to the server)."""
+    when set), and with `block_cache=False` no block cache (every read goes to the server).
+
+    The process's block cache is sized from `CHUTE_REMOTE_CACHE_BYTES` when first used, so
+    the test gets a fresh one (the one before is put back after it): a cache made by an
+    earlier test, with or without `block_cache`, would otherwise hold for this one."""
     import os
+
+    from chute._src.remote import blocks
 
     monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
     if not block_cache:
         monkeypatch.setenv("CHUTE_REMOTE_CACHE_BYTES", "0")
+    monkeypatch.setattr(blocks, "_cache", None)
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
