@@ -160,8 +160,10 @@ def sleep_5ms(x: int) -> int:
     return x
 
 
-def busy_1ms(x: int) -> int:
-    end = time.thread_time() + 0.001
+def busy_5ms(x: int) -> int:
+    # As long as a thread may wait for the GIL (the 5 ms switch interval) while another
+    # thread holds it: computing, it measures at least half its time on a CPU.
+    end = time.thread_time() + 0.005
     while time.thread_time() < end:
         pass
     return x
@@ -170,7 +172,7 @@ def busy_1ms(x: int) -> int:
 def test_computing_elements_start_the_climb_at_the_cores(debug_mode: None) -> None:
     """Elements that compute (CPU, not waiting) start the thread climb at the usable cores
     (at most 4): the start at 16 threads is for elements that mostly wait."""
-    it = iter(chute.MapDataset.range(10_000).map(busy_1ms).to_iter_dataset(chute.ReadOptions()))
+    it = iter(chute.MapDataset.range(10_000).map(busy_5ms).to_iter_dataset(chute.ReadOptions()))
     for _ in range(20):
         next(it)
     first = decisions(it, "num_threads")[0]

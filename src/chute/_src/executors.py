@@ -11,8 +11,8 @@ consumed; its executor computes elements `[start, ...)` of the MapDataset when a
   element costs little in a chunk of 50, much in chunks of 4).
 - `Autotuned`: `ReadOptions(num_threads=AUTOTUNE)`: `InProcess` or `Threads`, the number
   of threads (0 to 64) chosen from the consumer's rate by a `HillClimb`
-  (`_src/autotune.py`), starting higher when the first element spent its time waiting
-  rather than computing; with `prefetch_buffer_size=AUTOTUNE` too, the elements computed
+  (`_src/autotune.py`), starting higher when the elements after the first spent their
+  time waiting rather than computing; with `prefetch_buffer_size=AUTOTUNE` too, the elements computed
   ahead doubled by a second climb while the consumer finds nothing ready and that pays.
 - worker processes: `_src/iter/mp_prefetch.py`'s `WorkerChunks`, on the same interface.
 
@@ -124,12 +124,12 @@ class InProcess(ChunkExecutor):
         return items
 
 
-def _timed_getitems(ds: Any, idx: np.ndarray) -> tuple[list[Any], float, float]:
-    """`ds._getitems(idx)`, the wall-clock seconds it took and the CPU seconds of the
-    thread that ran it."""
-    t0, c0 = time.perf_counter(), time.thread_time()
+def _timed_getitems(ds: Any, idx: np.ndarray) -> tuple[list[Any], float, float, float]:
+    """`ds._getitems(idx)`, the wall-clock seconds it took, the CPU seconds of the thread
+    that ran it, and those of the whole process meanwhile."""
+    t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     items = ds._getitems(idx)
-    return items, time.perf_counter() - t0, time.thread_time() - c0
+    return items, time.perf_counter() - t0, time.thread_time() - c0, time.process_time() - p0
 
 
 class Threads(ChunkExecutor):
@@ -153,7 +153,9 @@ class Threads(ChunkExecutor):
         # Seconds per element in the first chunk: start-up costs included, so too high;
         # it sizes chunks (smaller, never larger, than they should be) until element_s.
         self._first_element_s: float | None = None
-        self.first_cpu_share: float | None = None  # the first chunk's thread CPU / wall time
+        # The latest chunk's CPU time over its wall-clock time: of its thread, and of the
+        # process's other threads meanwhile.
+        self.cpu_shares: tuple[float, float] | None = None
         self.waited = False  # the last chunk was not ready when the consumer asked for it
 
     def resize(self, threads: int, buffer_size: int) -> None:
@@ -209,10 +211,10 @@ class Threads(ChunkExecutor):
         self._top_up()
         self.waited = not fut.done()
         if fut.exception() is None:
-            items, wall, cpu = fut.result()
+            items, wall, cpu, process_cpu = fut.result()
+            self.cpu_shares = (cpu / wall, (process_cpu - cpu) / wall) if wall > 0 else None
             if self._element_bytes is None and items:
                 self._element_bytes = nbytes(items) / len(items)
-                self.first_cpu_share = cpu / wall if wall > 0 else 1.0
                 self._first_element_s = wall / len(items)
             elif items and wall > 0:
                 # Not the first: it holds start-up costs (opening files, loading a model).
@@ -249,9 +251,17 @@ def _shutdown(executor: futures.ThreadPoolExecutor, cancel: bool = True) -> None
 
 _THREAD_CHOICES = (0, 1, 2, 4, 8, 16, 32, autotune.MAX_THREADS)
 _FIRST_BUFFER, _MAX_BUFFER = 128, 4096
-_WAITING_SHARE = 0.1
-"""A first element whose thread computed for less than this share of its wall-clock time
-(the rest waiting on I/O) starts the thread climb at `_WAITING_START` threads."""
+_WAITING_SHARE = 0.25
+"""A chunk after the first whose thread computed for less than this share of its
+wall-clock time (the rest waiting on I/O) starts the thread climb at `_WAITING_START`
+threads. A chunk that computes measures near 1 on its thread (about 1/n with n threads
+taking turns at the GIL); a 5 ms sleep, near 0."""
+_BUSY_ELSEWHERE = 0.5
+"""...unless the process's other threads computed for this share of that time or more:
+then the chunk's thread may have waited for the GIL, not for I/O (the consumer builds the
+rest of the pipeline while the first chunk is computed), and the next chunk is measured
+instead, up to `_START_CHUNKS` chunks; after that the climb starts at the cores."""
+_START_CHUNKS = 4
 _WAITING_START = 16
 _PER_THREAD = 8
 
@@ -262,10 +272,10 @@ class Autotuned(ChunkExecutor):
     `prefetch_buffer_size=AUTOTUNE` too, once the threads are chosen and only while the
     consumer finds the next chunk not computed yet, a second climb doubles the elements
     computed ahead while that clearly raises the rate, up to the memory budget for the
-    element size seen. Starts with as many threads as usable cores, at most 4 (16 when the
-    first element's thread spent most of its time waiting, not computing); nothing is
-    measured before the first chunk (first-element costs such as loading a model would
-    count against the first setting).
+    element size seen. Starts with as many threads as usable cores, at most 4 (16 when a
+    chunk after the first spent most of its time waiting, not computing); nothing is
+    measured on the first chunk (first-element costs such as loading a model would count
+    against the first setting).
     """
 
     concurrent = True
@@ -299,6 +309,7 @@ class Autotuned(ChunkExecutor):
         self._pool = Threads(ds, max(1, self._threads), self._buffer, self._budget)
         self._first = True
         self._element_bytes = 0.0  # measured on the first chunk
+        self._start_chunks = 0  # chunks left to tell waiting elements from computing ones
 
     @property
     def _uses_threads(self) -> bool:
@@ -313,25 +324,13 @@ class Autotuned(ChunkExecutor):
             self._first = False
             self._element_bytes = nbytes(items) / max(1, len(items))
             if self._fixed_threads is None:
-                share = self._pool.first_cpu_share if self._uses_threads else None
-                if share is not None and share < _WAITING_SHARE:
-                    choices = self._choices()
-                    threads = max(n for n in choices if n <= _WAITING_START)
-                    self._tuning.note(
-                        "num_threads",
-                        threads,
-                        f"the first element computed for {share:.0%} of its time (it waited "
-                        "on reads, a sleep or a lock): starting the climb there",
-                    )
-                    self._switch(threads, start + len(items))
-                self._climb = autotune.HillClimb(
-                    "num_threads",
-                    self._choices(),
-                    self._threads,
-                    self._tuning,
-                    "elements",
-                    watch_cpu=True,
-                )
+                # Not measured: the first chunk holds one-off costs (imports, opening
+                # files, the first call of each function), which a 5 ms read can exceed.
+                self._start_chunks = _START_CHUNKS
+            return items
+        if self._start_chunks:
+            self._start_chunks -= 1
+            self._start_climb(start + len(items))
             return items
         climb, buffers = self._climb, self._buffer_climb
         if buffers is not None and not buffers.settled:
@@ -348,6 +347,33 @@ class Autotuned(ChunkExecutor):
         elif self._may_grow_buffer():
             self._start_buffer_climb()
         return items
+
+    def _start_climb(self, next_index: int) -> None:
+        """Starts the thread climb at 16 threads if the chunk just consumed (the second,
+        or a later one) mostly waited, else at the cores; or, if its figures cannot tell
+        (see `_BUSY_ELSEWHERE`), leaves it to the next chunk."""
+        shares = self._pool.cpu_shares if self._uses_threads else None
+        if shares is not None and shares[0] < _WAITING_SHARE:
+            if shares[1] >= _BUSY_ELSEWHERE and self._start_chunks:
+                return  # it may have waited for the GIL: measure the next chunk
+            if shares[1] < _BUSY_ELSEWHERE:
+                threads = max(n for n in self._choices() if n <= _WAITING_START)
+                self._tuning.note(
+                    "num_threads",
+                    threads,
+                    f"the first elements computed for {shares[0]:.0%} of their time (they "
+                    "waited on reads, a sleep or a lock): starting the climb there",
+                )
+                self._switch(threads, next_index)
+        self._start_chunks = 0
+        self._climb = autotune.HillClimb(
+            "num_threads",
+            self._choices(),
+            self._threads,
+            self._tuning,
+            "elements",
+            watch_cpu=True,
+        )
 
     def _may_grow_buffer(self) -> bool:
         """The buffer is autotuned, not climbed yet for these threads, and the consumer
