@@ -8,8 +8,8 @@ Pillow, a random 224x224 crop and a random horizontal flip with numpy (keyed by 
 element's index), uint8 HWC; batches of 64. Every library does the same per-element work:
 
 - chute: `MapDataset.source(paths).shuffle(seed).repeat().random_map(load_and_augment)
-  .batch(64).to_iter_dataset()` (default ReadOptions: 16 threads, which prefetch at most
-  256 MiB); Grain: the same but `.to_iter_dataset().batch(64)`, since its default
+  .batch(64).to_iter_dataset()` (default ReadOptions: AUTOTUNE, computing ahead within a
+  quarter of the available memory); Grain: the same but `.to_iter_dataset().batch(64)`, since its default
   ReadOptions would prefetch 500 batches (~5 GB) of a MapDataset batch. 2 workers:
   `.mp_prefetch(MultiprocessingOptions(num_workers=2))`.
 - torch: a map-style `Dataset` doing the same in `__getitem__`, `DataLoader(batch_size=64,
