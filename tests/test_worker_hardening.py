@@ -192,6 +192,37 @@ def test_stalled_worker_gets_a_warning_with_its_stack_and_indices(nothing_left: 
     assert "stall_warning_s" in message  # and how to silence it
 
 
+def test_a_stack_dump_paused_between_threads_is_read_whole() -> None:
+    """A worker writes its dump thread by thread, the interrupted (main) thread last; a
+    busy machine can pause it between two threads for longer than the quiet time that
+    ends a read (seen in CI: the warning held the receiving thread's stack only)."""
+    import os
+    from types import SimpleNamespace
+
+    from chute._src.mp.pool import _Worker
+
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    first = b'Thread 0x1 (most recent call first):\n  File "x.py", line 1 in poll\n\n'
+    last = b'Current thread 0x2 (most recent call first):\n  File "m.py", line 5 in hang\n'
+
+    def dump() -> None:
+        os.write(write, first)
+        time.sleep(0.5)  # longer than the quiet time of 0.1 s
+        os.write(write, last)
+
+    writer = threading.Thread(target=dump)
+    writer.start()
+    try:
+        reader: Any = SimpleNamespace(stack_fd=read, stack_ready=True)  # what it reads
+        got = _Worker.read_stack_pipe(reader, 2.0, 0.1, b"Current thread")
+    finally:
+        writer.join()
+        os.close(read)
+        os.close(write)
+    assert got == first + last
+
+
 @pytest.mark.parametrize("api", ["mp_prefetch", "DataLoader"])
 def test_worker_that_hangs_times_out_with_a_clear_error(api: str, nothing_left: None) -> None:
     if api == "mp_prefetch":

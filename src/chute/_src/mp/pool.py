@@ -170,16 +170,22 @@ class _Worker:
         self.stack_fd = stack_fd  # read end of the pipe the worker dumps its stack into
         self.stack_ready = False  # the worker has said SIGUSR1 no longer kills it
 
-    def read_stack_pipe(self, wait: float, quiet: float) -> bytes:
+    def read_stack_pipe(self, wait: float, quiet: float, until: bytes = b"") -> bytes:
         """What the worker wrote to its stack pipe: waits up to `wait` s for the first
-        bytes, then reads until none come for `quiet` s."""
+        bytes, and for `until` to appear, then reads until none come for `quiet` s.
+
+        A dump is written thread by thread; a busy machine may pause the worker between
+        two threads for longer than `quiet`, so `until` (the header of the thread the
+        signal interrupted, which `faulthandler` writes last) marks one not finished yet.
+        """
         chunks: list[bytes] = []
         deadline = time.monotonic() + wait
         while True:
             left = deadline - time.monotonic()
-            timeout = quiet if chunks else max(left, 0.0)
+            done = chunks and until in b"".join(chunks)
+            timeout = quiet if done else max(left, 0.0)
             if not select.select([self.stack_fd], [], [], timeout)[0]:
-                if chunks or left <= 0:
+                if done or left <= 0:
                     break
                 continue
             try:
@@ -530,7 +536,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
             return None
         with contextlib.suppress(ProcessLookupError):
             os.kill(w.process.pid, signal.SIGUSR1)
-        text = w.read_stack_pipe(wait, 0.1).decode("utf-8", "replace")
+        text = w.read_stack_pipe(wait, 0.3, b"Current thread").decode("utf-8", "replace")
         return text or None
 
     def close(self) -> None:
