@@ -307,6 +307,7 @@ class Autotuned(ChunkExecutor):
         self._buffer_climb: autotune.HillClimb | None = None
         self._local = InProcess(ds)
         self._pool = Threads(ds, max(1, self._threads), self._buffer, self._budget)
+        self._pool_threads = max(1, self._threads)  # the pool's threads (0 threads: kept)
         self._first = True
         self._element_bytes = 0.0  # measured on the first chunk
         self._start_chunks = 0  # chunks left to tell waiting elements from computing ones
@@ -423,8 +424,15 @@ class Autotuned(ChunkExecutor):
             self._tuning.note(
                 "prefetch_buffer_size", self._buffer, f"{_PER_THREAD} elements per thread"
             )
+        if threads > self._pool_threads:
+            # The chunks queued for fewer threads go to the new pool, not drained at the
+            # old pace (128 reads of 2-20 ms queued for 2 threads took ~0.7 s); only those
+            # already running finish on the old one, their elements recomputed (an
+            # element depends on its index alone).
+            self._pool.seek(next_index)
         if threads:
             self._pool.resize(threads, max(self._buffer, 2 * threads))
+            self._pool_threads = threads
 
     def seek(self, start: int) -> None:
         self._pool.seek(start)
