@@ -12,8 +12,9 @@ consumed; its executor computes elements `[start, ...)` of the MapDataset when a
 - `Autotuned`: `ReadOptions(num_threads=AUTOTUNE)`: `InProcess` or `Threads`, the number
   of threads (0 to 64) chosen from the consumer's rate by a `HillClimb`
   (`_src/autotune.py`), starting higher when the elements after the first spent their
-  time waiting rather than computing; with `prefetch_buffer_size=AUTOTUNE` too, the elements computed
-  ahead doubled by a second climb while the consumer finds nothing ready and that pays.
+  time waiting rather than computing; with `prefetch_buffer_size=AUTOTUNE` too, the
+  elements computed ahead doubled by a second climb while the consumer finds nothing
+  ready and that pays.
 - worker processes: `_src/iter/mp_prefetch.py`'s `WorkerChunks`, on the same interface.
 
 Which one runs is chosen by the reader (`ReadOptions`, or `mp_prefetch`'s rewrite); the
