@@ -145,14 +145,35 @@ def test_slow_reads_get_many_threads(debug_mode: None) -> None:
         for _ in range(50):
             next(it)
     assert tuned(it)["num_threads"] >= 8, chute.stats(it).summary()
-    # The first element waited (no CPU): the climb starts at 16 threads, not at 2.
-    first = decisions(it, "num_threads")[0]
-    assert first.value == 16 and "waited on reads" in first.reason, chute.stats(it).summary()
+    # Where the climb starts (16 threads for elements that wait) is decided from one
+    # chunk's timing, which a busy machine can blur (the rule itself is tested on given
+    # figures below); wherever it started, it reached 16 threads or more within two steps.
+    first_two = decisions(it, "num_threads")[:2]
+    assert max(d.value for d in first_two) >= 16, chute.stats(it).summary()
     summary = chute.stats(it).summary()
     it.close()
     assert "chute.AUTOTUNE chose" in summary
     assert "num_threads = " in summary and "settled; measured" in summary
     assert "prefetch_buffer_size = " in summary
+
+
+@pytest.mark.parametrize(
+    ("shares", "last", "verdict"),
+    [
+        ((0.05, 0.1), False, True),  # a read: idle thread, idle process: start at 16
+        ((0.9, 0.0), False, False),  # computing: start at the cores
+        ((0.5, 0.6), False, False),  # computing, taking turns at the GIL
+        ((0.1, 0.8), False, None),  # idle while another thread computed: a GIL wait?
+        ((0.1, 0.8), True, False),  # ... and still unclear at the last chunk: the cores
+        (None, False, False),  # no figures (0 wall time)
+    ],
+)
+def test_the_start_of_the_thread_climb_on_given_figures(
+    shares: tuple[float, float] | None, last: bool, verdict: bool | None
+) -> None:
+    from chute._src.executors import start_verdict
+
+    assert start_verdict(shares, last) is verdict
 
 
 def sleep_5ms(x: int) -> int:

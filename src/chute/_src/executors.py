@@ -126,11 +126,25 @@ class InProcess(ChunkExecutor):
 
 
 def _timed_getitems(ds: Any, idx: np.ndarray) -> tuple[list[Any], float, float, float]:
-    """`ds._getitems(idx)`, the wall-clock seconds it took, the CPU seconds of the thread
-    that ran it, and those of the whole process meanwhile."""
-    t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+    """`ds._getitems(idx)`, the wall-clock seconds it took, the seconds the thread that
+    ran it was on a CPU or waiting for one (not for I/O, a sleep or a lock), and the CPU
+    seconds of the process's other threads meanwhile."""
+    t0, q0 = time.perf_counter(), _queued_here()
+    c0, p0 = time.thread_time(), time.process_time()
     items = ds._getitems(idx)
-    return items, time.perf_counter() - t0, time.thread_time() - c0, time.process_time() - p0
+    cpu, process_cpu = time.thread_time() - c0, time.process_time() - p0
+    wall, queued = time.perf_counter() - t0, _queued_here() - q0
+    return items, wall, cpu + queued, process_cpu - cpu
+
+
+def _queued_here() -> float:
+    """Seconds this thread has waited for a CPU (runnable, not running), 0.0 where Linux
+    does not say: without it, a thread another process kept off the CPU looks idle."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 class Threads(ChunkExecutor):
@@ -154,8 +168,8 @@ class Threads(ChunkExecutor):
         # Seconds per element in the first chunk: start-up costs included, so too high;
         # it sizes chunks (smaller, never larger, than they should be) until element_s.
         self._first_element_s: float | None = None
-        # The latest chunk's CPU time over its wall-clock time: of its thread, and of the
-        # process's other threads meanwhile.
+        # The latest chunk's share of its wall-clock time that its thread was on a CPU or
+        # waiting for one, and the CPU time of the process's other threads meanwhile.
         self.cpu_shares: tuple[float, float] | None = None
         self.waited = False  # the last chunk was not ready when the consumer asked for it
 
@@ -212,16 +226,16 @@ class Threads(ChunkExecutor):
         self._top_up()
         self.waited = not fut.done()
         if fut.exception() is None:
-            items, wall, cpu, process_cpu = fut.result()
-            self.cpu_shares = (cpu / wall, (process_cpu - cpu) / wall) if wall > 0 else None
+            items, wall, busy, others = fut.result()
+            self.cpu_shares = (busy / wall, others / wall) if wall > 0 else None
             if self._element_bytes is None and items:
                 self._element_bytes = nbytes(items) / len(items)
                 self._first_element_s = wall / len(items)
             elif items and wall > 0:
                 # Not the first: it holds start-up costs (opening files, loading a model).
-                # The CPU time, or the wall time shared by the threads: threads that
-                # wait for the GIL take longer than their work.
-                per = min(wall, max(cpu, wall / self._threads)) / len(items)
+                # The time on (or waiting for) a CPU, or the wall time shared by the
+                # threads: threads that wait for the GIL take longer than their work.
+                per = min(wall, max(busy, wall / self._threads)) / len(items)
                 self.element_s = per if self.element_s is None else 0.7 * self.element_s + 0.3 * per
             return items
         # Recompute in this thread, one by one, so the error surfaces at its element.
@@ -252,10 +266,10 @@ def _shutdown(executor: futures.ThreadPoolExecutor, cancel: bool = True) -> None
 
 _THREAD_CHOICES = (0, 1, 2, 4, 8, 16, 32, autotune.MAX_THREADS)
 _FIRST_BUFFER, _MAX_BUFFER = 128, 4096
-_WAITING_SHARE = 0.25
-"""A chunk after the first whose thread computed for less than this share of its
-wall-clock time (the rest waiting on I/O) starts the thread climb at `_WAITING_START`
-threads. A chunk that computes measures near 1 on its thread (about 1/n with n threads
+_WAITING_SHARE = 0.4
+"""A chunk after the first whose thread computed (or waited for a CPU) for less than this
+share of its wall-clock time (the rest waiting on I/O) starts the thread climb at
+`_WAITING_START` threads. A chunk that computes measures near 1 on its thread (about 1/n with n threads
 taking turns at the GIL); a 5 ms sleep, near 0."""
 _BUSY_ELSEWHERE = 0.5
 """...unless the process's other threads computed for this share of that time or more:
@@ -265,6 +279,18 @@ instead, up to `_START_CHUNKS` chunks; after that the climb starts at the cores.
 _START_CHUNKS = 4
 _WAITING_START = 16
 _PER_THREAD = 8
+
+
+def start_verdict(shares: tuple[float, float] | None, last: bool) -> bool | None:
+    """Whether a chunk's figures (`Threads.cpu_shares`) say its elements wait (True: start
+    the climb at `_WAITING_START` threads) or compute (False: at the cores); None when they
+    cannot tell (the thread idle while others computed: a GIL wait?) and this is not the
+    `last` chunk measured for it."""
+    if shares is None or shares[0] >= _WAITING_SHARE:
+        return False
+    if shares[1] >= _BUSY_ELSEWHERE:
+        return None if not last else False
+    return True
 
 
 class Autotuned(ChunkExecutor):
@@ -355,18 +381,18 @@ class Autotuned(ChunkExecutor):
         or a later one) mostly waited, else at the cores; or, if its figures cannot tell
         (see `_BUSY_ELSEWHERE`), leaves it to the next chunk."""
         shares = self._pool.cpu_shares if self._uses_threads else None
-        if shares is not None and shares[0] < _WAITING_SHARE:
-            if shares[1] >= _BUSY_ELSEWHERE and self._start_chunks:
-                return  # it may have waited for the GIL: measure the next chunk
-            if shares[1] < _BUSY_ELSEWHERE:
-                threads = max(n for n in self._choices() if n <= _WAITING_START)
-                self._tuning.note(
-                    "num_threads",
-                    threads,
-                    f"the first elements computed for {shares[0]:.0%} of their time (they "
-                    "waited on reads, a sleep or a lock): starting the climb there",
-                )
-                self._switch(threads, next_index)
+        verdict = start_verdict(shares, last=not self._start_chunks)
+        if verdict is None:
+            return  # it may have waited for the GIL: measure the next chunk
+        if verdict and shares is not None:
+            threads = max(n for n in self._choices() if n <= _WAITING_START)
+            self._tuning.note(
+                "num_threads",
+                threads,
+                f"the first elements computed for {shares[0]:.0%} of their time (they "
+                "waited on reads, a sleep or a lock): starting the climb there",
+            )
+            self._switch(threads, next_index)
         self._start_chunks = 0
         self._climb = autotune.HillClimb(
             "num_threads",
