@@ -174,13 +174,22 @@ class Threads(ChunkExecutor):
         self.waited = False  # the last chunk was not ready when the consumer asked for it
 
     def resize(self, threads: int, buffer_size: int) -> None:
-        """Computes with `threads` threads and `buffer_size` elements ahead from now on;
-        chunks already submitted finish where they are."""
-        if threads != self._threads and self._executor is not None:
-            _shutdown(self._executor, cancel=False)  # its queued chunks still run
-            self._executor = None
+        """Computes with `threads` threads and `buffer_size` elements ahead from now on:
+        chunks running finish where they are, chunks queued move to the new pool (128
+        reads of 2-20 ms queued for 2 threads took ~0.7 s to drain at that pace)."""
+        old = self._executor if threads != self._threads else None
         self._threads, self._buffer_size = threads, buffer_size
         self._max_chunk = max(1, min(256, buffer_size // max(1, 2 * threads)))
+        if old is not None:
+            self._executor = None
+            moved: collections.deque[tuple[int, int, Any]] = collections.deque()
+            for start, k, fut in self._pending:
+                if fut.cancel():  # not started: the new pool computes it, once
+                    idx = np.arange(start, start + k, dtype=np.int64)
+                    fut = self._ensure_pool().submit(_timed_getitems, self.ds, idx)
+                moved.append((start, k, fut))
+            self._pending = moved
+            _shutdown(old, cancel=False)
 
     def _ensure_pool(self) -> futures.ThreadPoolExecutor:
         if self._executor is None:
@@ -334,7 +343,6 @@ class Autotuned(ChunkExecutor):
         self._buffer_climb: autotune.HillClimb | None = None
         self._local = InProcess(ds)
         self._pool = Threads(ds, max(1, self._threads), self._buffer, self._budget)
-        self._pool_threads = max(1, self._threads)  # the pool's threads (0 threads: kept)
         self._first = True
         self._element_bytes = 0.0  # measured on the first chunk
         self._start_chunks = 0  # chunks left to tell waiting elements from computing ones
@@ -451,15 +459,8 @@ class Autotuned(ChunkExecutor):
             self._tuning.note(
                 "prefetch_buffer_size", self._buffer, f"{_PER_THREAD} elements per thread"
             )
-        if threads > self._pool_threads:
-            # The chunks queued for fewer threads go to the new pool, not drained at the
-            # old pace (128 reads of 2-20 ms queued for 2 threads took ~0.7 s); only those
-            # already running finish on the old one, their elements recomputed (an
-            # element depends on its index alone).
-            self._pool.seek(next_index)
         if threads:
             self._pool.resize(threads, max(self._buffer, 2 * threads))
-            self._pool_threads = threads
 
     def seek(self, start: int) -> None:
         self._pool.seek(start)
