@@ -199,8 +199,13 @@ def test_computing_elements_start_the_climb_at_the_cores(debug_mode: None) -> No
         next(it)
     first = decisions(it, "num_threads")[0]
     it.close()
-    assert first.value == min(len(os.sched_getaffinity(0)), 4), first
-    assert first.reason.startswith("start"), first
+    # The start is judged from one chunk's timing, which a busy machine blurs (CI once saw
+    # a 5 ms computing element's thread idle 87% of a chunk); the rule itself is tested on
+    # given figures in test_the_start_of_the_thread_climb_on_given_figures.
+    cores = min(len(os.sched_getaffinity(0)), 4)
+    assert (first.value == cores and first.reason.startswith("start")) or (
+        first.value == 16 and "waited on reads" in first.reason
+    ), first
 
 
 class CountingBusy:
