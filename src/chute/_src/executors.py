@@ -278,8 +278,8 @@ _FIRST_BUFFER, _MAX_BUFFER = 128, 4096
 _WAITING_SHARE = 0.4
 """A chunk after the first whose thread computed (or waited for a CPU) for less than this
 share of its wall-clock time (the rest waiting on I/O) starts the thread climb at
-`_WAITING_START` threads. A chunk that computes measures near 1 on its thread (about 1/n with n threads
-taking turns at the GIL); a 5 ms sleep, near 0."""
+`_WAITING_START` threads. A chunk that computes measures near 1 on its thread (about 1/n
+with n threads taking turns at the GIL); a 5 ms sleep, near 0."""
 _BUSY_ELSEWHERE = 0.5
 """...unless the process's other threads computed for this share of that time or more:
 then the chunk's thread may have waited for the GIL, not for I/O (the consumer builds the
@@ -298,7 +298,7 @@ def start_verdict(shares: tuple[float, float] | None, last: bool) -> bool | None
     if shares is None or shares[0] >= _WAITING_SHARE:
         return False
     if shares[1] >= _BUSY_ELSEWHERE:
-        return None if not last else False
+        return False if last else None
     return True
 
 
