@@ -34,6 +34,16 @@ def use_remote_env(monkeypatch: Any, tmp_path: Any, *, block_cache: bool = True)
         monkeypatch.setenv(key, os.environ.get(key, value))
 
 
+def read_by_blocks(monkeypatch: Any, cache_bytes: int = 64 << 10) -> None:
+    """A fresh block cache of `cache_bytes`, smaller than the test's objects: they do not
+    fit in it, so a read fetches the blocks it needs, never a whole object, and later
+    reads of other parts go to the server (where a changed object is caught)."""
+    from chute._src.remote import blocks
+
+    monkeypatch.setenv("CHUTE_REMOTE_CACHE_BYTES", str(cache_bytes))
+    monkeypatch.setattr(blocks, "_cache", None)
+
+
 class TcpProxy:
     """Forwards 127.0.0.1:`port` to `target_port`; use as a context manager."""
 
@@ -130,6 +140,7 @@ class RangeServer:
         self.deny = deny
         self.port = 0
         self.gets = 0  # GETs answered, failures included
+        self.range_bytes = 0  # bytes of the 206 answers' bodies
         self.heads = 0  # HEADs answered
         self.refused = 0  # 403s sent
         self.connections = 0  # connections accepted
@@ -259,6 +270,8 @@ class RangeServer:
                 return _reply(b"416 Requested Range Not Satisfiable", b"", body)
             body = memoryview(data)[start : end + 1]
             status = b"206 Partial Content"
+            if method == b"GET":
+                self.range_bytes += len(body)
             extra += b"Content-Range: bytes %d-%d/%d\r\n" % (start, end, len(data))
         if method == b"HEAD":
             return _reply(status, extra, b"", length=len(body))

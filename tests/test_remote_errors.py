@@ -19,7 +19,7 @@ from chute import sources
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
-from remote_helpers import TcpProxy
+from remote_helpers import TcpProxy, read_by_blocks
 
 
 def _options(port: int) -> dict[str, Any]:
@@ -65,8 +65,11 @@ def test_unreachable_endpoint_is_retried_then_named(
     assert [r for r in caplog.records if "retry 1 of 1" in r.getMessage()]
 
 
-def test_object_changed_after_indexing(s3_server: Any, tmp_path: Path) -> None:
-    # Larger than a few cache blocks, so later reads fetch parts not read at indexing.
+def test_object_changed_after_indexing(
+    s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Larger than the cache, so later reads fetch parts not read at indexing.
+    read_by_blocks(monkeypatch)
     url = _upload(s3_server, tmp_path, n=20000)
     src = sources.RecordFileDataSource(url, storage_options=s3_server.options)
     assert src[3] == b"r3"
@@ -82,6 +85,23 @@ def test_object_changed_after_indexing(s3_server: Any, tmp_path: Path) -> None:
     s3_server.fs().rm(url)
     with pytest.raises(chute.DataError, match=f"{url}: the object was removed"):
         src.__getitems__([12000, 12001])
+
+
+def test_object_changed_before_its_first_read_is_caught_when_read_whole(
+    s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The object fits in the cache: its first read that misses fetches all of it, checked
+    # against the size and ETag it had when opened, so a replacement before then is caught.
+    read_by_blocks(monkeypatch, cache_bytes=64 << 20)
+    url = _upload(s3_server, tmp_path, n=20000)
+    src = sources.RecordFileDataSource(url, storage_options=s3_server.options)
+    (tmp_path / "new").mkdir()
+    with RecordWriter(tmp_path / "new" / "d.crec") as w:
+        for i in range(20000):
+            w.write(b"other-%d" % i)
+    s3_server.fs().put_file(str(tmp_path / "new" / "d.crec"), url)
+    with pytest.raises(chute.DataError, match=f"{url}: the object changed after chute opened"):
+        src.__getitems__([8000, 8001, 9000])
 
 
 def test_dropped_connections_are_retried_and_logged(
@@ -120,6 +140,7 @@ def test_retries_are_bounded(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    read_by_blocks(monkeypatch)  # later reads go to the store
     url = _upload(s3_server, tmp_path, n=20000)
     monkeypatch.setenv("CHUTE_REMOTE_RETRIES", "1")
     with TcpProxy(s3_server.port) as proxy:

@@ -18,7 +18,7 @@ from chute import sources
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
-from remote_helpers import RangeServer, use_remote_env
+from remote_helpers import RangeServer, read_by_blocks, use_remote_env
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +108,7 @@ def test_an_object_changed_after_its_first_get_is_caught(
     s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
     monkeypatch.setenv("CHUTE_REMOTE_BLOCK_BYTES", "4096")
+    read_by_blocks(monkeypatch, cache_bytes=8192)  # later reads go to the store
     monkeypatch.setenv("CHUTE_REMOTE_RETRIES", "0")
     records = _records(tmp_path / "a.crec", 200)
     prefix = s3_server.bucket(f"chute-{uuid.uuid4().hex[:8]}")

@@ -157,6 +157,9 @@ def run_worker(spec: WorkerSpec) -> None:
         target=_receive, args=(conn, tasks, sender), name="chute-receive", daemon=True
     ).start()
     index, count = spec.index, spec.num_workers
+    from chute._src.remote import blocks
+
+    blocks.share_with_workers(count)  # the workers share one process's remote cache
     try:
         if spec.worker_init_fn is not None:
             try:

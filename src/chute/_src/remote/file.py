@@ -26,9 +26,10 @@ import io
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from chute._src.errors import DataError, MissingFileError
 from chute._src.remote import blocks
@@ -266,8 +267,11 @@ class RemoteFile:
             self.identity = _target_identity(self.target)
         self.size = self.identity[0]
         self.key = _block_key(url, opts, self.identity)
+        store = blocks.cache()
         if first:
-            blocks.cache().put((self.key, 0), first)
+            store.put((self.key, 0), first)
+        blocks.open_objects.opened(self.key, self.size)  # counted until closed or collected
+        self._opened = weakref.finalize(self, blocks.open_objects.closed, self.key)
 
     def _first_block(self) -> bytes | None:
         """The object's first block, read through the range client, which learns its
@@ -324,7 +328,7 @@ class RemoteFile:
         pass
 
     def close(self) -> None:
-        pass
+        self._opened()
 
     def explain(self, err: DataError) -> DataError:
         """`err` (a read that failed its checks), or why: the object changed since opened."""
@@ -408,11 +412,22 @@ def _runs(wanted: list[int], bs: int) -> list[tuple[int, int]]:
 
 def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = True) -> list[bytes]:
     """The bytes of each `(file, start, end)`, across any number of objects, with one
-    concurrent fetch for all the blocks the cache lacks (nearby blocks coalesced); with
-    `cache=False`, each range fetched as it is, the cache neither asked nor filled."""
+    concurrent fetch for all the blocks the cache lacks (nearby blocks coalesced), or, while
+    every object open fits in the cache (`BlockCache.holds_all`), for the whole objects
+    missing, kept whole; what another thread is fetching is waited for, not fetched again.
+    With `cache=False`, each range fetched as it is, the cache neither asked nor filled."""
     bs = blocks.block_bytes()
     store = blocks.cache()
     cache_on = cache and store.max_bytes > 0
+    if cache_on:
+        hit = _all_cached(store, items, bs)
+        if hit is not None:
+            return hit
+        if store.holds_all():
+            _fetch_whole(store, items)
+            hit = _all_cached(store, items, bs)
+            if hit is not None:
+                return hit
     direct_limit = 16 * bs
     have: dict[tuple[int, int], bytes] = {}  # (id(file), block) -> block
     wanted: dict[int, set[int]] = {}
@@ -437,18 +452,9 @@ def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = Tru
                     want.add(n)
                 else:
                     have[fid, n] = block
-    runs: list[tuple[RemoteFile, int, int]] = []
-    for fid, want in wanted.items():
-        runs += [(files[fid], n0, n1) for n0, n1 in _runs(sorted(want), bs)]
-    requests = [(f, n0 * bs, min((n1 + 1) * bs, f.size)) for f, n0, n1 in runs]
-    requests += [clipped[k] for k in direct]
-    fetched = _fetch(requests) if requests else []
-    for (f, n0, n1), data in zip(runs, fetched):
-        for n in range(n0, n1 + 1):
-            block = data[(n - n0) * bs : (n - n0 + 1) * bs]
-            have[id(f), n] = block
-            store.put((f.key, n), block)
-    direct_data = dict(zip(direct, fetched[len(runs) :]))
+    wanted = {fid: want for fid, want in wanted.items() if want}
+    fetched = _fetch_blocks(store, files, wanted, have, [clipped[k] for k in direct])
+    direct_data = dict(zip(direct, fetched))
     out: list[bytes] = []
     for k, (f, a, b) in enumerate(clipped):
         if b <= a:
@@ -464,6 +470,145 @@ def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = Tru
                 joined = b"".join(have[fid, n] for n in range(n0, n1 + 1))
                 out.append(joined[a - n0 * bs : b - n0 * bs])
     return out
+
+
+def _all_cached(
+    store: blocks.BlockCache, items: Sequence[tuple[RemoteFile, int, int]], bs: int
+) -> list[bytes] | None:
+    """Each range's bytes when the cache holds them all (the common case once it holds a
+    dataset): sliced from the objects kept whole, or from blocks, taken under one lock;
+    else None."""
+    wholes: dict[RemoteFile, bytes | None] = {}
+    keys: list[Hashable] = []
+    if not all(0 <= a < b <= f.size for f, a, b in items):  # clipped to the objects
+        clipped = [(f, max(0, min(a, f.size)), max(0, min(b, f.size))) for f, a, b in items]
+        inside = _all_cached(store, [(f, a, b) for f, a, b in clipped if a < b], bs)
+        if inside is None:
+            return None
+        parts = iter(inside)
+        return [next(parts) if a < b else b"" for _, a, b in clipped]
+    for f, a, b in items:
+        whole = wholes.get(f, _UNSEEN)
+        if whole is _UNSEEN:
+            whole = wholes[f] = store.get((f.key, blocks.WHOLE))
+        if whole is not None:
+            continue
+        n0, n1 = a // bs, (b - 1) // bs
+        if n0 == n1:
+            keys.append((f.key, n0))
+        elif n1 - n0 < 16:
+            keys += [(f.key, n) for n in range(n0, n1 + 1)]
+        else:
+            return None  # a long range: fetched exactly, past the cache
+    got = store.get_many(keys) if keys else []
+    if got is None:
+        return None
+    out: list[bytes] = []
+    append = out.append
+    k = 0
+    for f, a, b in items:
+        whole = wholes[f]
+        if whole is not None:
+            append(whole[a:b])
+            continue
+        n0, n1 = a // bs, (b - 1) // bs
+        base = n0 * bs
+        if n0 == n1:
+            append(got[k][a - base : b - base])
+            k += 1
+        else:
+            append(b"".join(got[k : k + n1 - n0 + 1])[a - base : b - base])
+            k += n1 - n0 + 1
+    return out
+
+
+_UNSEEN: Any = object()
+
+
+def _fetch_whole(store: blocks.BlockCache, items: Sequence[tuple[RemoteFile, int, int]]) -> None:
+    """Puts in the cache, whole, each object of `items` it does not hold whole: those no
+    other thread is fetching are fetched here (in requests of up to `_MAX_RUN` bytes, all
+    in flight at once), the others waited for."""
+    files = {f: None for f, a, b in items if a < b and (f.key, blocks.WHOLE) not in store}
+    mine, waits = store.claim([(f.key, blocks.WHOLE) for f in files])
+    claimed = set(mine)
+    try:
+        todo = [f for f in files if (f.key, blocks.WHOLE) in claimed]
+        parts = [
+            (f, a, min(a + _MAX_RUN, f.size)) for f in todo for a in range(0, f.size, _MAX_RUN)
+        ]
+        fetched = iter(_fetch(parts)) if parts else iter(())
+        for f in todo:
+            pieces = [next(fetched) for _ in range(0, f.size, _MAX_RUN)]
+            store.put((f.key, blocks.WHOLE), pieces[0] if len(pieces) == 1 else b"".join(pieces))
+    finally:
+        store.release(mine)
+    for event in waits:
+        event.wait()
+
+
+def _fetch_blocks(
+    store: blocks.BlockCache,
+    files: dict[int, RemoteFile],
+    wanted: dict[int, set[int]],
+    have: dict[tuple[int, int], bytes],
+    direct: list[tuple[RemoteFile, int, int]],
+) -> list[bytes]:
+    """Puts the `wanted` blocks of each file in `have` (and the cache): those no other
+    thread is fetching are fetched here, in one concurrent fetch with the `direct` ranges
+    (whose bytes it returns); then those another thread was fetching are waited for, and
+    any it failed to fetch (or evicted since) are fetched here."""
+    claimed: list[Hashable] = []
+    waits: list[threading.Event] = []
+    mine: dict[int, list[int]] = {}
+    for fid, want in wanted.items():
+        key = files[fid].key
+        got, events = store.claim([(key, n) for n in sorted(want)])
+        claimed += got
+        waits += events
+        mine[fid] = [cast(tuple[Any, int], k)[1] for k in got]
+    try:
+        fetched = _fetch_runs(store, files, mine, have, direct)
+    finally:
+        store.release(claimed)
+    for event in waits:
+        event.wait()
+    again: dict[int, list[int]] = {}
+    for fid, want in wanted.items():
+        f = files[fid]
+        for n in sorted(want):
+            if (fid, n) not in have:
+                block = store.get((f.key, n))
+                if block is None:
+                    again.setdefault(fid, []).append(n)
+                else:
+                    have[fid, n] = block
+    if again:
+        _fetch_runs(store, files, again, have, [])
+    return fetched
+
+
+def _fetch_runs(
+    store: blocks.BlockCache,
+    files: dict[int, RemoteFile],
+    numbers: dict[int, list[int]],
+    have: dict[tuple[int, int], bytes],
+    direct: list[tuple[RemoteFile, int, int]],
+) -> list[bytes]:
+    """Fetches the blocks `numbers` (sorted, by file) in runs, into `have` and the cache,
+    with the `direct` ranges in the same concurrent fetch; returns the direct ranges' bytes."""
+    bs = blocks.block_bytes()
+    runs = [(files[fid], n0, n1) for fid, ns in numbers.items() for n0, n1 in _runs(ns, bs)]
+    requests = [(f, n0 * bs, min((n1 + 1) * bs, f.size)) for f, n0, n1 in runs]
+    if not requests and not direct:
+        return []
+    fetched = _fetch(requests + direct)
+    for (f, n0, n1), data in zip(runs, fetched):
+        for n in range(n0, n1 + 1):
+            block = data[(n - n0) * bs : (n - n0 + 1) * bs]
+            have[id(f), n] = block
+            store.put((f.key, n), block)
+    return fetched[len(requests) :]
 
 
 def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:

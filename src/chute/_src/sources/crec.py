@@ -289,20 +289,24 @@ class RecordFileDataSource:
         """A block of reads of remote files: every payload fetched at once (`read_many`:
         one round of concurrent range requests for what the block cache lacks), then each
         checked and decoded as a local read would be."""
-        located = [self._locate(int(g)) for g in indices]
-        wanted = [k for k, (f, _) in enumerate(located) if f.remote]
-        payloads = read_many(
-            [
-                (located[k][0].mm, o, o + located[k][0].lengths[i])
-                for k in wanted
-                for o, i in [(located[k][0].offsets[located[k][1]], located[k][1])]
-            ]
-        )
-        fetched = dict(zip(wanted, payloads))
+        locate = self._locate
+        located = [locate(int(g)) for g in indices]
+        items: list[tuple[Any, int, int]] = []
+        for f, i in located:
+            if f.remote:
+                o = f.offsets[i]
+                items.append((f.mm, o, o + f.lengths[i]))
+        payloads = iter(read_many(items))
         out: list[bytes] = []
-        for k, (f, i) in enumerate(located):
-            data = fetched.get(k)
-            out.append(f.read_unguarded(i) if data is None else f.decode(i, data))
+        append = out.append
+        for f, i in located:
+            if not f.remote:
+                append(f.read_unguarded(i))
+                continue
+            data = next(payloads)
+            if (f.verify and crc32c(data) != f.crcs[i]) or f.codecs[i]:
+                data = f.decode(i, data)  # raises the checksum error, or decompresses
+            append(data)
         return out
 
     def _check_sizes(self, located: list[tuple[CrecFile, int]]) -> None:
