@@ -2,19 +2,27 @@
 20 ms per request injected by an asyncio TCP proxy in front of it, against the same reads
 from local disk, in one run.
 
+The block cache is sized from the machine's memory (an eighth of what is available) and
+holds this dataset (268 MB at the defaults): a read that misses then fetches its whole
+object, kept whole, as the page cache keeps a local file. Every contender starts from an
+empty cache of that size (a fresh one swapped in), so each one's first batches fetch
+what they need; the steady-state part adds a row with the cache set to 128 MiB, half the
+data (where reads go by 32 KiB blocks), and one with no cache.
+
 First batches: batches of 512 random indices, read (a) through the source's
 `__getitems__` and (b) through a pipeline
 `MapDataset.source(src).shuffle(seed).to_iter_dataset().batch(512)` with default settings
 from a fresh iterator, (c) the same pipeline with 16 threads reading ahead, and (d) with
 256 elements ahead from the start (what a source's `reads_in_flight` asks for). The
-dataset (sharded, 1 KiB records) is larger than the default block cache (128 MiB).
-Rounds alternate local and remote; medians reported.
+dataset is sharded, of 1 KiB records. Rounds alternate local and remote; medians
+reported.
 
 Steady state: the default pipeline over `.crec` from a fresh iterator per contender, its
 first batches timed apart, then `--steady-s` seconds of batches: local disk, and the
-keep-alive range server at 20 ms with the default block cache and with none (a 0-byte
-cache swapped in: what `CHUTE_REMOTE_CACHE_BYTES=0` gives), with the share of record reads
-the cache served and the CPU per record of the client and of the server process.
+keep-alive range server at 20 ms with the default block cache, with a 128 MiB one and with
+none (a 0-byte cache swapped in: what `CHUTE_REMOTE_CACHE_BYTES=0` gives), with the share
+of record reads the cache served and the CPU per record of the client and of the server
+process.
 
     python benchmarks/bench_remote.py [--records N] [--rounds R] [--out FILE]
 """
@@ -53,7 +61,8 @@ OPTIONS = {
 
 
 class CountingCache(blocks.BlockCache):
-    """The block cache, counting the lookups it served."""
+    """The block cache, counting the lookups it served (a lookup: a block, an object kept
+    whole, or all the blocks of a batch at once)."""
 
     def __init__(self, max_bytes: int) -> None:
         super().__init__(max_bytes)
@@ -64,6 +73,12 @@ class CountingCache(blocks.BlockCache):
         self.lookups += 1
         self.hits += block is not None
         return block
+
+    def get_many(self, keys: list[Any]) -> list[bytes] | None:
+        got = super().get_many(keys)
+        self.lookups += 1
+        self.hits += got is not None
+        return got
 
 
 def _use_cache(store: blocks.BlockCache) -> None:
@@ -85,11 +100,15 @@ def _server_cpu_s() -> float:
     total = 0.0
     tick = os.sysconf("SC_CLK_TCK")
     for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as f:
-            for pid in f.read().split():
-                with open(f"/proc/{pid}/stat") as g:
-                    fields = g.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / tick
+        try:  # a reader thread may end meanwhile
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids = f.read().split()
+        except FileNotFoundError:
+            continue
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as g:
+                fields = g.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
 
@@ -230,8 +249,8 @@ def _run(
         for fmt, group in contenders.items():
             for k, w in enumerate(wheres):
                 for how in HOWS:
-                    # Each contender draws its own indices: none reads blocks another one
-                    # just fetched into the shared block cache.
+                    # Each contender draws its own indices, from an empty block cache.
+                    _use_cache(blocks.BlockCache(blocks.default_cache_bytes()))
                     if how == "__getitems__":
                         batches = [
                             rng.integers(0, args.records, BATCH).tolist()
@@ -251,7 +270,9 @@ def _run(
                     print(f"round {r}: {fmt} {how} {w}: {rate:,.0f} rec/s", file=sys.stderr)
     lines = [
         f"bench_remote: {args.records:,} records of 1 KiB in {args.shards} shards (.crec "
-        f"{size / 1e6:.0f} MB, more than the default 128 MiB block cache), random batches of "
+        f"{size / 1e6:.0f} MB; the default block cache, {blocks.default_cache_bytes() >> 20:,} "
+        "MiB, holds it: objects are fetched whole; every contender starts with it empty), "
+        "random batches of "
         f"{BATCH}, {args.rounds} rounds x {args.batches} batches per contender, contenders "
         "alternated, medians; default settings everywhere",
         f"'moto +{ms}': moto's S3 server behind a proxy adding {ms} per request; moto closes "
@@ -285,11 +306,12 @@ def _run(
 def _steady_state(
     args: argparse.Namespace, group: dict[str, Any], remote: str, size: int
 ) -> list[str]:
-    default_bytes = blocks.cache().max_bytes  # CHUTE_REMOTE_CACHE_BYTES, or 128 MiB
-    caches = {"cache": CountingCache(default_bytes), "no cache": CountingCache(0)}
+    default_bytes = blocks.default_cache_bytes()  # what CHUTE_REMOTE_CACHE_BYTES unset gives
+    sizes = {"cache": default_bytes, "128 MiB cache": 128 << 20, "no cache": 0}
     rows = {
         "local": ("local", None),
         f"{remote}": (remote, "cache"),
+        f"{remote}, 128 MiB cache": (remote, "128 MiB cache"),
         f"{remote}, no cache": (remote, "no cache"),
     }
     got: dict[str, list[dict[str, float]]] = {}
@@ -297,7 +319,7 @@ def _steady_state(
     for r in range(args.steady_rounds):
         for k, (name, (where, cache)) in enumerate(rows.items()):
             if cache is not None:
-                store = caches[cache]
+                store = CountingCache(sizes[cache])  # empty: the contender fetches its data
                 _use_cache(store)
                 hits, lookups = store.hits, store.lookups
             m = _steady(group[where], 7000 + 10 * r + k, args.first, args.steady_s)
@@ -306,7 +328,7 @@ def _steady_state(
                 share = (store.hits - hits) / max(1, store.lookups - lookups)
                 served.setdefault(name, []).append(share)
             print(f"steady round {r}: {name}: {m}", file=sys.stderr)
-    _use_cache(caches["cache"])
+    _use_cache(blocks.BlockCache(default_bytes))
     med = {
         n: {key: statistics.median(m[key] for m in ms) for key in ms[0]} for n, ms in got.items()
     }
@@ -315,11 +337,12 @@ def _steady_state(
         f"steady state: .crec, the default pipeline from a fresh iterator per contender "
         f"(shuffle(seed).repeat().to_iter_dataset().batch(512)): its first {args.first} batches timed "
         f"apart, then {args.steady_s:.0f} s of batches; {args.steady_rounds} rounds, contenders "
-        "alternated, medians. 'no cache': a 0-byte block cache (what "
-        "CHUTE_REMOTE_CACHE_BYTES=0 gives: each record one exact range request); with the "
-        f"default cache ({default_bytes >> 20} MiB, {default_bytes / size:.0%} of the .crec data) "
-        "a miss fetches a "
-        f"{blocks.block_bytes() >> 10} KiB block. CPU: microseconds per record over the "
+        "alternated, medians; each remote contender from an empty cache. The default cache "
+        f"({default_bytes >> 20:,} MiB, {default_bytes / size:.1f}x the .crec data) holds it: "
+        "a miss fetches the whole object; '128 MiB cache' holds "
+        f"{(128 << 20) / size:.0%} of it: a miss fetches a {blocks.block_bytes() >> 10} KiB "
+        "block; 'no cache': a 0-byte block cache (what CHUTE_REMOTE_CACHE_BYTES=0 gives: "
+        "each record one exact range request). CPU: microseconds per record over the "
         "steady part, of this process (the client) and of the servers' process.",
         f"{'contender':<24} {'first rec/s':>12} {'steady rec/s':>13} {'vs local':>9} "
         f"{'cache served':>13} {'client us':>10} {'server us':>10}",

@@ -445,3 +445,36 @@ def test_no_more_threads_while_they_wait_for_a_cpu() -> None:
     assert c.value == 1 and "waiting for a CPU 33%" in tuning.decisions[-1].reason
     seconds = queued_seconds()
     assert seconds is None or seconds >= 0.0
+
+
+class BatchedReads:
+    """A source whose block reads each wait 20 ms, whatever their size (a round trip to
+    a store, all of a block's reads in flight at once), counting the reads."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.calls = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Any) -> list[int]:
+        self.calls += 1
+        time.sleep(0.02)
+        return [int(i) for i in indices]
+
+
+def test_elements_that_wait_are_read_in_large_chunks() -> None:
+    """The first element's 20 ms were a wait, not work: a chunk of many such reads waits
+    about as long, so it must not size the chunks down to one element (one round trip per
+    element: 20x slower at 20 ms)."""
+    src = BatchedReads(2048)
+    opts = chute.ReadOptions(num_threads=2, prefetch_buffer_size=256)
+    it = iter(chute.MapDataset.source(src).to_iter_dataset(opts))
+    assert [next(it) for _ in range(1024)] == list(range(1024))
+    it.close()
+    # Chunks of one element would have made more than 1,024 reads.
+    assert src.calls < 200

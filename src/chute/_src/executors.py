@@ -125,16 +125,19 @@ class InProcess(ChunkExecutor):
         return items
 
 
-def _timed_getitems(ds: Any, idx: np.ndarray) -> tuple[list[Any], float, float, float]:
-    """`ds._getitems(idx)`, the wall-clock seconds it took, the seconds the thread that
-    ran it was on a CPU or waiting for one (not for I/O, a sleep or a lock), and the CPU
-    seconds of the process's other threads meanwhile."""
-    t0, q0 = time.perf_counter(), _queued_here()
+def _timed_getitems(
+    ds: Any, idx: np.ndarray, queue: bool
+) -> tuple[list[Any], float, float, float, float]:
+    """`ds._getitems(idx)`, the wall-clock seconds it took, the CPU seconds of the thread
+    that ran it, the seconds that thread waited for a CPU (with `queue`; else 0: reading
+    it costs a /proc read, ~10-20 us, twice), and the CPU seconds of the process's other
+    threads meanwhile."""
+    t0, q0 = time.perf_counter(), _queued_here() if queue else 0.0
     c0, p0 = time.thread_time(), time.process_time()
     items = ds._getitems(idx)
     cpu, process_cpu = time.thread_time() - c0, time.process_time() - p0
-    wall, queued = time.perf_counter() - t0, _queued_here() - q0
-    return items, wall, cpu + queued, process_cpu - cpu
+    wall, queued = time.perf_counter() - t0, (_queued_here() - q0) if queue else 0.0
+    return items, wall, cpu, queued, process_cpu - cpu
 
 
 def _queued_here() -> float:
@@ -165,12 +168,17 @@ class Threads(ChunkExecutor):
         self._max_chunk = max(1, min(256, buffer_size // max(1, 2 * threads)))
         self._element_bytes: float | None = None  # measured on the first chunk
         self.element_s: float | None = None  # seconds per element, the latest chunks'
-        # Seconds per element in the first chunk: start-up costs included, so too high;
-        # it sizes chunks (smaller, never larger, than they should be) until element_s.
+        # Seconds per element in the first chunk, if it computed (not if it waited on
+        # I/O): start-up costs included, so too high; it sizes chunks (smaller, never
+        # larger, than they should be) until element_s.
         self._first_element_s: float | None = None
         # The latest chunk's share of its wall-clock time that its thread was on a CPU or
         # waiting for one, and the CPU time of the process's other threads meanwhile.
         self.cpu_shares: tuple[float, float] | None = None
+        # How many chunks, from the first submitted, measure their thread's time waiting
+        # for a CPU (for cpu_shares: the first chunk's, and AUTOTUNE's start decision).
+        self.queue_chunks = 1
+        self._chunks = 0  # chunks submitted so far
         self.waited = False  # the last chunk was not ready when the consumer asked for it
 
     def resize(self, threads: int, buffer_size: int) -> None:
@@ -186,7 +194,7 @@ class Threads(ChunkExecutor):
             for start, k, fut in self._pending:
                 if fut.cancel():  # not started: the new pool computes it, once
                     idx = np.arange(start, start + k, dtype=np.int64)
-                    fut = self._ensure_pool().submit(_timed_getitems, self.ds, idx)
+                    fut = self._submit(idx)
                 moved.append((start, k, fut))
             self._pending = moved
             _shutdown(old, cancel=False)
@@ -198,6 +206,11 @@ class Threads(ChunkExecutor):
             )
             weakref.finalize(self, _shutdown, self._executor)
         return self._executor
+
+    def _submit(self, idx: np.ndarray) -> Any:
+        self._chunks += 1
+        queue = self._chunks <= self.queue_chunks
+        return self._ensure_pool().submit(_timed_getitems, self.ds, idx, queue)
 
     def _ahead_limit(self) -> int:
         """How many elements may be computed ahead: `prefetch_buffer_size`, and no more
@@ -223,7 +236,7 @@ class Threads(ChunkExecutor):
             start = self._submitted
             k = min(chunk, self.length - start)
             idx = np.arange(start, start + k, dtype=np.int64)
-            fut = self._ensure_pool().submit(_timed_getitems, self.ds, idx)
+            fut = self._submit(idx)
             self._pending.append((start, k, fut))
             self._submitted = start + k
 
@@ -235,16 +248,21 @@ class Threads(ChunkExecutor):
         self._top_up()
         self.waited = not fut.done()
         if fut.exception() is None:
-            items, wall, busy, others = fut.result()
-            self.cpu_shares = (busy / wall, others / wall) if wall > 0 else None
+            items, wall, cpu, queued, others = fut.result()
+            self.cpu_shares = ((cpu + queued) / wall, others / wall) if wall > 0 else None
             if self._element_bytes is None and items:
                 self._element_bytes = nbytes(items) / len(items)
-                self._first_element_s = wall / len(items)
+                if wall > 0 and cpu + queued >= _WAITING_SHARE * wall:
+                    # Computing: its time sizes the chunks. Not when it mostly waited (a
+                    # read's round trip): a chunk of many such reads waits about as long.
+                    self._first_element_s = wall / len(items)
             elif items and wall > 0:
                 # Not the first: it holds start-up costs (opening files, loading a model).
-                # The time on (or waiting for) a CPU, or the wall time shared by the
-                # threads: threads that wait for the GIL take longer than their work.
-                per = min(wall, max(busy, wall / self._threads)) / len(items)
+                # Its thread's CPU time, or the process's CPU time meanwhile shared by the
+                # threads (threads that wait for the GIL take longer than their work); not
+                # the time it waited on I/O or a sleep: a chunk of many reads in flight at
+                # once waits about as long as a chunk of one.
+                per = min(wall, max(cpu, (cpu + others) / self._threads)) / len(items)
                 self.element_s = per if self.element_s is None else 0.7 * self.element_s + 0.3 * per
             return items
         # Recompute in this thread, one by one, so the error surfaces at its element.
@@ -343,6 +361,7 @@ class Autotuned(ChunkExecutor):
         self._buffer_climb: autotune.HillClimb | None = None
         self._local = InProcess(ds)
         self._pool = Threads(ds, max(1, self._threads), self._buffer, self._budget)
+        self._pool.queue_chunks = 1 + _START_CHUNKS  # the start decision's figures
         self._first = True
         self._element_bytes = 0.0  # measured on the first chunk
         self._start_chunks = 0  # chunks left to tell waiting elements from computing ones
