@@ -18,10 +18,11 @@ thread needing a block another one is fetching waiting for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 
 __all__ = [
     "WHOLE",
@@ -147,7 +148,8 @@ class BlockCache:
     def holds_all(self) -> bool:
         """Whether the objects open fit in the cache together (in `WHOLE_SHARE` of it):
         then a read that misses fetches its whole object."""
-        return 0 < open_objects.nbytes <= self.max_bytes * WHOLE_SHARE
+        objects = open_objects
+        return not objects.openings and 0 < objects.nbytes <= self.max_bytes * WHOLE_SHARE
 
     # -- blocks being fetched --------------------------------------------------------------
     def claim(self, keys: list[Hashable]) -> tuple[list[Hashable], list[threading.Event]]:
@@ -156,13 +158,14 @@ class BlockCache:
         those another thread is fetching, set when it releases them."""
         mine: list[Hashable] = []
         theirs: dict[int, threading.Event] = {}
+        ours = threading.Event()  # one for all the keys this call claims
         with self._lock:
             for key in keys:
                 event = self._fetching.get(key)
                 if event is not None:
                     theirs[id(event)] = event
                 elif key not in self._blocks:
-                    self._fetching[key] = threading.Event()
+                    self._fetching[key] = ours
                     mine.append(key)
         return mine, list(theirs.values())
 
@@ -184,8 +187,21 @@ class OpenObjects:
 
     def __init__(self) -> None:
         self.nbytes = 0
+        self.openings = 0  # sets of objects being opened together (not all counted yet)
         self._open: dict[Hashable, list[int]] = {}  # key -> [size, readers]
         self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        """While objects are opened together: until all are counted, whether they fit
+        is not known."""
+        with self._lock:
+            self.openings += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.openings -= 1
 
     def opened(self, key: Hashable, size: int) -> None:
         """A reader of the object `key` (of `size` bytes) was opened."""
@@ -210,6 +226,7 @@ class OpenObjects:
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()
+        self.openings = 0  # the threads opening them are not in this process
 
 
 open_objects = OpenObjects()

@@ -81,14 +81,17 @@ def open_concurrently(open_one: Callable[[int], T], paths: Sequence[str]) -> lis
     with a `close`) and raises the first error."""
     if sum(map(is_url, paths)) < 2:
         return [open_one(k) for k in range(len(paths))]
-    futures = [_thread_pool().submit(open_one, k) for k in range(len(paths))]
-    out: list[T] = []
-    error: BaseException | None = None
-    for fut in futures:
-        try:
-            out.append(fut.result())
-        except BaseException as e:
-            error = error or e
+    # No object is read whole while some are opening: whether they all fit is not known
+    # until every one is open and counted.
+    with blocks.open_objects.opening():
+        futures = [_thread_pool().submit(open_one, k) for k in range(len(paths))]
+        out: list[T] = []
+        error: BaseException | None = None
+        for fut in futures:
+            try:
+                out.append(fut.result())
+            except BaseException as e:
+                error = error or e
     if error is not None:
         for f in out:
             close = getattr(f, "close", None)
@@ -434,6 +437,7 @@ def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = Tru
     files: dict[int, RemoteFile] = {}
     clipped: list[tuple[RemoteFile, int, int]] = []
     direct: list[int] = []  # ranges too long for the cache: fetched exactly
+    wholes: dict[RemoteFile, bytes | None] = {}  # objects the cache keeps whole
     for k, (f, a, b) in enumerate(items):
         a, b = max(0, min(a, f.size)), max(0, min(b, f.size))
         clipped.append((f, a, b))
@@ -441,6 +445,10 @@ def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = Tru
             continue
         if b - a > direct_limit or not cache_on:
             direct.append(k)
+            continue
+        if f not in wholes:
+            wholes[f] = store.get((f.key, blocks.WHOLE))
+        if wholes[f] is not None:
             continue
         fid = id(f)
         files[fid] = f
@@ -461,6 +469,8 @@ def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = Tru
             out.append(b"")
         elif k in direct_data:
             out.append(direct_data[k])
+        elif (whole := wholes.get(f)) is not None:
+            out.append(whole[a:b])
         else:
             fid = id(f)
             n0, n1 = a // bs, (b - 1) // bs
