@@ -40,6 +40,16 @@ def _upload(s3_server: Any, tmp_path: Path, n: int = 200, tag: bytes = b"r") -> 
     return f"{bucket}/d.crec"
 
 
+def _replace(s3_server: Any, tmp_path: Path, url: str) -> None:
+    """Replaces the object of `_upload(..., n=20000)` in place by other content (the same
+    record count, other bytes)."""
+    (tmp_path / "new").mkdir()
+    with RecordWriter(tmp_path / "new" / "d.crec") as w:
+        for i in range(20000):
+            w.write(b"other-%d" % i)
+    s3_server.fs().put_file(str(tmp_path / "new" / "d.crec"), url)
+
+
 def test_missing_object_names_the_url(s3_server: Any) -> None:
     bucket = s3_server.bucket(f"chute-{uuid.uuid4().hex[:8]}")
     url = f"{bucket}/nothing.crec"
@@ -73,12 +83,7 @@ def test_object_changed_after_indexing(
     url = _upload(s3_server, tmp_path, n=20000)
     src = sources.RecordFileDataSource(url, storage_options=s3_server.options)
     assert src[3] == b"r3"
-    # Replaced in place by other content (same record count, other bytes).
-    (tmp_path / "new").mkdir()
-    with RecordWriter(tmp_path / "new" / "d.crec") as w:
-        for i in range(20000):
-            w.write(b"other-%d" % i)
-    s3_server.fs().put_file(str(tmp_path / "new" / "d.crec"), url)
+    _replace(s3_server, tmp_path, url)
     with pytest.raises(chute.DataError, match=f"{url}: the object changed after chute opened"):
         src.__getitems__([8000, 8001, 9000])
     # Removed: named as removed.
@@ -95,11 +100,7 @@ def test_object_changed_before_its_first_read_is_caught_when_read_whole(
     read_by_blocks(monkeypatch, cache_bytes=64 << 20)
     url = _upload(s3_server, tmp_path, n=20000)
     src = sources.RecordFileDataSource(url, storage_options=s3_server.options)
-    (tmp_path / "new").mkdir()
-    with RecordWriter(tmp_path / "new" / "d.crec") as w:
-        for i in range(20000):
-            w.write(b"other-%d" % i)
-    s3_server.fs().put_file(str(tmp_path / "new" / "d.crec"), url)
+    _replace(s3_server, tmp_path, url)
     with pytest.raises(chute.DataError, match=f"{url}: the object changed after chute opened"):
         src.__getitems__([8000, 8001, 9000])
 
