@@ -10,8 +10,9 @@ is freed.
 
 The memory is reserved up front with `posix_fallocate`: on a full tmpfs this fails with a
 clean `OSError` here, instead of a SIGBUS later when a page is first written. The worker,
-which writes every byte, maps it with `MAP_POPULATE`, so no page fault is left on its hot
-path. The main process maps it lazily (a read fault per page, once per slab lifetime):
+which writes every byte, maps its first slab with `MAP_POPULATE`, so no page fault is left
+on its hot path; a larger slab it grows to is mapped lazily (populating it at once would
+hold up the worker's next task). The main process maps it lazily (a read fault per page, once per slab lifetime):
 populating it there too would add ~0.4 ms per MiB to the pool's start, serially.
 """
 
