@@ -16,6 +16,7 @@ Example, with the builtin `max` as a (picklable) `worker_fn`:
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -33,6 +34,8 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Generic, NoReturn, TypeVar
 
+from chute._src.mp import _main_preload
+from chute._src.mp._main_preload import MAIN_ENV
 from chute._src.mp._worker import (
     EXIT_NO_MAIN_GUARD,
     STACK_READY,
@@ -77,17 +80,41 @@ CLOSE_GRACE_SECONDS = 1.0
 # Imported once by the forkserver, so that each forked worker starts with them loaded.
 # (Python 3.11's forkserver does not preload `__main__` despite its default: it looks up
 # the key "main_path" in the preparation data, which names it "init_main_from_path".)
-FORKSERVER_PRELOAD = ("numpy", "chute._src.mp._worker")
+# `_main_preload` then runs the main script there once (see its docstring).
+FORKSERVER_PRELOAD = ("numpy", "chute._src.mp._worker", "chute._src.mp._main_preload")
 
 
 def _ensure_forkserver() -> None:
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    if server is not None and getattr(server, "_forkserver_pid", None) is None:
-        current = list(getattr(server, "_preload_modules", ["__main__"]))
-        extra = [m for m in FORKSERVER_PRELOAD if m not in current]
-        if extra:
-            multiprocessing.forkserver.set_forkserver_preload(current + extra)
-    multiprocessing.forkserver.ensure_running()
+    if server is None or getattr(server, "_forkserver_pid", None) is not None:
+        multiprocessing.forkserver.ensure_running()
+        return
+    current = list(getattr(server, "_preload_modules", ["__main__"]))
+    extra = [m for m in FORKSERVER_PRELOAD if m not in current]
+    if extra:
+        multiprocessing.forkserver.set_forkserver_preload(current + extra)
+    # The server inherits this process's environment as it is started, and takes the
+    # variable out of its own at once (its workers never see it).
+    os.environ[MAIN_ENV] = _main_spec()
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.pop(MAIN_ENV, None)
+
+
+def _main_spec() -> str:
+    """What `_main_preload` needs to import the main script in the forkserver as the
+    workers would: its path or module name, the working directory and `sys.path`."""
+    from multiprocessing import spawn
+
+    data = spawn.get_preparation_data("chute-forkserver")
+    spec = {
+        "path": data.get("init_main_from_path"),
+        "name": data.get("init_main_from_name"),
+        "dir": data.get("dir"),
+        "sys_path": data.get("sys_path"),
+    }
+    return json.dumps(spec) if spec["path"] or spec["name"] else ""
 
 
 def prewarm() -> None:
@@ -122,6 +149,8 @@ def _exit_if_importing_main_in_a_worker() -> None:
     would raise a long RuntimeError in every worker. The worker exits quietly instead,
     with a code the main process recognises and explains in a few lines.
     """
+    if _main_preload.running:  # the forkserver runs the script: it leaves the import
+        raise _main_preload.PreloadStopped
     me = multiprocessing.current_process()
     if getattr(me, "_inheriting", False) and me.name.startswith(WORKER_NAME_PREFIX):
         os._exit(EXIT_NO_MAIN_GUARD)

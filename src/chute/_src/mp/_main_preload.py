@@ -1,0 +1,80 @@
+"""Imported by the forkserver as it starts: runs the main script there once, as
+`__mp_main__`, so that workers forked from it find it imported instead of each running it
+again (its imports: numpy, a tokenizer, torch or jax) at every start.
+
+Python's forkserver means to do this (`__main__` is in its default preload list), but
+3.11 looks up the main script's path under a key the preparation data does not use, so it
+never does. `pool._ensure_forkserver` passes what the main process's workers would be
+told (`multiprocessing.spawn.get_preparation_data`) in the environment variable
+`MAIN_ENV` while it starts the server. A worker's own preparation then sees `__main__`
+already at that path (or module name) and leaves it.
+
+Whatever goes wrong here (the script raises, exits, or starts workers at import because
+it has no `if __name__ == "__main__":` guard) leaves the server as it was: each worker
+then imports the script itself, as without this module, and fails there with the usual
+explanation. Standard library only: this runs before anything else in the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+MAIN_ENV = "CHUTE_FORKSERVER_MAIN"
+
+# True while the main script runs here: starting workers then stops it (see
+# `pool._exit_if_importing_main_in_a_worker`).
+running = False
+
+
+class PreloadStopped(BaseException):
+    """Raised in the server when the main script, run there, starts chute workers."""
+
+
+def _preload(spec: dict[str, object]) -> None:
+    from multiprocessing import process, spawn
+
+    global running
+    path = spec.get("path")
+    name = spec.get("name")
+    if isinstance(path, str) and not os.path.isabs(path) and spec.get("dir") != os.getcwd():
+        return  # a relative path from another directory: the workers resolve it themselves
+    sys_path = spec.get("sys_path")
+    if isinstance(sys_path, list):
+        sys.path[:] = [p for p in sys_path if isinstance(p, str)]
+    modules = dict(sys.modules)
+    me = process.current_process()
+    me._inheriting = True  # type: ignore[attr-defined]
+    running = True
+    try:
+        if isinstance(name, str):
+            spawn._fixup_main_from_name(name)  # type: ignore[attr-defined]
+        elif isinstance(path, str):
+            spawn.import_main_path(path)
+    except BaseException:
+        # Leave `__main__` as it was: each worker imports the script again and fails
+        # there, with the error its main process explains.
+        for key in ("__main__", "__mp_main__"):
+            if key in modules:
+                sys.modules[key] = modules[key]
+            else:
+                sys.modules.pop(key, None)
+    finally:
+        running = False
+        del me._inheriting  # type: ignore[attr-defined]
+
+
+def _run() -> None:
+    raw = os.environ.pop(MAIN_ENV, None)
+    if not raw:
+        return
+    try:
+        spec = json.loads(raw)
+    except ValueError:
+        return
+    if isinstance(spec, dict):
+        _preload(spec)
+
+
+_run()
