@@ -17,14 +17,15 @@ from a fresh iterator, (c) the same pipeline with 16 threads reading ahead, and 
 dataset is sharded, of 1 KiB records. Rounds alternate local and remote; medians
 reported.
 
-Steady state: the default pipeline over `.crec` from a fresh iterator per contender, its
-first batches timed apart, then `--steady-s` seconds of batches: local disk, and the
+Steady state: the default pipeline over `.crec`, then over ArrayRecord (`--steady-formats`),
+from a fresh iterator per contender, its first batches timed apart, then `--steady-s` seconds of batches: local disk, and the
 keep-alive range server at 20 ms with the default block cache, with a 128 MiB one and with
 none (a 0-byte cache swapped in: what `CHUTE_REMOTE_CACHE_BYTES=0` gives), with the share
 of record reads the cache served and the CPU per record of the client and of the server
 process.
 
-    python benchmarks/bench_remote.py [--records N] [--rounds R] [--out FILE]
+    python benchmarks/bench_remote.py [--records N] [--rounds R] [--steady-formats .crec,ArrayRecord]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -181,6 +182,12 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=4, help="steady state: batches timed apart")
     ap.add_argument("--steady-s", type=float, default=10.0, help="steady state: seconds")
     ap.add_argument("--steady-rounds", type=int, default=3)
+    ap.add_argument(
+        "--steady-formats",
+        type=lambda v: v.split(","),
+        default=[".crec", "ArrayRecord"],
+        help="steady state: the formats, comma-separated",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     dummy_s3_credentials()
@@ -217,6 +224,7 @@ def _run(
     fs.put(str(d / "crec") + "/", "bench/crec/", recursive=True)
     fs.put(str(d / "ar") + "/", "bench/ar/", recursive=True)
     size = sum(f.stat().st_size for f in (d / "crec").iterdir())
+    ar_size = sum(f.stat().st_size for f in (d / "ar").iterdir())
     ar_names = sorted(p.name for p in (d / "ar").iterdir())
     ms = f"{args.latency_ms:.0f}ms"
     where = {
@@ -300,11 +308,14 @@ def _run(
             fracs = " ".join(f"{m / med[0]:.3f}" for m in med[1:])
             cells = " ".join(f"{f'{m:,.0f} ({u:,.0f})':>17}" for m, u in zip(med, us))
             lines.append(f"{fmt:<12} {how:<13} {cells}   {fracs}")
-    return [*lines, "", *_steady_state(args, contenders[".crec"], f"fast +{ms}", size)]
+    for fmt, fmt_size in ((".crec", size), ("ArrayRecord", ar_size)):
+        if fmt in args.steady_formats:
+            lines += ["", *_steady_state(args, contenders[fmt], f"fast +{ms}", fmt, fmt_size)]
+    return lines
 
 
 def _steady_state(
-    args: argparse.Namespace, group: dict[str, Any], remote: str, size: int
+    args: argparse.Namespace, group: dict[str, Any], remote: str, fmt: str, size: int
 ) -> list[str]:
     default_bytes = blocks.default_cache_bytes()  # what CHUTE_REMOTE_CACHE_BYTES unset gives
     sizes = {"cache": default_bytes, "128 MiB cache": 128 << 20, "no cache": 0}
@@ -334,11 +345,11 @@ def _steady_state(
     }
     local = med["local"]["steady"]
     lines = [
-        f"steady state: .crec, the default pipeline from a fresh iterator per contender "
+        f"steady state: {fmt}, the default pipeline from a fresh iterator per contender "
         f"(shuffle(seed).repeat().to_iter_dataset().batch(512)): its first {args.first} batches timed "
         f"apart, then {args.steady_s:.0f} s of batches; {args.steady_rounds} rounds, contenders "
         "alternated, medians; each remote contender from an empty cache. The default cache "
-        f"({default_bytes >> 20:,} MiB, {default_bytes / size:.1f}x the .crec data) holds it: "
+        f"({default_bytes >> 20:,} MiB, {default_bytes / size:.1f}x the {fmt} data) holds it: "
         "a miss fetches the whole object; '128 MiB cache' holds "
         f"{(128 << 20) / size:.0%} of it: a miss fetches a {blocks.block_bytes() >> 10} KiB "
         "block; 'no cache': a 0-byte block cache (what CHUTE_REMOTE_CACHE_BYTES=0 gives: "
@@ -355,7 +366,7 @@ def _steady_state(
         )
     ratio = med[remote]["steady"] / local
     lines.append(
-        f"issue 14's goal (remote at {args.latency_ms:.0f} ms >= 0.5x local, default "
+        f"{fmt}: issue 14's goal (remote at {args.latency_ms:.0f} ms >= 0.5x local, default "
         f"settings, steady state): {ratio:.2f}x: {'met' if ratio >= 0.5 else 'NOT met'}"
     )
     return lines
