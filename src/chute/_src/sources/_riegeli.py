@@ -131,6 +131,44 @@ def decode_record(mm: Any, pos: int, size: int, decoded: int, crc: int, zstd: An
     data = (
         mm[pos : pos + size] if r >= BLOCK_HEADER and r + size <= BLOCK else _span(mm, pos, size)[0]
     )
+    return _decode_chunk_data(data, decoded, crc, zstd)
+
+
+def record_extent(pos: int, size: int) -> int:
+    """The end of the bytes that hold a chunk's `size` data bytes from file position `pos`
+    (its data and the block headers it may cross, at most)."""
+    return pos + size + BLOCK_HEADER * (size // USABLE + 2)
+
+
+class _Shifted:
+    """Bytes read from file position `base` on, sliced by file positions."""
+
+    __slots__ = ("base", "raw")
+
+    def __init__(self, raw: bytes, base: int) -> None:
+        self.raw = raw
+        self.base = base
+
+    def __getitem__(self, s: slice) -> bytes:
+        return self.raw[s.start - self.base : s.stop - self.base]
+
+
+def decode_record_from(
+    raw: bytes, pos: int, size: int, decoded: int, crc: int, zstd: Any
+) -> bytes | None:
+    """`decode_record` on `raw`, the file's bytes from `pos` to `record_extent(pos, size)`
+    (or to the end of the file)."""
+    r = pos % BLOCK
+    if r >= BLOCK_HEADER and r + size <= BLOCK:
+        data = raw[:size]
+    else:
+        data = _span(_Shifted(raw, pos), pos, size)[0]
+    if len(data) < size:
+        raise ValueError("the chunk data ends early")
+    return _decode_chunk_data(data, decoded, crc, zstd)
+
+
+def _decode_chunk_data(data: bytes, decoded: int, crc: int, zstd: Any) -> bytes | None:
     try:
         compression = data[0]
         b = data[1]

@@ -25,9 +25,9 @@ from chute._src.sources._index_cache import cached_index, cached_remote_index
 from chute._src.sources._index_checks import riegeli_spans_agree
 from chute._src.sources._paths import PathsArg
 from chute._src.sources._riegeli import (
-    BLOCK_HEADER,
-    USABLE,
     decode_record,
+    decode_record_from,
+    record_extent,
     scan_single_record_chunks,
 )
 
@@ -268,19 +268,6 @@ class ArrayRecordDataSource:
             self._fast_direct = (len(spans) // 4, *entry)
         return entry
 
-    def _prefetch(self, concat: Concat, indices: Sequence[int]) -> None:
-        """Brings the chunks of every remote record of `indices` into the block cache with
-        one round of concurrent range reads."""
-        wanted: list[tuple[RemoteFile, int, int]] = []
-        for g in indices:
-            k, i = concat.locate(g, self)
-            entry = self._spans.get(k)
-            if entry is not None and isinstance(entry[2], RemoteFile):
-                pos, size = entry[0][4 * i], entry[0][4 * i + 1]
-                wanted.append((entry[2], pos, pos + size + BLOCK_HEADER * (size // USABLE + 2)))
-        if wanted:
-            read_many(wanted)
-
     def _scan(self, k: int, n: int) -> _Direct | None:
         path = self._paths[k]
         if n == 0 or self._zstd() is None:
@@ -400,10 +387,44 @@ class ArrayRecordDataSource:
             raise self._error(k, i, e) from None
         return data
 
+    def _getitems_remote(self, concat: Concat, indices: Sequence[int]) -> list[bytes]:
+        """A block of reads of remote files: every record's bytes fetched at once
+        (`read_many`: one round of concurrent range requests for what the block cache
+        lacks), then each decoded and checked as a local direct read is. Records of files
+        read otherwise (grouped chunks, local files) are read one by one."""
+        located = [concat.locate(int(g), self) for g in indices]
+        items: list[tuple[RemoteFile, int, int]] = []
+        plan: list[tuple[int, int, int] | None] = []  # (file, record, span index) to decode
+        for k, i in located:
+            entry = self._spans.get(k) if self._groups[k] == 1 else None
+            if entry is None or not isinstance(entry[2], RemoteFile):
+                plan.append(None)
+                continue
+            pos, size = entry[0][4 * i], entry[0][4 * i + 1]
+            items.append((entry[2], pos, record_extent(pos, size)))
+            plan.append((k, i, 4 * i))
+        raws = iter(read_many(items))
+        zstd = self._zstd()
+        out: list[bytes] = []
+        for g, step in zip(indices, plan):
+            if step is None:
+                out.append(self[int(g)])
+                continue
+            k, i, j = step
+            spans = self._spans[k][0]  # type: ignore[index]
+            try:
+                record = decode_record_from(
+                    next(raws), spans[j], spans[j + 1], spans[j + 2], spans[j + 3], zstd
+                )
+            except ValueError as e:
+                raise self._error(k, i, e) from None
+            out.append(record if record is not None else self._getitem(int(g)))
+        return out
+
     def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
         concat = self._concat or self._open()
-        if self._remote:
-            self._prefetch(concat, indices)
+        if self._remote:  # remote files are always read directly
+            return self._getitems_remote(concat, indices)
         if len(indices) < self._batch_threshold or self._direct:
             return [self[i] for i in indices]
         by_file: dict[int, tuple[list[int], list[int]]] = {}
