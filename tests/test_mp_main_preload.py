@@ -19,7 +19,8 @@ SCRIPT = """
 import multiprocessing, os, sys
 import chute
 
-print("top level:", multiprocessing.current_process().name, os.getpid(), file=sys.stderr)
+# One write (atomic on a pipe): the processes' lines do not interleave.
+os.write(2, f"top level: {{multiprocessing.current_process().name}} {{os.getpid()}}\\n".encode())
 {extra}
 
 def tag(x):
@@ -75,3 +76,25 @@ def test_a_script_that_fails_in_the_forkserver_is_run_by_each_worker(tmp_path: P
     # This process, the forkserver (which raised), then each of the 4 workers.
     assert tops[:2] == ["MainProcess", "MainProcess"], tops
     assert len(tops) == 6 and all(t.startswith("chute-worker-") for t in tops[2:]), tops
+
+
+def test_only_the_forkserver_runs_the_script_it_was_handed(tmp_path: Path) -> None:
+    """A process that inherits the variable (started by another thread while the server
+    was being started) and imports chute's process layer does not run the script."""
+    import json
+
+    from chute._src.mp._main_preload import MAIN_ENV
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "job.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    spec = {"path": str(script), "name": None, "dir": str(tmp_path), "sys_path": sys.path}
+    done = subprocess.run(
+        [sys.executable, "-c", "import chute._src.mp.pool"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": SRC, MAIN_ENV: json.dumps(spec)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()

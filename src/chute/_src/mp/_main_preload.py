@@ -65,7 +65,17 @@ def _preload(spec: dict[str, object]) -> None:
         del me._inheriting  # type: ignore[attr-defined]
 
 
+def _in_forkserver() -> bool:
+    """Whether this process is multiprocessing's forkserver (started with `python -c` and
+    its main function): another process that inherited the variable (one started by
+    another thread while the server was being started) must not run the script."""
+    argv = getattr(sys, "orig_argv", [])
+    return any("multiprocessing.forkserver import main" in a for a in argv)
+
+
 def _run() -> None:
+    if not _in_forkserver():
+        return
     raw = os.environ.pop(MAIN_ENV, None)
     if not raw:
         return
