@@ -6,8 +6,9 @@ Python's forkserver means to do this (`__main__` is in its default preload list)
 3.11 looks up the main script's path under a key the preparation data does not use, so it
 never does. `pool._ensure_forkserver` passes what the main process's workers would be
 told (`multiprocessing.spawn.get_preparation_data`) in the environment variable
-`MAIN_ENV` while it starts the server. A worker's own preparation then sees `__main__`
-already at that path (or module name) and leaves it.
+`MAIN_ENV` while it starts the server; only a process started as the forkserver acts on
+it. A worker's own preparation then sees `__main__` already at that path (or module
+name) and leaves it.
 
 Whatever goes wrong here (the script raises, exits, or starts workers at import because
 it has no `if __name__ == "__main__":` guard) leaves the server as it was: each worker
