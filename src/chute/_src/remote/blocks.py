@@ -238,11 +238,7 @@ def cache() -> BlockCache:
     `default_cache_bytes()`, when first used)."""
     global _cache
     if _cache is None:
-        raw = os.environ.get("CHUTE_REMOTE_CACHE_BYTES")
-        size = (
-            default_cache_bytes() if raw is None else _env_bytes("CHUTE_REMOTE_CACHE_BYTES", 0, 0)
-        )
-        _cache = BlockCache(size)
+        _cache = BlockCache(_env_bytes("CHUTE_REMOTE_CACHE_BYTES", default_cache_bytes(), 0))
     return _cache
 
 

@@ -394,7 +394,7 @@ class ArrayRecordDataSource:
         read otherwise (grouped chunks, local files) are read one by one."""
         located = [concat.locate(int(g), self) for g in indices]
         items: list[tuple[RemoteFile, int, int]] = []
-        plan: list[tuple[int, int, int] | None] = []  # (file, record, span index) to decode
+        plan: list[tuple[int, int, array.array[int]] | None] = []  # (file, record, spans)
         for k, i in located:
             entry = self._spans.get(k) if self._groups[k] == 1 else None
             if entry is None or not isinstance(entry[2], RemoteFile):
@@ -402,7 +402,7 @@ class ArrayRecordDataSource:
                 continue
             pos, size = entry[0][4 * i], entry[0][4 * i + 1]
             items.append((entry[2], pos, record_extent(pos, size)))
-            plan.append((k, i, 4 * i))
+            plan.append((k, i, entry[0]))
         raws = iter(read_many(items))
         zstd = self._zstd()
         out: list[bytes] = []
@@ -410,8 +410,8 @@ class ArrayRecordDataSource:
             if step is None:
                 out.append(self[int(g)])
                 continue
-            k, i, j = step
-            spans = self._spans[k][0]  # type: ignore[index]
+            k, i, spans = step
+            j = 4 * i
             try:
                 record = decode_record_from(
                     next(raws), spans[j], spans[j + 1], spans[j + 2], spans[j + 3], zstd
