@@ -28,7 +28,7 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
@@ -77,6 +77,29 @@ DEFAULT_SHM_LIMIT_BYTES = 1 << 30
 CLOSE_GRACE_SECONDS = 1.0
 
 
+# Native thread pools a worker runs with, unless the user's environment says otherwise: one
+# thread each. Workers are the parallelism (as many as the cores), so a BLAS pool per
+# worker only oversubscribes the cores; and OpenBLAS's threads spin for ~0.1 s of CPU after
+# `import numpy`, which in the forkserver took the core the main process was computing the
+# first batch on (as torch's DataLoader workers do `torch.set_num_threads(1)`).
+WORKER_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _worker_environment(extra: dict[str, str] | None = None) -> Iterator[None]:
+    """Sets, while processes are started from this one, what they inherit: each
+    `WORKER_THREAD_ENV` variable the user did not set ("1") and `extra`; then takes them
+    out of this process's environment again."""
+    added = {name: "1" for name in WORKER_THREAD_ENV if name not in os.environ}
+    added.update(extra or {})
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 # Imported once by the forkserver, so that each forked worker starts with them loaded.
 # (Python 3.11's forkserver does not preload `__main__` despite its default: it looks up
 # the key "main_path" in the preparation data, which names it "init_main_from_path".)
@@ -93,13 +116,10 @@ def _ensure_forkserver() -> None:
     extra = [m for m in FORKSERVER_PRELOAD if m not in current]
     if extra:
         multiprocessing.forkserver.set_forkserver_preload(current + extra)
-    # The server inherits this process's environment as it is started, and takes the
-    # variable out of its own at once (its workers never see it).
-    os.environ[MAIN_ENV] = _main_spec()
-    try:
+    # The server inherits this process's environment as it is started, and takes MAIN_ENV
+    # out of its own at once (its workers never see it); the thread counts stay.
+    with _worker_environment({MAIN_ENV: _main_spec()}):
         multiprocessing.forkserver.ensure_running()
-    finally:
-        os.environ.pop(MAIN_ENV, None)
 
 
 def _main_spec() -> str:
@@ -457,9 +477,13 @@ class WorkerPool(Generic[TaskT, ResultT]):
             # Children are born with SIGINT blocked; they ignore it, then unblock it.
             if in_main_thread:
                 old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            # A spawned worker inherits the thread counts; a forked one has the libraries
+            # this process loaded, already set up.
+            spawned = self._start_method == "spawn"
             try:
-                for w in self._state.workers:
-                    w.process.start()
+                with _worker_environment() if spawned else contextlib.nullcontext():
+                    for w in self._state.workers:
+                        w.process.start()
             finally:
                 if in_main_thread:
                     signal.pthread_sigmask(signal.SIG_SETMASK, old)
