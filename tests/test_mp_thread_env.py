@@ -49,7 +49,11 @@ def task(worker_index, num_workers, x):
 
 if __name__ == "__main__":
     ds = chute.MapDataset.range(16).map(element).to_iter_dataset()
-    out = list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+    opts = chute.MultiprocessingOptions(num_workers=2)
+    # The second pool: the consumer computes more than the first element only while the
+    # program's first pool waits for the forkserver to start.
+    list(ds.mp_prefetch(opts))
+    out = list(ds.mp_prefetch(opts))
     forkserver = [o[1:] for o in out if o[0] != os.getpid()]
     with WorkerPool(1, task, start_method="spawn") as pool:
         pool.put(0, 0)

@@ -225,6 +225,10 @@ def test_a_stack_dump_paused_between_threads_is_read_whole() -> None:
 
 @pytest.mark.parametrize("api", ["mp_prefetch", "DataLoader"])
 def test_worker_that_hangs_times_out_with_a_clear_error(api: str, nothing_left: None) -> None:
+    # Workers from a running forkserver: while a program's first pool waits for it, a
+    # helper thread computes elements, and one that hangs keeps that thread until it
+    # returns (test_mp_cold_start covers that case with an element that does return).
+    list(workers(chute.MapDataset.range(2).to_iter_dataset(), 2))
     if api == "mp_prefetch":
         ds = chute.MapDataset.range(20).map(mpp.hang_forever_at_5).to_iter_dataset()
         iterable: Any = workers(ds, 2, stall_warning_s=1, timeout_s=3)

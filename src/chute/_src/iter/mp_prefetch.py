@@ -39,10 +39,11 @@ from chute._src.iter.mp_shards import (
     WorkerShard,
     has_reader,
 )
+from chute._src.iter.mp_startup import StartupHelper
 from chute._src.iterator import DatasetIterator
 from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
 from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
-from chute._src.mp.pool import WorkerPool, prewarm
+from chute._src.mp.pool import WorkerPool, forkserver_cold, prewarm
 from chute._src.mp.transport import RemoteFailure
 from chute._src.options import MultiprocessingOptions
 from chute._src.protocol import StageRole
@@ -319,6 +320,16 @@ class WorkerChunks(ChunkExecutor):
     unpickling the pipeline), the first element asked for is computed on the consumer's
     thread, and the workers are given the ones after it: the first batch does not wait
     for the workers' start. Element `i` is the same wherever it is computed.
+
+    The first pool of a program also waits for the forkserver's imports (~0.2 s, more with
+    the main script's). Until its workers are started, a helper thread of this process
+    (`mp_startup.StartupHelper`) goes on computing the elements asked for, keeping each
+    that succeeds and pickles; one that raises, cannot be pickled or outlasts the start is
+    left to the workers, which report it as always, and so is the last element, so that
+    workers that cannot start (a script without its `__main__` guard) are reported even
+    when the rest was computed here.
+    So a batch of cheap elements assembled after this stage (rows of text) does not wait
+    for the workers' start either.
     """
 
     concurrent = True
@@ -360,6 +371,18 @@ class WorkerChunks(ChunkExecutor):
             if self._service.started:
                 self._top_up()  # else at the next chunk, which waits for the workers
             return items
+        if (
+            self._local is None
+            and not self._pending
+            and self._submitted == start
+            and start + 1 < self.length  # the last is the workers': they report a failure
+            and not self._closed
+            and self._service.computes_here()
+        ):
+            here = self._compute_here(start)
+            if here is not None:
+                self._submitted = start + 1
+                return here
         if not self._pending or self._pending[0][0] != start:
             self.seek(start)
         self._top_up()
@@ -389,6 +412,19 @@ class WorkerChunks(ChunkExecutor):
             self._chunk = max(1, min(ideal, 4 * measured, cap))
         self._service.observe(len(items))
         return items
+
+    def _compute_here(self, start: int) -> list[Any] | None:
+        """Element `start`, computed in this process while the workers start; None if it
+        raises, cannot be pickled or outlasts their start: the workers then compute it and
+        report that as they report any failure or stall (naming worker and index)."""
+        ds = self.ds
+
+        def element() -> list[Any] | None:
+            items: list[Any] = getitems_exact(ds, start, 1)[0]
+            return None if _first_unpicklable(items) is not None else items
+
+        result: list[Any] | None = self._service.compute_here(element)
+        return result
 
     def _leave_to_consumer(self, start: int) -> bool:
         """Whether element `start` (nothing asked of the workers from it on) is computed
@@ -628,6 +664,11 @@ class _ChunkService:
         # and from a thread: starting them waits for the forkserver to finish its imports,
         # and `iter()` need not.
         self._start_error: BaseException | None = None
+        # Only while the first pool waits for the forkserver's imports, and only when no
+        # worker_init_fn sets up what elements may need in a worker.
+        self._helper: StartupHelper | None = None
+        if worker_init_fn is None and self._pool.start_method == "forkserver" and forkserver_cold():
+            self._helper = StartupHelper(lambda: self.started)
         self._starter: threading.Thread | None = threading.Thread(
             target=self._start_workers, name="chute-start-workers", daemon=True
         )
@@ -651,6 +692,19 @@ class _ChunkService:
 
     def start(self) -> None:
         self._started()
+
+    def computes_here(self) -> bool:
+        """Whether this process computes the elements it asks for (see `WorkerChunks`):
+        while the workers of the program's first pool are starting."""
+        helper = self._helper
+        if helper is not None and (helper.stuck or self.started):
+            helper.close()
+            self._helper = helper = None
+        return helper is not None
+
+    def compute_here(self, fn: Callable[[], Any]) -> Any | None:
+        """`fn()` on the startup helper's thread (`mp_startup`); None if it failed."""
+        return self._helper.compute(fn) if self._helper is not None else None
 
     @property
     def started(self) -> bool:
@@ -819,6 +873,9 @@ class _ChunkService:
                 break
 
     def close(self) -> None:
+        if self._helper is not None:
+            self._helper.close()
+            self._helper = None
         try:
             self._started()
         except BaseException:

@@ -59,7 +59,7 @@ from chute._src.mp.transport import (
     encode_free,
 )
 
-__all__ = ["DEFAULT_START_METHOD", "WorkerPool", "prewarm"]
+__all__ = ["DEFAULT_START_METHOD", "WorkerPool", "forkserver_cold", "prewarm"]
 
 TaskT = TypeVar("TaskT")
 ResultT = TypeVar("ResultT")
@@ -135,6 +135,16 @@ def _main_spec() -> str:
         "sys_path": data.get("sys_path"),
     }
     return json.dumps(spec) if spec["path"] or spec["name"] else ""
+
+
+_forkserver_served = False  # a pool of this process has had workers from the forkserver
+
+
+def forkserver_cold() -> bool:
+    """Whether no pool of this process has had workers from the forkserver yet: the first
+    pool waits for the server's imports (~0.2 s and the main script's), later ones only for
+    a fork each."""
+    return not _forkserver_served
 
 
 def prewarm() -> None:
@@ -484,6 +494,9 @@ class WorkerPool(Generic[TaskT, ResultT]):
                 with _worker_environment() if spawned else contextlib.nullcontext():
                     for w in self._state.workers:
                         w.process.start()
+                if self._start_method == "forkserver":
+                    global _forkserver_served
+                    _forkserver_served = True
             finally:
                 if in_main_thread:
                     signal.pthread_sigmask(signal.SIG_SETMASK, old)

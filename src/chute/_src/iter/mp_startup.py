@@ -1,0 +1,69 @@
+"""`StartupHelper`: a thread of the consumer's process that computes elements while the
+workers of a program's first pool are starting (see `mp_prefetch.WorkerChunks`).
+
+The consumer hands it one element at a time and waits for the answer, so the pipeline is
+never used by two threads at once. An element that raises (or runs on past the workers'
+start by more than `grace_s`: it may hang) comes back as None and is left to the workers,
+which report a failure or a stall as they always do.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+# How long an element computed here may still run once the workers are started, before it
+# is given to them instead (the thread is then abandoned to finish it on its own).
+GRACE_S = 1.0
+_POLL_S = 0.02  # how often a wait looks at whether the workers are started
+
+
+class StartupHelper:
+    def __init__(self, started: Callable[[], bool], grace_s: float = GRACE_S) -> None:
+        self._started = started
+        self._grace_s = grace_s
+        self._ask: queue.SimpleQueue[tuple[int, Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._got: queue.SimpleQueue[tuple[int, bool, Any]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._seq = 0
+        self.stuck = False  # an element was given up on: ask nothing more
+
+    def compute(self, fn: Callable[[], Any]) -> Any | None:
+        """`fn()` computed on the helper's thread; None if it raised, or if it had not
+        finished `grace_s` after the workers were started."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="chute-startup", daemon=True)
+            self._thread.start()
+        self._seq += 1
+        seq = self._seq
+        self._ask.put((seq, fn))
+        deadline: float | None = None
+        while True:
+            try:
+                got, ok, value = self._got.get(timeout=_POLL_S)
+            except queue.Empty:
+                if deadline is None and self._started():
+                    deadline = time.monotonic() + self._grace_s
+                if deadline is not None and time.monotonic() > deadline:
+                    self.stuck = True
+                    return None
+                continue
+            if got == seq:
+                return value if ok else None
+
+    def close(self) -> None:
+        """Lets the thread end once it has finished what it computes (at once if idle)."""
+        if self._thread is not None:
+            self._ask.put(None)
+            self._thread = None
+
+    def _run(self) -> None:
+        while (item := self._ask.get()) is not None:
+            seq, fn = item
+            try:
+                self._got.put((seq, True, fn()))
+            except BaseException:  # the workers compute it again and report what it raises
+                self._got.put((seq, False, None))

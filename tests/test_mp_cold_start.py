@@ -1,0 +1,139 @@
+"""While the workers of a program's first pool start (the forkserver imports numpy, chute
+and the main script), the consumer computes the elements it asks for itself, on a helper
+thread; the output, and how failures, unpicklable elements and hangs are reported, stay
+those of the workers. Each case runs a real script in a fresh interpreter, where the
+forkserver is cold."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from process_helpers import SRC
+
+SCRIPT = """
+import json, os, sys, threading, time
+import chute
+
+
+def tag(x):
+    return x, os.getpid()
+
+
+def fail_at_5(x):
+    if x == 5:
+        raise ValueError("cannot handle 5")
+    return x, os.getpid()
+
+
+def lock_at_5(x):
+    return threading.Lock() if x == 5 else (x, os.getpid())
+
+
+def sleep_at_5(x):
+    if x == 5:
+        time.sleep(8)
+    return x, os.getpid()
+
+
+def init(worker_index, num_workers):
+    pass
+
+
+def run(fn, init_fn=None, **options):
+    opts = chute.MultiprocessingOptions(num_workers=2, **options)
+    ds = chute.MapDataset.range(64).map(fn).to_iter_dataset().mp_prefetch(opts, init_fn)
+    got, error = [], None
+    it = iter(ds)
+    try:
+        for x in it:
+            got.append(x)
+    except Exception as e:
+        error = {{"type": type(e).__name__, "text": str(e),
+                  "notes": "\\n".join(getattr(e, "__notes__", []))}}
+    finally:
+        it.close()
+    here = [x for x, pid in got if pid == os.getpid()]
+    return {{"values": [x for x, _ in got], "here": here, "error": error}}
+
+
+if __name__ == "__main__":
+    case = sys.argv[1]
+    if case == "cheap":
+        out = {{"first": run(tag), "second": run(tag)}}
+    elif case == "init":
+        out = run(tag, init)
+    elif case == "sleep":
+        out = run(sleep_at_5, stall_warning_s=30, timeout_s=2)
+        start = time.monotonic()
+        while any(t.name == "chute-startup" for t in threading.enumerate()):
+            time.sleep(0.1)
+        out["helper_ended_after_s"] = time.monotonic() - start
+    else:
+        out = run({{"fail": fail_at_5, "lock": lock_at_5}}[case])
+    print(json.dumps(out))
+"""
+
+
+def run(folder: Path, case: str) -> dict:
+    (folder / "job.py").write_text(SCRIPT.format())
+    paths = [str(folder), SRC, os.environ.get("PYTHONPATH", "")]
+    done = subprocess.run(
+        [sys.executable, str(folder / "job.py"), case],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_first_pool_computes_elements_here_while_its_workers_start(tmp_path: Path) -> None:
+    out = run(tmp_path, "cheap")
+    first, second = out["first"], out["second"]
+    assert first["values"] == second["values"] == list(range(64))
+    assert first["error"] is None and second["error"] is None
+    # The cheap elements asked for while the forkserver imports are computed here, in order
+    # from the first; the last is always the workers' (so that they report what they can't).
+    assert len(first["here"]) > 1 and first["here"] == list(range(len(first["here"])))
+    assert 63 not in first["here"]
+    # The second pool's workers start with a fork: only its first element is computed here.
+    assert second["here"] == [0]
+
+
+def test_a_worker_init_fn_leaves_every_element_but_the_first_to_the_workers(
+    tmp_path: Path,
+) -> None:
+    out = run(tmp_path, "init")
+    assert out["values"] == list(range(64)) and out["here"] == [0]
+
+
+def test_an_element_that_fails_here_is_reported_by_a_worker(tmp_path: Path) -> None:
+    out = run(tmp_path, "fail")
+    assert out["values"] == [0, 1, 2, 3, 4]
+    error = out["error"]
+    assert error["type"] == "ValueError" and error["text"] == "cannot handle 5"
+    assert "at element index 5\n" in error["notes"] + "\n", error["notes"]
+    assert "raised in worker" in error["notes"], error["notes"]
+
+
+def test_an_unpicklable_element_is_named_by_the_workers(tmp_path: Path) -> None:
+    out = run(tmp_path, "lock")
+    assert out["values"] == [0, 1, 2, 3, 4]
+    assert out["error"]["type"] == "TypeError"
+    assert "the element at index 5 cannot be pickled" in out["error"]["notes"]
+
+
+def test_an_element_that_outlasts_the_start_times_out_in_a_worker(tmp_path: Path) -> None:
+    out = run(tmp_path, "sleep")
+    assert out["values"] == [0, 1, 2, 3, 4]
+    assert out["error"]["type"] == "WorkerTimeoutError", out["error"]
+    assert "timeout_s=2" in out["error"]["text"]
+    # The helper thread was left to finish the element; it ends when the element returns.
+    assert out["helper_ended_after_s"] < 8
