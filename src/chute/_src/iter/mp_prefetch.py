@@ -381,7 +381,6 @@ class WorkerChunks(ChunkExecutor):
         ):
             here = self._compute_here(start)
             if here is not None:
-                self._submitted = start + 1
                 return here
         if not self._pending or self._pending[0][0] != start:
             self.seek(start)
@@ -423,7 +422,9 @@ class WorkerChunks(ChunkExecutor):
             items: list[Any] = getitems_exact(ds, start, 1)[0]
             return None if _first_unpicklable(items) is not None else items
 
-        result: list[Any] | None = self._service.compute_here(element)
+        # The workers, once started, get the elements after this one meanwhile.
+        self._submitted = start + 1
+        result: list[Any] | None = self._service.compute_here(element, self._top_up)
         return result
 
     def _leave_to_consumer(self, start: int) -> bool:
@@ -702,9 +703,11 @@ class _ChunkService:
             self._helper = helper = None
         return helper is not None
 
-    def compute_here(self, fn: Callable[[], Any]) -> Any | None:
+    def compute_here(
+        self, fn: Callable[[], Any], on_started: Callable[[], None] | None = None
+    ) -> Any | None:
         """`fn()` on the startup helper's thread (`mp_startup`); None if it failed."""
-        return self._helper.compute(fn) if self._helper is not None else None
+        return self._helper.compute(fn, on_started) if self._helper is not None else None
 
     @property
     def started(self) -> bool:

@@ -31,9 +31,13 @@ class StartupHelper:
         self._seq = 0
         self.stuck = False  # an element was given up on: ask nothing more
 
-    def compute(self, fn: Callable[[], Any]) -> Any | None:
+    def compute(
+        self, fn: Callable[[], Any], on_started: Callable[[], None] | None = None
+    ) -> Any | None:
         """`fn()` computed on the helper's thread; None if it raised, or if it had not
-        finished `grace_s` after the workers were started."""
+        finished `grace_s` after the workers were started. `on_started` is called (on this
+        thread) as soon as the workers are seen started while `fn` runs, so that they are
+        given the elements after it meanwhile."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="chute-startup", daemon=True)
             self._thread.start()
@@ -47,6 +51,8 @@ class StartupHelper:
             except queue.Empty:
                 if deadline is None and self._started():
                     deadline = time.monotonic() + self._grace_s
+                    if on_started is not None:
+                        on_started()
                 if deadline is not None and time.monotonic() > deadline:
                     self.stuck = True
                     return None
