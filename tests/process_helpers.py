@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import chute
@@ -24,13 +24,27 @@ def run_main(folder: Path, body: str, timeout: float = 240) -> subprocess.Comple
         "import sys\n\nif __name__ == '__main__':\n"
         + textwrap.indent(textwrap.dedent(body), "    ")
     )
-    paths = [str(folder), SRC, os.environ.get("PYTHONPATH", "")]
+    return run_python(folder, [str(script)], timeout=timeout)
+
+
+def run_python(
+    folder: Path,
+    args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float = 240,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Runs `python *args` in a fresh interpreter that imports chute's source and `folder`,
+    in `cwd` (by default this process's), with `env` (by default this process's
+    environment); it must exit 0 (its stderr is the message)."""
+    paths = [p for p in (str(folder), SRC, os.environ.get("PYTHONPATH", "")) if p]
     done = subprocess.run(
-        [sys.executable, str(script)],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+        cwd=cwd,
+        env={**(os.environ if env is None else env), "PYTHONPATH": os.pathsep.join(paths)},
     )
     assert done.returncode == 0, done.stderr
     return done

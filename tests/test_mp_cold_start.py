@@ -7,13 +7,11 @@ forkserver is cold."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from process_helpers import SRC
+from process_helpers import run_python
 
 SCRIPT = """
 import json, os, sys, threading, time
@@ -81,16 +79,7 @@ if __name__ == "__main__":
 
 def run(folder: Path, case: str) -> dict:
     (folder / "job.py").write_text(SCRIPT.format())
-    paths = [str(folder), SRC, os.environ.get("PYTHONPATH", "")]
-    done = subprocess.run(
-        [sys.executable, str(folder / "job.py"), case],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python(folder, [str(folder / "job.py"), case], cwd=folder)
     return json.loads(done.stdout.splitlines()[-1])
 
 

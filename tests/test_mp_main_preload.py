@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from process_helpers import SRC
+from process_helpers import SRC, run_python
 
 # The script's top level says where it runs: the main process, the forkserver, or a worker
 # (`chute-worker-...`), and the pipeline uses a function the script defines.
@@ -40,16 +40,7 @@ def run(folder: Path, extra: str = "", module: bool = False) -> tuple[list[str],
     its top level and the lines naming the workers."""
     (folder / "job.py").write_text(SCRIPT.format(extra=textwrap.dedent(extra)))
     args = ["-m", "job"] if module else [str(folder / "job.py")]
-    paths = [str(folder), SRC, os.environ.get("PYTHONPATH", "")]
-    done = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python(folder, args, cwd=folder)
     tops = [line.split()[2] for line in done.stderr.splitlines() if line.startswith("top level:")]
     return tops, [line for line in done.stdout.splitlines() if line.startswith("workers:")]
 

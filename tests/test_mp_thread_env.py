@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from process_helpers import SRC
+from process_helpers import run_python
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)"
@@ -66,16 +65,7 @@ if __name__ == "__main__":
 def run(folder: Path, env: dict[str, str]) -> dict[str, list]:
     (folder / "job.py").write_text(SCRIPT.format(names=NAMES))
     base = {k: v for k, v in os.environ.items() if k not in NAMES}
-    paths = [str(folder), SRC, os.environ.get("PYTHONPATH", "")]
-    done = subprocess.run(
-        [sys.executable, str(folder / "job.py")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=folder,
-        env={**base, **env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python(folder, [str(folder / "job.py")], env={**base, **env}, cwd=folder)
     return json.loads(done.stdout.splitlines()[-1])
 
 
