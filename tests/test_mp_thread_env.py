@@ -88,3 +88,16 @@ def test_a_thread_count_the_user_set_reaches_the_workers(tmp_path: Path) -> None
         assert values == ["1", "3", "1"]
     assert out["spawn"][0] == ["1", "3", "1"]
     assert out["parent"] == [None, "3", None]
+
+
+def test_a_value_set_while_workers_start_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Workers start from a thread of chute's: the user's code may set a variable meanwhile.
+    from chute._src.mp.pool import WORKER_THREAD_ENV, _worker_environment
+
+    for name in WORKER_THREAD_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with _worker_environment({"CHUTE_TEST_EXTRA": "x"}):
+        assert [os.environ.get(n) for n in WORKER_THREAD_ENV] == ["1", "1", "1"]
+        os.environ["OMP_NUM_THREADS"] = "4"  # the user's, set meanwhile
+    assert os.environ.pop("OMP_NUM_THREADS") == "4"
+    assert [os.environ.get(n) for n in (*WORKER_THREAD_ENV, "CHUTE_TEST_EXTRA")] == [None] * 4

@@ -89,15 +89,17 @@ WORKER_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS
 def _worker_environment(extra: dict[str, str] | None = None) -> Iterator[None]:
     """Sets, while processes are started from this one, what they inherit: each
     `WORKER_THREAD_ENV` variable the user did not set ("1") and `extra`; then takes them
-    out of this process's environment again."""
+    out of this process's environment again, each unless another thread set it to a value
+    of its own meanwhile (that one stays)."""
     added = {name: "1" for name in WORKER_THREAD_ENV if name not in os.environ}
     added.update(extra or {})
     os.environ.update(added)
     try:
         yield
     finally:
-        for name in added:
-            os.environ.pop(name, None)
+        for name, value in added.items():
+            if os.environ.get(name) == value:
+                del os.environ[name]
 
 
 # Imported once by the forkserver, so that each forked worker starts with them loaded.
