@@ -51,18 +51,18 @@ def run(fn, init_fn=None, **options):
         for x in it:
             got.append(x)
     except Exception as e:
-        error = {{"type": type(e).__name__, "text": str(e),
-                  "notes": "\\n".join(getattr(e, "__notes__", []))}}
+        error = {"type": type(e).__name__, "text": str(e),
+                 "notes": "\\n".join(getattr(e, "__notes__", []))}
     finally:
         it.close()
     here = [x for x, pid in got if pid == os.getpid()]
-    return {{"values": [x for x, _ in got], "here": here, "error": error}}
+    return {"values": [x for x, _ in got], "here": here, "error": error}
 
 
 if __name__ == "__main__":
     case = sys.argv[1]
     if case == "cheap":
-        out = {{"first": run(tag), "second": run(tag)}}
+        out = {"first": run(tag), "second": run(tag)}
     elif case == "init":
         out = run(tag, init)
     elif case == "sleep":
@@ -72,13 +72,13 @@ if __name__ == "__main__":
             time.sleep(0.1)
         out["helper_ended_after_s"] = time.monotonic() - start
     else:
-        out = run({{"fail": fail_at_5, "lock": lock_at_5}}[case])
+        out = run({"fail": fail_at_5, "lock": lock_at_5}[case])
     print(json.dumps(out))
 """
 
 
 def run(folder: Path, case: str) -> dict:
-    (folder / "job.py").write_text(SCRIPT.format())
+    (folder / "job.py").write_text(SCRIPT)
     done = run_python(folder, [str(folder / "job.py"), case], cwd=folder)
     return json.loads(done.stdout.splitlines()[-1])
 
