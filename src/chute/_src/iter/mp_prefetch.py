@@ -41,6 +41,7 @@ from chute._src.iter.mp_shards import (
 )
 from chute._src.iter.mp_startup import StartupHelper
 from chute._src.iterator import DatasetIterator
+from chute._src.mp import heap
 from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
 from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
 from chute._src.mp.pool import WorkerPool, forkserver_cold, prewarm
@@ -434,6 +435,7 @@ class WorkerChunks(ChunkExecutor):
             return False
         self._service.warm = True  # only the first element: then the workers' pace
         self._submitted = start + 1
+        heap.raise_threshold()  # its arrays then reuse freed memory (see `heap`)
         return True
 
     def seek(self, start: int) -> None:

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from queue import SimpleQueue
 from typing import Any
 
+from chute._src.mp import heap
 from chute._src.mp.shm import InheritedFd, map_slab
 from chute._src.mp.transport import ResultSender, decode_free
 
@@ -64,33 +65,6 @@ def _die_with_parent() -> None:
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-# glibc's mallopt parameters.
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_MMAP_BELOW = 32 << 20
-_TRIM_ABOVE = 128 << 20
-
-
-def _keep_freed_memory() -> None:
-    """Lets glibc reuse freed blocks below 32 MiB instead of unmapping them.
-
-    A stage that makes a fresh array for every element (decoding, `np.full`, a map's
-    temporaries) would otherwise get new pages from the kernel each time, and fault each
-    of them in. glibc adapts its threshold to the largest block freed, but a worker whose
-    large outputs live in shared memory never frees one. Up to 128 MiB of free heap stays
-    mapped for reuse.
-    """
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS): leave malloc as it is
-        return
-    mallopt(_M_MMAP_THRESHOLD, _MMAP_BELOW)
-    mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE)
 
 
 def _dump_stack_on_sigusr1(fd: int) -> None:
@@ -134,7 +108,7 @@ def run_worker(spec: WorkerSpec) -> None:
         _die_with_parent()
     if spec.stack is not None:
         _dump_stack_on_sigusr1(spec.stack.fd)
-    _keep_freed_memory()
+    heap.keep_freed_memory()  # see heap's docstring
     slab = None
     if spec.slab is not None:
         slab = map_slab(spec.slab.fd, spec.slab_bytes)
