@@ -9,18 +9,18 @@ larger than any freed before: 36 MiB of faults. Reused, the heap grows to 8 MiB 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from chute._src.mp import heap
+
 sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import run_main
 
 pytestmark = pytest.mark.skipif(
-    not (hasattr(os, "confstr") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")),
-    reason="chute tunes the allocator only where the C library is glibc",
+    heap.glibc() is None, reason="chute tunes the allocator only where the C library is glibc"
 )
 
 PROBE = """

@@ -13,7 +13,7 @@ as such blocks come and go, so a process's first elements pay for it.
   memory, so it may never free a block large enough to raise the threshold by itself.
 - `raise_threshold`, in the user's process, when it computes the first elements while the
   workers start: no setting changes there. One block of 16 MiB is allocated and freed,
-  never touched (no page is faulted in), which moves the threshold to 16 MiB and the trim
+  never written (only glibc's header page is faulted in), which moves the threshold to 16 MiB and the trim
   threshold to 32 MiB exactly as the first free of any array of 16 MiB does; glibc goes on
   adjusting them as before.
 
@@ -35,7 +35,7 @@ _RAISE_TO = 16 << 20  # at most glibc's ceiling for the dynamic threshold, 32 Mi
 _raised = False
 
 
-def _glibc() -> Any | None:
+def glibc() -> Any | None:
     """The C library (ctypes), if it is glibc; None otherwise."""
     try:
         version = os.confstr("CS_GNU_LIBC_VERSION")
@@ -51,7 +51,7 @@ def _glibc() -> Any | None:
 def keep_freed_memory() -> None:
     """Lets glibc reuse freed blocks below 32 MiB instead of unmapping them, and keep up
     to 128 MiB of free heap mapped for reuse (in a worker process only)."""
-    libc = _glibc()
+    libc = glibc()
     if libc is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_BELOW)
         libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE)
@@ -64,7 +64,7 @@ def raise_threshold() -> None:
     if _raised:
         return
     _raised = True
-    libc = _glibc()
+    libc = glibc()
     if libc is None:
         return
     import ctypes
