@@ -4,7 +4,8 @@ A stage that makes a fresh array for every element (decoding an image, `np.full`
 temporaries) frees blocks of hundreds of KiB to MiBs, element after element. glibc serves
 blocks above its mmap threshold (128 KiB at first) with `mmap`, and hands the memory of
 freed ones back to the kernel, so the next element gets fresh pages and faults each one in:
-64 JPEG decodes fault ~14,000 pages, a third of their time. glibc raises the threshold to
+64 JPEG decodes in a fresh process fault 14,000-21,000 pages, a third of their time. glibc
+raises the threshold to
 the size of the largest block freed (up to 32 MiB; mallopt(3), M_MMAP_THRESHOLD), but only
 as such blocks come and go, so a process's first elements pay for it.
 
@@ -13,9 +14,9 @@ as such blocks come and go, so a process's first elements pay for it.
   memory, so it may never free a block large enough to raise the threshold by itself.
 - `raise_threshold`, in the user's process, when it computes the first elements while the
   workers start: no setting changes there. One block of 16 MiB is allocated and freed,
-  never written (only glibc's header page is faulted in), which moves the threshold to 16 MiB and the trim
-  threshold to 32 MiB exactly as the first free of any array of 16 MiB does; glibc goes on
-  adjusting them as before.
+  never written (only glibc's header page is faulted in), which moves the threshold to
+  16 MiB and the trim threshold to 32 MiB exactly as the first free of any array of 16 MiB
+  does; glibc goes on adjusting them as before.
 
 Neither does anything where the C library is not glibc (musl, macOS).
 """
