@@ -5,9 +5,9 @@ temporaries) frees blocks of hundreds of KiB to MiBs, element after element. gli
 blocks above its mmap threshold (128 KiB at first) with `mmap`, and hands the memory of
 freed ones back to the kernel, so the next element gets fresh pages and faults each one in:
 64 JPEG decodes in a fresh process fault 14,000-21,000 pages, a third of their time. glibc
-raises the threshold to
-the size of the largest block freed (up to 32 MiB; mallopt(3), M_MMAP_THRESHOLD), but only
-as such blocks come and go, so a process's first elements pay for it.
+raises the threshold to the size of the largest block freed (up to 32 MiB; mallopt(3),
+M_MMAP_THRESHOLD), but only as such blocks come and go, so a process's first elements pay
+for it.
 
 - `keep_freed_memory`, in chute's worker processes: fixed thresholds (reuse freed blocks
   below 32 MiB, keep up to 128 MiB of free heap). A worker's large outputs live in shared
