@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import time
@@ -262,6 +263,14 @@ def test_summary_is_printed_once(debug_mode: None, capsys: pytest.CaptureFixture
     assert err.count("chute execution summary") == 1, err
 
 
+_BLOB = bytes(1 << 20)
+
+
+def hashes(x: int) -> int:
+    """CPU-bound native work: hashlib lets go of the GIL while it hashes a large buffer."""
+    return hashlib.sha256(_BLOB).digest()[0] + x
+
+
 def sleeps(x: int) -> int:
     time.sleep(0.001)
     return x
@@ -284,6 +293,8 @@ def background_load() -> Iterator[None]:
 def test_advice_is_the_same_run_after_run_under_load(
     debug_mode: None, background_load: None
 ) -> None:
+    """Pure Python, sleeps and native code each keep their verdict with both cores busy:
+    time queued for a CPU reads neither as CPU work nor as a held GIL."""
     for _ in range(5):
         cpu = iter(
             chute.MapDataset.range(1500)
@@ -303,6 +314,15 @@ def test_advice_is_the_same_run_after_run_under_load(
         s = chute.stats(io)
         assert s.recommendation == "threads", s.summary()
         assert "more threads help" in s.advice()
+        native = iter(
+            chute.MapDataset.range(300)
+            .map(hashes)
+            .to_iter_dataset(chute.ReadOptions(num_threads=0))
+        )
+        list(native)
+        s = chute.stats(native)
+        assert s.recommendation == "threads_or_processes", s.summary()
+        assert "the GIL was often free" in s.advice()
 
 
 def test_enable_profiling_prints_the_summary_of_that_pipeline(

@@ -211,18 +211,21 @@ def _stack() -> list[tuple[StageRecord, int]]:
 
 
 def _sample_forever() -> None:
-    """Each sample notes, for the stage every thread is in, whether another thread wanted
-    the GIL (it was running Python code) or not (its work released it): holding the GIL,
-    this thread lets go of it (`time.sleep(0)`) and takes it back, at once if no thread
-    took it meanwhile, else after that thread's switch interval (5 ms). Waking late from
-    the sleep between samples (a loaded machine) is not counted. Samples fall where the GIL
-    changes hands, so they are a rough measure; the advice leans first on CPU time."""
-    busy_ns = int(_BUSY_S * 1e9)
+    """Each sample notes, for the stage every thread is in, whether another thread held the
+    GIL (it was running Python code) or not (its work released it): this thread sleeps
+    `_SAMPLE_S` without the GIL, and on waking takes it back, at once if no thread holds
+    it, else after the holder's switch interval (5 ms). Of the time past the sleep, the
+    time spent queued for a CPU (a loaded machine; Linux reports it, elsewhere it counts
+    as held) is left out, so that load does not read as a held GIL. Samples fall where the
+    GIL changes hands, so they are a rough measure; the advice leans first on CPU time."""
+    sample_ns, busy_ns = int(_SAMPLE_S * 1e9), int(_BUSY_S * 1e9)
     while True:
-        time.sleep(_SAMPLE_S)
+        _, q0 = _cpu_times_ns()
         t0 = time.perf_counter_ns()
-        time.sleep(0)  # lets go of the GIL and takes it back
-        busy = time.perf_counter_ns() - t0 > busy_ns
+        time.sleep(_SAMPLE_S)  # lets go of the GIL, and takes it back on waking
+        late = time.perf_counter_ns() - t0 - sample_ns
+        _, q1 = _cpu_times_ns()
+        busy = late - (q1 - q0) > busy_ns
         for stack in list(_stacks.values()):
             if stack:
                 record = stack[-1][0]
