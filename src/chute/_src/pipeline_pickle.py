@@ -6,12 +6,21 @@ the standard pickle is used, which needs functions defined at module level.
 
 A pipeline that cannot be pickled raises the pickler's own exception (as Grain's
 `mp_prefetch` does), with a note naming the stage and the fix.
+
+`referenced_modules` says which modules unpickling a pipeline imports, so that the process
+workers are forked from can import them once for all of them.
 """
 
 from __future__ import annotations
 
 import pickle
+import sys
+import types
 from typing import Any
+
+# How much of a pipeline's pickle `referenced_modules` writes before it stops: the classes
+# and functions come with the stages, a source's data (a long list) after them.
+REFERENCES_BUDGET_BYTES = 1 << 20
 
 
 def _pickler() -> Any:
@@ -54,3 +63,49 @@ def _picklable(pickler: Any, obj: Any) -> bool:
     except Exception:
         return False
     return True
+
+
+class _Enough(Exception):
+    pass
+
+
+class _CountingSink:
+    """A file that keeps nothing, and stops the pickler past `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        self.left -= n
+        if self.left < 0:
+            raise _Enough
+        return n
+
+
+def referenced_modules(obj: Any, budget_bytes: int = REFERENCES_BUDGET_BYTES) -> list[str]:
+    """The modules of the classes, functions and modules `obj`'s pickle refers to, in the
+    order met: those unpickling it imports. Pickling stops after `budget_bytes` (a source
+    holding much data) or at what cannot be pickled; what was met until then is returned,
+    and nothing is raised. Only modules imported here are named, never `__main__`."""
+    base = _pickler().Pickler
+    found: dict[str, None] = {}
+
+    class Recorder(base):  # type: ignore[misc, valid-type]
+        def reducer_override(self, o: Any) -> Any:
+            if isinstance(o, types.ModuleType):
+                found[o.__name__] = None
+            else:
+                module = getattr(o, "__module__", None) if callable(o) else None
+                for name in (module, type(o).__module__):
+                    if isinstance(name, str):
+                        found[name] = None
+            parent = getattr(super(), "reducer_override", None)
+            return parent(o) if parent is not None else NotImplemented
+
+    try:
+        Recorder(_CountingSink(budget_bytes), protocol=5).dump(obj)
+    except Exception:
+        pass  # an unpicklable stage is reported when the workers start; _Enough: done
+    skip = ("__main__", "__mp_main__", "builtins")
+    return [m for m in found if m in sys.modules and m not in skip]

@@ -17,6 +17,7 @@ bound the wait (a warning with the worker's stack, then an error).
 
 from __future__ import annotations
 
+import functools
 import pickle
 import threading
 import time
@@ -94,7 +95,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         if self._options.num_workers != 0:
             # Start the process that forks the workers now, while the pipeline is being
             # built: its imports then overlap the user's work instead of the first batch.
-            prewarm()
+            prewarm(functools.partial(_worker_modules, parent, worker_init_fn is None))
         # Grain's workers read strided slices of the source, or contiguous ones with
         # sequential_slice=True (a different order). chute's workers always compute
         # contiguous chunks of indices, reassembled in index order: the output is the same
@@ -145,6 +146,15 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
 
     def __repr__(self) -> str:
         return f"MultiprocessPrefetchIterDataset(num_workers={self._options.num_workers})"
+
+
+def _worker_modules(parent: IterDataset[Any], users_too: bool) -> list[str]:
+    """The modules a worker imports to unpickle its tasks: this one (`_ChunkWorker`) and
+    those `parent`'s pickle refers to, which the forkserver then imports once for every
+    worker. The user's modules only with no `worker_init_fn`: with one, they are imported
+    after it ran, in each worker, as before."""
+    names = [__name__, *pipeline_pickle.referenced_modules(parent)]
+    return [n for n in names if users_too or n.startswith("chute.")]
 
 
 _WORKER_BYTES = 256 << 20  # the memory a worker is assumed to take, for AUTOTUNE

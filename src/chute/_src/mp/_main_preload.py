@@ -1,6 +1,8 @@
 """Imported by the forkserver as it starts: runs the main script there once, as
 `__mp_main__`, so that workers forked from it find it imported instead of each running it
-again (its imports: numpy, a tokenizer, torch or jax) at every start.
+again (its imports: numpy, a tokenizer, torch or jax) at every start. Then it imports the
+modules the process that started the server named (those its workers' tasks are
+unpickled with: chute's stages, the user's functions), for the same reason.
 
 Python's forkserver means to do this (`__main__` is in its default preload list), but
 3.11 looks up the main script's path under a key the preparation data does not use, so it
@@ -10,10 +12,11 @@ told (`multiprocessing.spawn.get_preparation_data`) in the environment variable
 it. A worker's own preparation then sees `__main__` already at that path (or module
 name) and leaves it.
 
-Whatever goes wrong here (the script raises, exits, or starts workers at import because
-it has no `if __name__ == "__main__":` guard) leaves the server as it was: each worker
-then imports the script itself, as without this module, and fails there with the usual
-explanation. Standard library only: this runs before anything else in the server.
+Whatever goes wrong here (the script or a module raises, exits, or starts workers at
+import because it has no `if __name__ == "__main__":` guard) leaves the server as it was:
+each worker then imports the script or module itself, as without this module, and fails
+there with the usual explanation. Standard library only: this runs before anything else
+in the server.
 """
 
 from __future__ import annotations
@@ -34,20 +37,34 @@ class PreloadStopped(BaseException):
 
 
 def _preload(spec: dict[str, object]) -> None:
-    from multiprocessing import process, spawn
+    from multiprocessing import process
 
     global running
+    sys_path = spec.get("sys_path")
+    if isinstance(sys_path, list):
+        sys.path[:] = [p for p in sys_path if isinstance(p, str)]
+    me = process.current_process()
+    me._inheriting = True  # type: ignore[attr-defined]
+    running = True
+    try:
+        _import_main(spec)
+        names = spec.get("modules")
+        for name in names if isinstance(names, list) else []:
+            if isinstance(name, str):
+                _import_module(name)
+    finally:
+        running = False
+        del me._inheriting  # type: ignore[attr-defined]
+
+
+def _import_main(spec: dict[str, object]) -> None:
+    from multiprocessing import spawn
+
     path = spec.get("path")
     name = spec.get("name")
     if isinstance(path, str) and not os.path.isabs(path) and spec.get("dir") != os.getcwd():
         return  # a relative path from another directory: the workers resolve it themselves
-    sys_path = spec.get("sys_path")
-    if isinstance(sys_path, list):
-        sys.path[:] = [p for p in sys_path if isinstance(p, str)]
     modules = dict(sys.modules)
-    me = process.current_process()
-    me._inheriting = True  # type: ignore[attr-defined]
-    running = True
     try:
         if isinstance(name, str):
             spawn._fixup_main_from_name(name)  # type: ignore[attr-defined]
@@ -61,9 +78,17 @@ def _preload(spec: dict[str, object]) -> None:
                 sys.modules[key] = modules[key]
             else:
                 sys.modules.pop(key, None)
-    finally:
-        running = False
-        del me._inheriting  # type: ignore[attr-defined]
+
+
+def _import_module(name: str) -> None:
+    """Imports `name`; a failure leaves it to the workers, which import it themselves (a
+    module that failed half-way is not left in `sys.modules`)."""
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        pass
 
 
 def _in_forkserver() -> bool:

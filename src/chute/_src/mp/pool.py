@@ -28,7 +28,7 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
@@ -109,7 +109,10 @@ def _worker_environment(extra: dict[str, str] | None = None) -> Iterator[None]:
 FORKSERVER_PRELOAD = ("numpy", "chute._src.mp._worker", "chute._src.mp._main_preload")
 
 
-def _ensure_forkserver() -> None:
+def _ensure_forkserver(modules: Iterable[str] = ()) -> None:
+    """Starts the forkserver unless it runs. A server started here also imports the main
+    script and then `modules`, once, so that workers forked from it find them imported
+    (see `_main_preload`)."""
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     if server is None or getattr(server, "_forkserver_pid", None) is not None:
         multiprocessing.forkserver.ensure_running()
@@ -120,13 +123,19 @@ def _ensure_forkserver() -> None:
         multiprocessing.forkserver.set_forkserver_preload(current + extra)
     # The server inherits this process's environment as it is started, and takes MAIN_ENV
     # out of its own at once (its workers never see it); the thread counts stay.
-    with _worker_environment({MAIN_ENV: _main_spec()}):
+    with _worker_environment({MAIN_ENV: _main_spec(modules)}):
         multiprocessing.forkserver.ensure_running()
 
 
-def _main_spec() -> str:
+def _forkserver_running() -> bool:
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    return getattr(server, "_forkserver_pid", None) is not None
+
+
+def _main_spec(modules: Iterable[str] = ()) -> str:
     """What `_main_preload` needs to import the main script in the forkserver as the
-    workers would: its path or module name, the working directory and `sys.path`."""
+    workers would (its path or module name, the working directory and `sys.path`), and
+    the other modules to import there."""
     from multiprocessing import spawn
 
     data = spawn.get_preparation_data("chute-forkserver")
@@ -135,8 +144,9 @@ def _main_spec() -> str:
         "name": data.get("init_main_from_name"),
         "dir": data.get("dir"),
         "sys_path": data.get("sys_path"),
+        "modules": list(modules),
     }
-    return json.dumps(spec) if spec["path"] or spec["name"] else ""
+    return json.dumps(spec) if spec["path"] or spec["name"] or spec["modules"] else ""
 
 
 _forkserver_served = False  # a pool of this process has had workers from the forkserver
@@ -149,16 +159,18 @@ def forkserver_cold() -> bool:
     return not _forkserver_served
 
 
-def prewarm() -> None:
+def prewarm(modules: Callable[[], Iterable[str]] | None = None) -> None:
     """Starts the forkserver now, if the default start method will need it: it imports
     numpy and chute (~0.3 s, more on a busy machine) in its own process, meanwhile this one
-    goes on; the first `WorkerPool` then forks at once. A no-op once it runs, and in a
-    chute worker (which starts no workers of its own)."""
+    goes on; the first `WorkerPool` then forks at once. The server also imports what
+    `modules()` names (asked only when it starts): the modules that workers would each
+    import to unpickle their task. A no-op once it runs, and in a chute worker (which
+    starts no workers of its own)."""
     me = multiprocessing.current_process()
     if me.name.startswith(WORKER_NAME_PREFIX) or getattr(me, "_inheriting", False):
         return
-    if DEFAULT_START_METHOD == "forkserver":
-        _ensure_forkserver()
+    if DEFAULT_START_METHOD == "forkserver" and not _forkserver_running():
+        _ensure_forkserver(modules() if modules is not None else ())
 
 
 def _check_picklable(what: str, obj: object) -> None:
@@ -453,7 +465,9 @@ class WorkerPool(Generic[TaskT, ResultT]):
         # PDEATHSIG is only safe when this thread lives as long as the process.
         pdeathsig = self._start_method == "forkserver" or in_main_thread
         if self._start_method == "forkserver":
-            _ensure_forkserver()
+            # Unpickling a worker's spec imports the module of its function: import it
+            # once in the server instead, if this starts it.
+            _ensure_forkserver([type(self._worker_fn).__module__])
         child_conns = []
         child_fds: list[int] = []
         try:
