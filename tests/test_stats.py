@@ -295,34 +295,20 @@ def test_advice_is_the_same_run_after_run_under_load(
 ) -> None:
     """Pure Python, sleeps and native code each keep their verdict with both cores busy:
     time queued for a CPU reads neither as CPU work nor as a held GIL."""
+    cases = [
+        (python_work, 1500, "processes", "worker processes"),
+        (sleeps, 200, "threads", "more threads help"),
+        (hashes, 300, "threads_or_processes", "the GIL was often free"),
+    ]
     for _ in range(5):
-        cpu = iter(
-            chute.MapDataset.range(1500)
-            .map(python_work)
-            .to_iter_dataset(chute.ReadOptions(num_threads=0))
-        )
-        list(cpu)
-        s = chute.stats(cpu)
-        assert s.recommendation == "processes", s.summary()
-        assert "worker processes" in s.advice()
-        io = iter(
-            chute.MapDataset.range(200)
-            .map(sleeps)
-            .to_iter_dataset(chute.ReadOptions(num_threads=0))
-        )
-        list(io)
-        s = chute.stats(io)
-        assert s.recommendation == "threads", s.summary()
-        assert "more threads help" in s.advice()
-        native = iter(
-            chute.MapDataset.range(300)
-            .map(hashes)
-            .to_iter_dataset(chute.ReadOptions(num_threads=0))
-        )
-        list(native)
-        s = chute.stats(native)
-        assert s.recommendation == "threads_or_processes", s.summary()
-        assert "the GIL was often free" in s.advice()
+        for fn, n, verdict, advice in cases:
+            it = iter(
+                chute.MapDataset.range(n).map(fn).to_iter_dataset(chute.ReadOptions(num_threads=0))
+            )
+            list(it)
+            s = chute.stats(it)
+            assert s.recommendation == verdict, s.summary()
+            assert advice in s.advice()
 
 
 def test_enable_profiling_prints_the_summary_of_that_pipeline(
