@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -103,14 +102,7 @@ def test_the_server_imports_each_module_it_is_handed_and_survives_failures(
         "print(sorted(m for m in ('raises', 'json', 'exits', 'chute._src.map.map') "
         "if m in sys.modules))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": SRC, MAIN_ENV: json.dumps(spec)},
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python(tmp_path, ["-c", code], env={**os.environ, MAIN_ENV: json.dumps(spec)})
     assert done.stdout.split("\n")[0] == "['chute._src.map.map', 'json']"
 
 

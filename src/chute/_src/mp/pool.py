@@ -114,7 +114,7 @@ def _ensure_forkserver(modules: Iterable[str] = ()) -> None:
     script and then `modules`, once, so that workers forked from it find them imported
     (see `_main_preload`)."""
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    if server is None or getattr(server, "_forkserver_pid", None) is not None:
+    if server is None or _forkserver_running():
         multiprocessing.forkserver.ensure_running()
         return
     current = list(getattr(server, "_preload_modules", ["__main__"]))
