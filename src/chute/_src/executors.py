@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import os
 import time
 import weakref
 from concurrent import futures
@@ -129,15 +130,25 @@ def _timed_getitems(
     ds: Any, idx: np.ndarray, queue: bool
 ) -> tuple[list[Any], float, float, float, float]:
     """`ds._getitems(idx)`, the wall-clock seconds it took, the CPU seconds of the thread
-    that ran it, the seconds that thread waited for a CPU (with `queue`; else 0: reading
-    it costs a /proc read, ~10-20 us, twice), and the CPU seconds of the process's other
-    threads meanwhile."""
-    t0, q0 = time.perf_counter(), _queued_here() if queue else 0.0
-    c0, p0 = time.thread_time(), time.process_time()
+    that ran it, the seconds that thread waited for a CPU, and the seconds the process's
+    other threads computed or waited for a CPU meanwhile. The waits for a CPU only with
+    `queue` (else 0: reading them costs /proc reads, ~10-20 us each, twice): without them,
+    threads that other processes kept off the CPUs look idle (waiting on I/O) when they
+    were taking turns at the GIL."""
+    # The /proc reads release the GIL, and may wait to take it back while other threads
+    # compute: they stay outside the three clocks, which are read together (reading the
+    # wall clock before them counted such a wait as this chunk's, the others' CPU meanwhile
+    # not, and a chunk of pure Python looked as if it waited on I/O).
+    q0, all0 = (_queued_here(), _queued_process()) if queue else (0.0, 0.0)
+    t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     items = ds._getitems(idx)
-    cpu, process_cpu = time.thread_time() - c0, time.process_time() - p0
-    wall, queued = time.perf_counter() - t0, (_queued_here() - q0) if queue else 0.0
-    return items, wall, cpu, queued, process_cpu - cpu
+    wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    process_cpu = time.process_time() - p0
+    queued = others_queued = 0.0
+    if queue:
+        queued = _queued_here() - q0
+        others_queued = max(0.0, _queued_process() - all0 - queued)
+    return items, wall, cpu, queued, process_cpu - cpu + others_queued
 
 
 def _queued_here() -> float:
@@ -148,6 +159,23 @@ def _queued_here() -> float:
             return int(f.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def _queued_process() -> float:
+    """Seconds the process's live threads have waited for a CPU, 0.0 where Linux does
+    not say (a thread that ended meanwhile drops out: its wait is then missed)."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+    return total / 1e9
 
 
 class Threads(ChunkExecutor):
@@ -299,7 +327,8 @@ share of its wall-clock time (the rest waiting on I/O) starts the thread climb a
 `_WAITING_START` threads. A chunk that computes measures near 1 on its thread (about 1/n
 with n threads taking turns at the GIL); a 5 ms sleep, near 0."""
 _BUSY_ELSEWHERE = 0.5
-"""...unless the process's other threads computed for this share of that time or more:
+"""...unless the process's other threads computed (or waited for a CPU) for this share of
+that time or more:
 then the chunk's thread may have waited for the GIL, not for I/O (the consumer builds the
 rest of the pipeline while the first chunk is computed), and the next chunk is measured
 instead, up to `_START_CHUNKS` chunks; after that the climb starts at the cores."""
