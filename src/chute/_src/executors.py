@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import abc
 import collections
-import os
 import time
 import weakref
 from concurrent import futures
@@ -139,7 +138,7 @@ def _timed_getitems(
     # compute: they stay outside the three clocks, which are read together (reading the
     # wall clock before them counted such a wait as this chunk's, the others' CPU meanwhile
     # not, and a chunk of pure Python looked as if it waited on I/O).
-    q0, all0 = (_queued_here(), _queued_process()) if queue else (0.0, 0.0)
+    q0, all0 = (_queued_here(), autotune.queued_seconds() or 0.0) if queue else (0.0, 0.0)
     t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     items = ds._getitems(idx)
     wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
@@ -147,7 +146,7 @@ def _timed_getitems(
     queued = others_queued = 0.0
     if queue:
         queued = _queued_here() - q0
-        others_queued = max(0.0, _queued_process() - all0 - queued)
+        others_queued = max(0.0, (autotune.queued_seconds() or 0.0) - all0 - queued)
     return items, wall, cpu, queued, process_cpu - cpu + others_queued
 
 
@@ -159,23 +158,6 @@ def _queued_here() -> float:
             return int(f.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return 0.0
-
-
-def _queued_process() -> float:
-    """Seconds the process's live threads have waited for a CPU, 0.0 where Linux does
-    not say (a thread that ended meanwhile drops out: its wait is then missed)."""
-    total = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0.0
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
-    return total / 1e9
 
 
 class Threads(ChunkExecutor):
