@@ -29,7 +29,7 @@ def link():
     fd = create_slab_fd("/dev/shm", SLAB)
     worker_side, main_side = Pipe(duplex=True)
     sender = ResultSender(worker_side, map_slab(fd, SLAB))
-    receiver = ResultReceiver(main_side, map_slab(fd, SLAB, populate=False))
+    receiver = ResultReceiver(main_side, map_slab(fd, SLAB))
     os.close(fd)
     yield sender, receiver
     worker_side.close()
@@ -204,7 +204,7 @@ def test_slab_grows_for_large_results_and_old_arrays_stay_valid() -> None:
     sender = ResultSender(
         worker_side, map_slab(fd, SLAB), grow_to=16 * SLAB, shm_dir="/dev/shm", headroom=4
     )
-    receiver = ResultReceiver(main_side, map_slab(fd, SLAB, populate=False))
+    receiver = ResultReceiver(main_side, map_slab(fd, SLAB))
     os.close(fd)
     small = roundtrip(sender, receiver, np.full(SLAB // 64, 1.0))  # fits 4 times: no growth
     assert receiver.slab_bytes == SLAB and in_slab(small, receiver)
@@ -300,7 +300,7 @@ def test_built_array_on_a_retired_slab_is_copied_into_the_new_one() -> None:
     sender = ResultSender(
         worker_side, map_slab(fd, SLAB), grow_to=16 * SLAB, shm_dir="/dev/shm", headroom=4
     )
-    receiver = ResultReceiver(main_side, map_slab(fd, SLAB, populate=False))
+    receiver = ResultReceiver(main_side, map_slab(fd, SLAB))
     os.close(fd)
     old = sender.allocate_array((SLAB // 64,), np.dtype(np.float64))
     assert old is not None
@@ -357,7 +357,7 @@ def test_a_result_that_still_fits_goes_first_and_the_slab_grows_after() -> None:
     sender = ResultSender(
         worker_side, map_slab(fd, SLAB), grow_to=16 * SLAB, shm_dir="/dev/shm", headroom=4
     )
-    receiver = ResultReceiver(main_side, map_slab(fd, SLAB, populate=False))
+    receiver = ResultReceiver(main_side, map_slab(fd, SLAB))
     os.close(fd)
     built = sender.allocate_array((SLAB // 32,), np.dtype(np.float64))  # a quarter
     assert built is not None and sender.slab_bytes == SLAB

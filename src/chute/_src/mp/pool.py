@@ -479,7 +479,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
                 os.set_blocking(stack_read, False)
                 os.set_blocking(stack_write, False)
                 child_fds.append(stack_write)
-                slab = map_slab(fds[i], self._shm_bytes, populate=False) if fds else None
+                slab = map_slab(fds[i], self._shm_bytes) if fds else None
                 spec = WorkerSpec(
                     index=i,
                     num_workers=self._num_workers,

@@ -145,10 +145,11 @@ def create_slab_fd(directory: str, nbytes: int) -> int:
     return fd
 
 
-def map_slab(fd: int, nbytes: int, *, populate: bool = True) -> mmap.mmap:
-    """Maps a slab read-write and shared; `populate` faults every page in up front."""
-    flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
-    return mmap.mmap(fd, nbytes, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+def map_slab(fd: int, nbytes: int) -> mmap.mmap:
+    """Maps a slab read-write and shared. Its pages are faulted in as results first fill
+    them, not up front (MAP_POPULATE: 5 ms for 16 MiB, 43 ms for 77 MiB, before the
+    first result, which may need a few pages); `create_slab_fd` reserved them already."""
+    return mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
 
 
 def send_fd(conn: Connection, fd: int) -> None:

@@ -382,9 +382,7 @@ class ResultSender:
             self._conn.send_bytes(pickle.dumps(("warn", -1, note), protocol=5))
             return self._current
         try:
-            # Not populated: faulting in all of it at once (43 ms for 77 MiB) would hold up
-            # the next task; results fault its pages in as they first fill them.
-            mapping = map_slab(fd, size, populate=False)
+            mapping = map_slab(fd, size)
             slab_id = self._current.id + 1 if self._current is not None else 1
             self._conn.send_bytes(pickle.dumps(("slab", -1, (slab_id, size)), protocol=5))
             send_fd(self._conn, fd)
@@ -477,7 +475,7 @@ class ResultReceiver:
                 fd = recv_fd(self._conn)
                 try:
                     # Arrays on the old slab keep its mapping alive through their base.
-                    self._slab = map_slab(fd, body[1], populate=False)
+                    self._slab = map_slab(fd, body[1])
                 finally:
                     os.close(fd)
             elif kind == "warn":
