@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -211,8 +212,6 @@ class Spin:
     """Holds the GIL (pure Python) on its own thread until stopped."""
 
     def __init__(self) -> None:
-        import threading
-
         self.stop = False
         self.thread = threading.Thread(target=self.run, daemon=True)
 

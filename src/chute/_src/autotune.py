@@ -264,9 +264,13 @@ class HillClimb:
         if self._measuring_since is None:
             if now - self._t0 < SETTLE_S:
                 return self.value
-            self._measuring_since, self._count = now, 0
+            self._count = 0
             if self._cores:
-                self._cpu0, self._queued0 = time.process_time(), queued_seconds()
+                # The /proc reads may wait for the GIL: before the clocks, read together.
+                self._queued0 = queued_seconds()
+                now = time.monotonic()
+                self._cpu0 = time.process_time()
+            self._measuring_since = now
             return self.value
         self._count += elements
         elapsed = now - self._measuring_since
