@@ -146,3 +146,18 @@ def slow_double(x: int) -> int:
 def with_pid(x: Any) -> tuple[Any, int]:
     """The element and the process that computed it."""
     return x, os.getpid()
+
+
+def stamp_slow_first(x: int) -> tuple[int, int, float, float]:
+    """(x, the process, when it began, when it ended); element 0 takes a second."""
+    began = time.time()
+    if x == 0:
+        time.sleep(1.0)
+    return x, os.getpid(), began, time.time()
+
+
+def fail_first(x: int) -> int:
+    if x == 0:
+        time.sleep(0.3)  # the workers start meanwhile
+        raise KeyError("element 0 is bad")
+    return x

@@ -1,10 +1,15 @@
-"""`StartupHelper`: a thread of the consumer's process that computes elements while the
-workers of a program's first pool are starting (see `mp_prefetch.WorkerChunks`).
+"""Threads of the consumer's process that compute elements while workers start (see
+`mp_prefetch.WorkerChunks`), so that the consumer's own thread, which alone talks to the
+workers, gives them the elements after these as soon as they are started.
 
-The consumer hands it one element at a time and waits for the answer, so the pipeline is
-never used by two threads at once. An element that raises (or runs on past the workers'
-start by more than `grace_s`: it may hang) comes back as None and is left to the workers,
-which report a failure or a stall as they always do.
+- `compute_beside`: the first element of an iterator, which the consumer computes itself
+  while its workers start; its value, or what it raised, as if computed in place.
+- `StartupHelper`: the elements after it while the workers of a program's first pool wait
+  for the forkserver. An element that raises (or runs on past the workers' start by more
+  than `grace_s`: it may hang) comes back as None and is left to the workers, which
+  report a failure or a stall as they always do.
+
+The consumer waits for each answer, so the pipeline is never used by two threads at once.
 """
 
 from __future__ import annotations
@@ -18,7 +23,36 @@ from typing import Any
 # How long an element computed here may still run once the workers are started, before it
 # is given to them instead (the thread is then abandoned to finish it on its own).
 GRACE_S = 1.0
-_POLL_S = 0.02  # how often a wait looks at whether the workers are started
+_POLL_S = 0.005  # how often a wait looks at whether the workers are started
+
+
+def compute_beside(
+    fn: Callable[[], Any], started: Callable[[], bool], on_started: Callable[[], None]
+) -> Any:
+    """`fn()` computed on a thread of its own while this one waits, calling `on_started`
+    (here) as soon as `started()` is true: workers that start meanwhile are given work
+    instead of waiting for `fn`. Returns what `fn` returned, or raises what it raised."""
+    got: list[Any] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            got.append((True, fn()))
+        except BaseException as e:  # raised on the consumer's thread, as in place
+            got.append((False, e))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="chute-first-element", daemon=True).start()
+    told = False
+    while not done.wait(None if told else _POLL_S):
+        if started():
+            told = True
+            on_started()
+    ok, value = got[0]
+    if not ok:
+        raise value
+    return value
 
 
 class StartupHelper:
