@@ -49,7 +49,7 @@ def compute_beside(
         if started():
             told = True
             on_started()
-    ok, value = got[0]
+    ok, value = got.pop()  # (not kept in the list: a cycle through the traceback)
     if not ok:
         raise value
     return value
