@@ -7,15 +7,21 @@ forkserver is cold."""
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from chute._src.iter.mp_startup import StartupHelper
 from process_helpers import run_python
 
 SCRIPT = """
 import json, os, sys, threading, time
 import chute
+
+if __name__ == "__mp_main__" and os.environ.get("SLOW_SERVER"):
+    time.sleep(4)  # the forkserver runs this script: it starts as slowly as one importing torch
 
 
 def tag(x):
@@ -38,13 +44,18 @@ def sleep_at_5(x):
     return x, os.getpid()
 
 
+def costly(x):
+    time.sleep(float(os.environ["COST_S"]))
+    return x, os.getpid()
+
+
 def init(worker_index, num_workers):
     pass
 
 
 def run(fn, init_fn=None, **options):
     opts = chute.MultiprocessingOptions(num_workers=2, **options)
-    ds = chute.MapDataset.range(64).map(fn).to_iter_dataset().mp_prefetch(opts, init_fn)
+    ds = chute.MapDataset.range(int(os.environ.get("COUNT", 64))).map(fn).to_iter_dataset().mp_prefetch(opts, init_fn)
     got, error = [], None
     it = iter(ds)
     try:
@@ -65,6 +76,8 @@ if __name__ == "__main__":
         out = {"first": run(tag), "second": run(tag)}
     elif case == "init":
         out = run(tag, init)
+    elif case == "costly":
+        out = run(costly)
     elif case == "sleep":
         out = run(sleep_at_5, stall_warning_s=30, timeout_s=2)
         start = time.monotonic()
@@ -77,9 +90,9 @@ if __name__ == "__main__":
 """
 
 
-def run(folder: Path, case: str) -> dict:
+def run(folder: Path, case: str, **env: str) -> dict:
     (folder / "job.py").write_text(SCRIPT)
-    done = run_python(folder, [str(folder / "job.py"), case], cwd=folder)
+    done = run_python(folder, [str(folder / "job.py"), case], {**os.environ, **env}, cwd=folder)
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -126,3 +139,44 @@ def test_an_element_that_outlasts_the_start_times_out_in_a_worker(tmp_path: Path
     assert "timeout_s=2" in out["error"]["text"]
     # The helper thread was left to finish the element; it ends when the element returns.
     assert out["helper_ended_after_s"] < 8
+
+
+def test_costly_elements_are_computed_here_while_a_slow_forkserver_starts(
+    tmp_path: Path,
+) -> None:
+    # The server runs a main script that takes 4 s to import: once it has been starting
+    # for twice as long as an element takes, the helper computes them, in order.
+    out = run(tmp_path, "costly", COST_S="0.25", COUNT="24", SLOW_SERVER="1")
+    assert out["values"] == list(range(24)) and out["error"] is None
+    here = out["here"]
+    assert len(here) >= 4 and here == list(range(len(here))), here
+    assert 23 not in here
+
+
+def test_the_helper_waits_until_an_element_is_likely_done_before_the_workers_start() -> None:
+    # The last element took 1 s; the server has been starting for 0.5 s: an element
+    # started now would likely still run when the workers start. The helper waits, and
+    # leaves the element to the workers, which start first.
+    began = time.monotonic()
+    helper = StartupHelper(
+        started=lambda: time.monotonic() - began > 0.3,
+        starting_s=lambda: 0.5 + time.monotonic() - began,
+    )
+    helper.last_s = 1.0
+    ran: list[int] = []
+    assert helper.compute(lambda: ran.append(1)) is None
+    assert ran == [] and 0.3 < time.monotonic() - began < 2
+    helper.close()
+
+
+def test_the_helper_starts_an_element_once_the_server_has_been_starting_long_enough() -> None:
+    # Same, but the workers are still not started when the server has been starting for
+    # 2 s (twice the last element's time): the element is computed here from then on.
+    began = time.monotonic()
+    helper = StartupHelper(started=lambda: False, starting_s=lambda: 1.7 + time.monotonic() - began)
+    helper.last_s = 1.0
+    assert helper.compute(lambda: "done") == "done"
+    assert time.monotonic() - began > 0.3
+    assert helper.last_s < 0.1  # now the time that element took
+    assert helper.compute(lambda: "again") == "again"  # at once
+    helper.close()

@@ -45,7 +45,7 @@ from chute._src.iterator import DatasetIterator
 from chute._src.mp import heap
 from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
 from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
-from chute._src.mp.pool import WorkerPool, forkserver_cold, prewarm
+from chute._src.mp.pool import WorkerPool, forkserver_cold, forkserver_starting_s, prewarm
 from chute._src.mp.transport import RemoteFailure
 from chute._src.options import MultiprocessingOptions
 from chute._src.protocol import StageRole
@@ -386,11 +386,13 @@ class WorkerChunks(ChunkExecutor):
                 # Workers starting meanwhile (~0.02 s once the forkserver runs) are given
                 # the elements after it then, not when it is done (~0.1 s for a batch of
                 # images, all of it idle for them).
+                begun = time.perf_counter()
                 items = compute_beside(
                     lambda: getitems_exact(ds, start, 1)[0],
                     lambda: self._service.started,
                     self._top_up,
                 )
+                self._service.computed_here_s(time.perf_counter() - begun)
             if self._service.started:
                 self._top_up()  # else at the next chunk, which waits for the workers
             return items
@@ -693,7 +695,7 @@ class _ChunkService:
         # worker_init_fn sets up what elements may need in a worker.
         self._helper: StartupHelper | None = None
         if worker_init_fn is None and self._pool.start_method == "forkserver" and forkserver_cold():
-            self._helper = StartupHelper(lambda: self.started)
+            self._helper = StartupHelper(lambda: self.started, forkserver_starting_s)
         self._starter: threading.Thread | None = threading.Thread(
             target=self._start_workers, name="chute-start-workers", daemon=True
         )
@@ -726,6 +728,11 @@ class _ChunkService:
             helper.close()
             self._helper = helper = None
         return helper is not None
+
+    def computed_here_s(self, seconds: float) -> None:
+        """Tells the startup helper how long an element computed in this process took."""
+        if self._helper is not None:
+            self._helper.last_s = seconds
 
     def compute_here(
         self, fn: Callable[[], Any], on_started: Callable[[], None] | None = None

@@ -9,6 +9,16 @@ workers, gives them the elements after these as soon as they are started.
   than `grace_s`: it may hang) comes back as None and is left to the workers, which
   report a failure or a stall as they always do.
 
+  An element is started here only when it is likely to be done before the workers start:
+  when the forkserver has been starting for at least `LEAD` times as long as the last
+  element computed here took (the server's start is unknown, ~0.2 s or the seconds of a
+  main script importing torch; the longer it has run, the longer it likely runs on).
+  Until then the helper waits, and an element the workers start first is theirs. One
+  still running when they start takes a core from them for little: 2 workers deliver in
+  pairs, and in a fresh process the 10th batch of images (64 per element, ~0.17 s each)
+  came no sooner for the one the helper computed (first 10 batches / steady rate 0.70
+  with it, 0.76 without, in `benchmarks/bench_rampup.py`'s A/B).
+
 The consumer waits for each answer, so the pipeline is never used by two threads at once.
 """
 
@@ -23,6 +33,9 @@ from typing import Any
 # How long an element computed here may still run once the workers are started, before it
 # is given to them instead (the thread is then abandoned to finish it on its own).
 GRACE_S = 1.0
+# An element is started here once the forkserver has been starting for LEAD times as long
+# as the last one took (see the module's docstring).
+LEAD = 2.0
 _POLL_S = 0.005  # how often a wait looks at whether the workers are started
 
 
@@ -56,9 +69,18 @@ def compute_beside(
 
 
 class StartupHelper:
-    def __init__(self, started: Callable[[], bool], grace_s: float = GRACE_S) -> None:
+    def __init__(
+        self,
+        started: Callable[[], bool],
+        starting_s: Callable[[], float],
+        grace_s: float = GRACE_S,
+    ) -> None:
+        """`started()`: whether the workers are started; `starting_s()`: how long the
+        forkserver they wait for has been starting."""
         self._started = started
+        self._starting_s = starting_s
         self._grace_s = grace_s
+        self.last_s = 0.0  # how long the last element computed in this process took
         self._ask: queue.SimpleQueue[tuple[int, Callable[[], Any]] | None] = queue.SimpleQueue()
         self._got: queue.SimpleQueue[tuple[int, bool, Any]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -68,10 +90,15 @@ class StartupHelper:
     def compute(
         self, fn: Callable[[], Any], on_started: Callable[[], None] | None = None
     ) -> Any | None:
-        """`fn()` computed on the helper's thread; None if it raised, or if it had not
-        finished `grace_s` after the workers were started. `on_started` is called (on this
-        thread) as soon as the workers are seen started while `fn` runs, so that they are
-        given the elements after it meanwhile."""
+        """`fn()` computed on the helper's thread; None if the workers were started before
+        it was likely to be done (see the module's docstring), if it raised, or if it had
+        not finished `grace_s` after the workers were started. `on_started` is called (on
+        this thread) as soon as the workers are seen started while `fn` runs, so that they
+        are given the elements after it meanwhile."""
+        while LEAD * self.last_s > self._starting_s():
+            if self._started():
+                return None
+            time.sleep(_POLL_S)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="chute-startup", daemon=True)
             self._thread.start()
@@ -103,7 +130,12 @@ class StartupHelper:
     def _run(self) -> None:
         while (item := self._ask.get()) is not None:
             seq, fn = item
+            begun = time.perf_counter()
             try:
-                self._got.put((seq, True, fn()))
+                value = fn()
             except BaseException:  # the workers compute it again and report what it raises
                 self._got.put((seq, False, None))
+                continue
+            finally:
+                self.last_s = time.perf_counter() - begun
+            self._got.put((seq, True, value))

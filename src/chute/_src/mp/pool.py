@@ -59,7 +59,13 @@ from chute._src.mp.transport import (
     encode_free,
 )
 
-__all__ = ["DEFAULT_START_METHOD", "WorkerPool", "forkserver_cold", "prewarm"]
+__all__ = [
+    "DEFAULT_START_METHOD",
+    "WorkerPool",
+    "forkserver_cold",
+    "forkserver_starting_s",
+    "prewarm",
+]
 
 TaskT = TypeVar("TaskT")
 ResultT = TypeVar("ResultT")
@@ -113,6 +119,9 @@ def _ensure_forkserver(modules: Iterable[str] = ()) -> None:
     """Starts the forkserver unless it runs. A server started here also imports the main
     script and then `modules`, once, so that workers forked from it find them imported
     (see `_main_preload`)."""
+    global _forkserver_asked_at
+    if _forkserver_asked_at is None:
+        _forkserver_asked_at = time.monotonic()
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     if server is None or _forkserver_running():
         multiprocessing.forkserver.ensure_running()
@@ -150,6 +159,7 @@ def _main_spec(modules: Iterable[str] = ()) -> str:
 
 
 _forkserver_served = False  # a pool of this process has had workers from the forkserver
+_forkserver_asked_at: float | None = None  # when this process first asked for the server
 
 
 def forkserver_cold() -> bool:
@@ -157,6 +167,12 @@ def forkserver_cold() -> bool:
     pool waits for the server's imports (~0.2 s and the main script's), later ones only for
     a fork each."""
     return not _forkserver_served
+
+
+def forkserver_starting_s() -> float:
+    """How long ago (s) this process first asked for the forkserver; 0.0 before it did."""
+    asked = _forkserver_asked_at
+    return 0.0 if asked is None else time.monotonic() - asked
 
 
 def prewarm(modules: Callable[[], Iterable[str]] | None = None) -> None:
