@@ -416,7 +416,7 @@ class MapDataset(_Node, Generic[T]):
         seed: int | None = None,
     ) -> MapDataset[S]:
         """Applies `transform(element, rng)`; `rng` is keyed by (seed, element index)."""
-        from chute._src.map.map import RandomMapMapDataset
+        from chute._src.map.random_map import RandomMapMapDataset
 
         return RandomMapMapDataset(self, transform, seed=seed)
 
@@ -666,7 +666,7 @@ class IterDataset(_Node, Generic[T]):
         seed: int | None = None,
     ) -> IterDataset[S]:
         """Applies `transform(element, rng)`; `rng` is keyed by (seed, element position)."""
-        from chute._src.iter.map import RandomMapIterDataset
+        from chute._src.iter.random_map import RandomMapIterDataset
 
         return RandomMapIterDataset(self, transform, seed=seed)
 

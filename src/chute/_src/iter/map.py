@@ -1,4 +1,5 @@
-"""`IterDataset.map`, `.map_with_index` and `.random_map`."""
+"""`IterDataset.map` and `.map_with_index`, and the iterator `.random_map` shares
+(`random_map.py`)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
+from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import add_stage_note
 from chute._src.iterator import DatasetIterator, bad_value, check_int, int_at
 from chute._src.protocol import StageRole
 from chute._src.seeding import ElementRngs
-from chute._src.transforms import as_map_fn, as_map_with_index_fn, as_random_map_fn, describe
+from chute._src.transforms import as_map_fn, as_map_with_index_fn, describe
 
 
 class MapIterDataset(IterDataset[Any]):
@@ -77,29 +78,13 @@ class MapWithIndexIterDataset(IterDataset[Any]):
         self._fn: Callable[[int, Any], Any] = as_map_with_index_fn(transform)
 
     def make_iterator(self) -> DatasetIterator[Any]:
-        return _IndexedIterator(self._parent_iter(), self, None)
+        return IndexedIterator(self._parent_iter(), self, self._fn, None)
 
     def __repr__(self) -> str:
         return f"MapWithIndexIterDataset(transform={describe(self._fn)})"
 
 
-class RandomMapIterDataset(IterDataset[Any]):
-    def __init__(self, parent: IterDataset[Any], transform: Any, *, seed: int | None) -> None:
-        super().__init__([parent])
-        self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
-        self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
-
-    def make_iterator(self) -> DatasetIterator[Any]:
-        return _IndexedIterator(self._parent_iter(), self, ElementRngs(self._seed))
-
-    def __repr__(self) -> str:
-        return f"RandomMapIterDataset(transform={describe(self._fn)})"
-
-    def _fingerprint_params(self) -> str:
-        return f"seed={self._seed}"
-
-
-class _IndexedIterator(DatasetIterator[Any]):
+class IndexedIterator(DatasetIterator[Any]):
     """Counts the elements it has mapped: the index of map_with_index, the key of random_map."""
 
     stage = "indexed_map"
@@ -107,12 +92,14 @@ class _IndexedIterator(DatasetIterator[Any]):
     def __init__(
         self,
         parent: DatasetIterator[Any],
-        ds: MapWithIndexIterDataset | RandomMapIterDataset,
+        ds: IterDataset[Any],
+        fn: Callable[..., Any],
         rngs: ElementRngs | None,
     ) -> None:
+        """`fn(index, element)` with no `rngs` (map_with_index), else `fn(element, rng)`."""
         super().__init__(parent)
         self._ds = ds
-        self._fn: Any = ds._fn
+        self._fn = fn
         self._rngs = rngs
         self._index = 0
 

@@ -1,4 +1,4 @@
-"""`MapDataset.map`, `.map_with_index` and `.random_map`."""
+"""`MapDataset.map` and `.map_with_index` (`.random_map`: `random_map.py`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.dataset import SEED_TAG_RANDOM_MAP, MapDataset
+from chute._src.dataset import MapDataset
 from chute._src.errors import add_stage_note
 from chute._src.map._apply import failed_position
-from chute._src.seeding import ElementRngs
 from chute._src.transforms import (
     as_map_fn,
     as_map_with_index_fn,
-    as_random_map_fn,
     describe,
 )
 
@@ -67,36 +65,3 @@ class MapWithIndexMapDataset(MapDataset[Any]):
 
     def __repr__(self) -> str:
         return f"MapWithIndexMapDataset(transform={describe(self._fn)})"
-
-
-class RandomMapMapDataset(MapDataset[Any]):
-    """Applies `fn(element, rng)` with `rng` keyed by (stage seed, element index)."""
-
-    def __init__(self, parent: MapDataset[Any], transform: Any, *, seed: int | None) -> None:
-        super().__init__([parent])
-        self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
-        self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
-
-    def __len__(self) -> int:
-        return len(self._parents[0])
-
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        xs = self._parents[0]._getitems(indices)
-        fn = self._fn
-        rngs = ElementRngs(self._seed)
-        rng = rngs.rng
-        it = iter(xs)
-        try:
-            return [
-                None if x is None else fn(x, rng(key))
-                for x, key in zip(it, rngs.for_indices(indices).tolist())
-            ]
-        except Exception as e:
-            add_stage_note(e, self, int(indices[failed_position(it, len(xs))]))
-            raise
-
-    def __repr__(self) -> str:
-        return f"RandomMapMapDataset(transform={describe(self._fn)})"
-
-    def _fingerprint_params(self) -> str:
-        return f"seed={self._seed}"
