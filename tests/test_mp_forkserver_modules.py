@@ -127,3 +127,44 @@ def test_referenced_modules_stop_at_the_budget_and_at_what_cannot_be_pickled() -
     # Modules referred to as such (cloudpickle refers to `np` in a lambda that way).
     assert "numpy" in pipeline_pickle.referenced_modules(lambda x: np.sqrt(x))
     assert "__main__" not in pipeline_pickle.referenced_modules([mpp.double])
+
+
+RANDOM_STAGES = """
+import sys
+
+LOADED = None
+
+
+def init(index, count):  # runs in a worker before it unpickles the pipeline
+    global LOADED
+    LOADED = "numpy.random" in sys.modules
+
+
+def jitter(x, rng):
+    return x, LOADED
+"""
+
+RANDOM_SCRIPT = """
+import json
+import chute
+import random_stages
+
+if __name__ == "__main__":
+    ds = chute.MapDataset.range(8).random_map(random_stages.jitter, seed=1).to_iter_dataset()
+    options = chute.MultiprocessingOptions(num_workers=2)
+    print(json.dumps(list(ds.mp_prefetch(options, worker_init_fn=random_stages.init))))
+"""
+
+
+def test_workers_of_a_random_map_find_numpy_random_loaded_by_the_forkserver(
+    tmp_path: Path,
+) -> None:
+    # `import numpy` leaves numpy.random out (~20 ms to import); the random_map stage's
+    # module imports it, so the server has it before it forks any worker.
+    (tmp_path / "random_stages.py").write_text(RANDOM_STAGES)
+    (tmp_path / "job.py").write_text(RANDOM_SCRIPT)
+    done = run_python(tmp_path, [str(tmp_path / "job.py")], cwd=tmp_path)
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert [x for x, _ in out] == list(range(8))
+    # Element 0 is computed in the main process (no worker_init_fn ran there).
+    assert [loaded for _, loaded in out[1:]] == [True] * 7, out
