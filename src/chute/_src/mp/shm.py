@@ -1,4 +1,4 @@
-"""Shared-memory slabs: one reusable, pre-faulted block of shared memory per worker.
+"""Shared-memory slabs: one reusable block of shared memory per worker.
 
 A slab is a file in a tmpfs directory (`/dev/shm` by default) that is unlinked the moment
 it is created: only file descriptors and mappings keep it alive, so no name can leak,
@@ -9,11 +9,12 @@ back over the pipe (`send_fd`, SCM_RIGHTS); the old one is unmapped once its las
 is freed.
 
 The memory is reserved up front with `posix_fallocate`: on a full tmpfs this fails with a
-clean `OSError` here, instead of a SIGBUS later when a page is first written. The worker,
-which writes every byte, maps its first slab with `MAP_POPULATE`, so no page fault is left
-on its hot path; a larger slab it grows to is mapped lazily (populating it at once would
-hold up the worker's next task). The main process maps it lazily (a read fault per page, once per slab lifetime):
-populating it there too would add ~0.4 ms per MiB to the pool's start, serially.
+clean `OSError` here, instead of a SIGBUS later when a page is first written. Both
+processes map a slab lazily: its pages are faulted in as results first fill them (a fault
+per page, once per slab lifetime). Populating a worker's mapping up front (`MAP_POPULATE`)
+cost ~5 ms for 16 MiB before its first task, for results that may fill a few pages (rows
+of text); populating the main process's would add ~0.4 ms per MiB to the pool's start,
+serially.
 """
 
 from __future__ import annotations
