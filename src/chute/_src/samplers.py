@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chute._src.seeding import ElementRngs, derive_seed, validate_seed
+from chute._src.element_rngs import ElementRngs
+from chute._src.seeding import derive_seed, validate_seed
 from chute._src.sharding import NoSharding, ShardOptions, even_split_bounds
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,8 +12,10 @@ from chute._src.dataset import IterDataset, MapDataset
 from chute._src.errors import add_stage_note
 from chute._src.iterator import DatasetIterator, bad_value, check_int, int_at
 from chute._src.protocol import StageRole
-from chute._src.seeding import ElementRngs
 from chute._src.transforms import as_map_fn, as_map_with_index_fn, describe
+
+if TYPE_CHECKING:  # imports numpy.random, which a plain map does not need
+    from chute._src.element_rngs import ElementRngs
 
 
 class MapIterDataset(IterDataset[Any]):

@@ -132,10 +132,8 @@ class StartupHelper:
             seq, fn = item
             begun = time.perf_counter()
             try:
-                value = fn()
+                answer = (seq, True, fn())
             except BaseException:  # the workers compute it again and report what it raises
-                self._got.put((seq, False, None))
-                continue
-            finally:
-                self.last_s = time.perf_counter() - begun
-            self._got.put((seq, True, value))
+                answer = (seq, False, None)
+            self.last_s = time.perf_counter() - begun
+            self._got.put(answer)

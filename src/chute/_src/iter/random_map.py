@@ -6,12 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import numpy.random  # loaded by the forkserver with this module: see map/random_map.py
 
 from chute._src.dataset import SEED_TAG_RANDOM_MAP, IterDataset
+from chute._src.element_rngs import ElementRngs
 from chute._src.iter.map import IndexedIterator
 from chute._src.iterator import DatasetIterator
-from chute._src.seeding import ElementRngs
 from chute._src.transforms import as_random_map_fn, describe
 
 

@@ -6,17 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import numpy.random  # see below
 
 from chute._src.dataset import SEED_TAG_RANDOM_MAP, MapDataset
+from chute._src.element_rngs import ElementRngs
 from chute._src.errors import add_stage_note
 from chute._src.map._apply import failed_position
-from chute._src.seeding import ElementRngs
 from chute._src.transforms import as_random_map_fn, describe
-
-# `import numpy` leaves out numpy.random (~20 ms to import). Imported with this module, it
-# is loaded once by the forkserver, which imports the modules a pipeline's pickle names,
-# instead of by every worker at its first element.
 
 
 class RandomMapMapDataset(MapDataset[Any]):
