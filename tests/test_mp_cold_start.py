@@ -6,6 +6,7 @@ forkserver is cold."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -53,6 +54,23 @@ def init(worker_index, num_workers):
     pass
 
 
+class Recorded:  # records 0..n-1; notes, in the process that built it, each read's size
+
+    def __init__(self, n):
+        self.n, self.owner, self.reads = n, os.getpid(), []
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices):
+        if os.getpid() == self.owner:
+            self.reads.append(len(indices))
+        return [int(i) for i in indices]
+
+
 def run(fn, init_fn=None, **options):
     opts = chute.MultiprocessingOptions(num_workers=2, **options)
     ds = chute.MapDataset.range(int(os.environ.get("COUNT", 64))).map(fn).to_iter_dataset().mp_prefetch(opts, init_fn)
@@ -78,6 +96,12 @@ if __name__ == "__main__":
         out = run(tag, init)
     elif case == "costly":
         out = run(costly)
+    elif case == "runs":
+        source = Recorded(int(os.environ["COUNT"]))
+        opts = chute.MultiprocessingOptions(num_workers=2)
+        it = iter(chute.MapDataset.source(source).to_iter_dataset().mp_prefetch(opts))
+        out = {"values": list(it), "reads": source.reads}
+        it.close()
     elif case == "sleep":
         out = run(sleep_at_5, stall_warning_s=30, timeout_s=2)
         start = time.monotonic()
@@ -153,6 +177,20 @@ def test_costly_elements_are_computed_here_while_a_slow_forkserver_starts(
     assert 23 not in here
 
 
+def test_the_helper_reads_runs_of_elements_that_grow_while_a_slow_forkserver_starts(
+    tmp_path: Path,
+) -> None:
+    # One record at a time, a source is read once per record and every stage is called
+    # once per element; the helper reads runs instead, growing 4-fold towards ~20 ms.
+    out = run(tmp_path, "runs", COUNT="3000", SLOW_SERVER="1")
+    assert out["values"] == list(range(3000))
+    reads = out["reads"]
+    assert reads[0] == 1  # the first element, alone
+    assert max(reads) >= 256, reads
+    assert all(b <= 4 * a for a, b in itertools.pairwise(reads)), reads
+    assert sum(reads) < 3000  # the last element is always the workers'
+
+
 def test_the_helper_waits_until_an_element_is_likely_done_before_the_workers_start() -> None:
     # The last element took 1 s; the server has been starting for 0.5 s: an element
     # started now would likely still run when the workers start. The helper waits, and
@@ -161,22 +199,56 @@ def test_the_helper_waits_until_an_element_is_likely_done_before_the_workers_sta
     helper = StartupHelper(
         started=lambda: time.monotonic() - began > 0.3,
         starting_s=lambda: 0.5 + time.monotonic() - began,
+        target_s=0.02,
     )
-    helper.last_s = 1.0
-    ran: list[int] = []
-    assert helper.compute(lambda: ran.append(1)) is None
-    assert ran == [] and 0.3 < time.monotonic() - began < 2
+    helper.measured(1.0, 1)
+    assert helper.size(10) == 0
+    assert 0.3 < time.monotonic() - began < 2
     helper.close()
 
 
 def test_the_helper_starts_an_element_once_the_server_has_been_starting_long_enough() -> None:
     # Same, but the workers are still not started when the server has been starting for
-    # 2 s (twice the last element's time): the element is computed here from then on.
+    # 2 s (twice the last element's time): an element is computed here from then on.
     began = time.monotonic()
-    helper = StartupHelper(started=lambda: False, starting_s=lambda: 1.7 + time.monotonic() - began)
-    helper.last_s = 1.0
-    assert helper.compute(lambda: "done") == "done"
+    helper = StartupHelper(
+        started=lambda: False, starting_s=lambda: 1.7 + time.monotonic() - began, target_s=0.02
+    )
+    helper.measured(1.0, 1)
+    assert helper.size(10) == 1
     assert time.monotonic() - began > 0.3
-    assert helper.last_s < 0.1  # now the time that element took
-    assert helper.compute(lambda: "again") == "again"  # at once
+    assert helper.compute(lambda: ["done"], 1) == ["done"]
+    assert helper.element_s < 0.1  # now the time that element took
+    assert helper.size(10) == 4  # at once, and 4 of them: runs grow 4-fold
+    helper.close()
+
+
+def test_runs_computed_here_grow_to_the_target_time_and_fit_the_start() -> None:
+    starting = [1.0]
+    helper = StartupHelper(started=lambda: False, starting_s=lambda: starting[0], target_s=0.02)
+    helper.measured(0.001, 1)  # 1 ms an element: 20 make the 20 ms target
+    sizes = []
+    for _ in range(4):
+        k = helper.size(1000)
+        sizes.append(k)
+        helper.measured(0.001 * k, k)
+    assert sizes == [4, 16, 20, 20]
+    assert helper.size(7) == 7  # never more than asked for
+    # The server has been starting for 10 ms: 5 elements of 1 ms are likely done (twice
+    # their time) before the workers start; 20 would not be.
+    starting[0] = 0.01
+    assert helper.size(1000) == 5
+    helper.close()
+
+
+def test_a_run_computed_here_returns_its_elements_and_measures_them() -> None:
+    helper = StartupHelper(started=lambda: False, starting_s=lambda: 10.0, target_s=0.02)
+
+    def run() -> list[int]:
+        time.sleep(0.05)
+        return [1, 2, 3, 4, 5]
+
+    assert helper.compute(run, 5) == [1, 2, 3, 4, 5]
+    assert 0.009 < helper.element_s < 0.05  # 0.05 s for 5 elements
+    assert helper.compute(lambda: 1 / 0, 3) is None  # raised: left to the workers
     helper.close()

@@ -336,11 +336,12 @@ class WorkerChunks(ChunkExecutor):
 
     The first pool of a program also waits for the forkserver's imports (~0.2 s, more with
     the main script's). Until its workers are started, a helper thread of this process
-    (`mp_startup.StartupHelper`) goes on computing the elements asked for, keeping each
-    that succeeds and pickles; one that raises, cannot be pickled or outlasts the start is
-    left to the workers, which report it as always, and so is the last element, so that
-    workers that cannot start (a script without its `__main__` guard) are reported even
-    when the rest was computed here.
+    (`mp_startup.StartupHelper`) goes on computing the elements asked for, in runs sized
+    as the workers' chunks are, keeping each run that succeeds and pickles; a run in which
+    an element raises or cannot be pickled, or that outlasts the start, is left to the
+    workers, which report it as always, and so is the last element, so that workers that
+    cannot start (a script without its `__main__` guard) are reported even when the rest
+    was computed here. The workers' first chunks are sized from the helper's runs.
     So a batch of cheap elements assembled after this stage (rows of text) does not wait
     for the workers' start either.
     """
@@ -418,6 +419,13 @@ class WorkerChunks(ChunkExecutor):
         elapsed, items, failure = self._service.result(ticket)
         if failure is not None:  # items holds the elements before the failing one
             self._failure = (start + len(items), failure)
+        self._resize(items, elapsed, failure is not None)
+        self._service.observe(len(items))
+        return items
+
+    def _resize(self, items: list[Any], elapsed: float, failed: bool) -> None:
+        """Sizes the chunks asked for next from `items`, computed in `elapsed` seconds
+        (and the one after them, which raised, if `failed`)."""
         # Chunks aim at ~20 ms of work, but never at more than _CHUNK_BYTES of arrays:
         # large results must fit the workers' shared-memory slabs, or they fall back to
         # pipes. Either way only scheduling changes, never which elements come out.
@@ -430,26 +438,38 @@ class WorkerChunks(ChunkExecutor):
         # Sized from this chunk's own time per element (chunks in flight were sized
         # earlier: doubling the current size on each fast result would overshoot and then
         # swing back), growing at most 4-fold per result from the size measured.
-        measured = len(items) + (failure is not None)
+        measured = len(items) + failed
         if measured and elapsed > 0:
             ideal = int(_TARGET_CHUNK_S * measured / elapsed)
             self._chunk = max(1, min(ideal, 4 * measured, cap))
-        self._service.observe(len(items))
-        return items
 
     def _compute_here(self, start: int) -> list[Any] | None:
-        """Element `start`, computed in this process while the workers start; None if it
-        raises, cannot be pickled or outlasts their start: the workers then compute it and
-        report that as they report any failure or stall (naming worker and index)."""
+        """Elements from `start` on, computed in this process while the workers start;
+        None if one raises or cannot be pickled, or if they outlast the start: the
+        workers then compute them and report that as they report any failure or stall
+        (naming worker and index)."""
         ds = self.ds
+        # As many as the helper can likely compute before the workers start, never the
+        # last element (see the class's docstring).
+        k = self._service.count_here(self.length - 1 - start)
+        if k == 0:
+            return None
 
-        def element() -> list[Any] | None:
-            items: list[Any] = getitems_exact(ds, start, 1)[0]
-            return None if _first_unpicklable(items) is not None else items
+        def elements() -> list[Any] | None:
+            items, failed = getitems_exact(ds, start, k)
+            return None if failed or _first_unpicklable(items) is not None else items
 
-        # The workers, once started, get the elements after this one meanwhile.
-        self._submitted = start + 1
-        result: list[Any] | None = self._service.compute_here(element, self._top_up)
+        # The workers, once started, get the elements after these meanwhile, in chunks
+        # sized from the time these took.
+        self._submitted = start + k
+        begun = time.perf_counter()
+        result: list[Any] | None = self._service.compute_here(elements, k, self._top_up)
+        if result is not None:
+            self._resize(result, time.perf_counter() - begun, False)
+        else:
+            # The workers compute the run again one element at a time, as a failed chunk
+            # is: the elements before one that fails or hangs come out before it.
+            self._chunk = 1
         return result
 
     def _leave_to_consumer(self, start: int) -> bool:
@@ -695,7 +715,9 @@ class _ChunkService:
         # worker_init_fn sets up what elements may need in a worker.
         self._helper: StartupHelper | None = None
         if worker_init_fn is None and self._pool.start_method == "forkserver" and forkserver_cold():
-            self._helper = StartupHelper(lambda: self.started, forkserver_starting_s)
+            self._helper = StartupHelper(
+                lambda: self.started, forkserver_starting_s, _TARGET_CHUNK_S
+            )
         self._starter: threading.Thread | None = threading.Thread(
             target=self._start_workers, name="chute-start-workers", daemon=True
         )
@@ -732,13 +754,21 @@ class _ChunkService:
     def computed_here_s(self, seconds: float) -> None:
         """Tells the startup helper how long an element computed in this process took."""
         if self._helper is not None:
-            self._helper.last_s = seconds
+            self._helper.measured(seconds, 1)
+
+    def count_here(self, most: int) -> int:
+        """How many elements (at most `most`) to compute next on the startup helper's
+        thread; 0 if the workers are started first (see `mp_startup`)."""
+        return self._helper.size(most) if self._helper is not None else 0
 
     def compute_here(
-        self, fn: Callable[[], Any], on_started: Callable[[], None] | None = None
+        self, fn: Callable[[], Any], count: int, on_started: Callable[[], None] | None = None
     ) -> Any | None:
-        """`fn()` on the startup helper's thread (`mp_startup`); None if it failed."""
-        return self._helper.compute(fn, on_started) if self._helper is not None else None
+        """`fn()`, computing `count` elements, on the startup helper's thread
+        (`mp_startup`); None if it failed."""
+        if self._helper is None:
+            return None
+        return self._helper.compute(fn, count, on_started)
 
     @property
     def started(self) -> bool:
