@@ -71,6 +71,24 @@ class Recorded:  # records 0..n-1; notes, in the process that built it, each rea
         return [int(i) for i in indices]
 
 
+class Cold:  # a source whose first read in each worker takes 0.3 s, as a lazy load does
+    def __init__(self, n):
+        self.n, self.owner, self.loaded = n, os.getpid(), False
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices):
+        if os.getpid() != self.owner and not self.loaded:
+            self.loaded = True
+            time.sleep(0.3)
+        time.sleep(0.0001 * len(indices))
+        return [(int(i), len(indices), os.getpid()) for i in indices]
+
+
 def run(fn, init_fn=None, **options):
     opts = chute.MultiprocessingOptions(num_workers=2, **options)
     ds = chute.MapDataset.range(int(os.environ.get("COUNT", 64))).map(fn).to_iter_dataset().mp_prefetch(opts, init_fn)
@@ -102,6 +120,18 @@ if __name__ == "__main__":
         it = iter(chute.MapDataset.source(source).to_iter_dataset().mp_prefetch(opts))
         out = {"values": list(it), "reads": source.reads}
         it.close()
+    elif case == "cold":
+        source = Cold(int(os.environ["COUNT"]))
+        opts = chute.MultiprocessingOptions(num_workers=2)
+        it = iter(chute.MapDataset.source(source).to_iter_dataset().mp_prefetch(opts))
+        got = list(it)
+        it.close()
+        reads, pos = [], 0  # (pid, size) of each read, in index order
+        while pos < len(got):
+            _, size, pid = got[pos]
+            reads.append((pid, size))
+            pos += size
+        out = {"values": [i for i, _, _ in got], "reads": reads, "me": os.getpid()}
     elif case == "sleep":
         out = run(sleep_at_5, stall_warning_s=30, timeout_s=2)
         start = time.monotonic()
@@ -189,6 +219,18 @@ def test_the_helper_reads_runs_of_elements_that_grow_while_a_slow_forkserver_sta
     assert max(reads) >= 256, reads
     assert all(b <= 4 * a for a, b in itertools.pairwise(reads)), reads
     assert sum(reads) < 3000  # the last element is always the workers'
+
+
+def test_a_workers_slow_first_chunk_does_not_shrink_the_chunks_after_it(tmp_path: Path) -> None:
+    # The workers' first chunks are sized from the helper's runs; each worker's first read
+    # takes 0.3 s more (a lazy load). Sized from that one, the next chunks would shrink
+    # ~15-fold and grow back 4-fold per result, a round trip each.
+    out = run(tmp_path, "cold", COUNT="4000")
+    assert out["values"] == list(range(4000))
+    for pid in {pid for pid, _ in out["reads"]} - {out["me"]}:
+        sizes = [size for p, size in out["reads"] if p == pid]
+        assert sizes[0] >= 20, sizes  # sized from the helper's runs
+        assert min(sizes[1:-1]) >= sizes[0] / 5, sizes
 
 
 def test_the_helper_waits_until_an_element_is_likely_done_before_the_workers_start() -> None:

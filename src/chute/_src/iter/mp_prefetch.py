@@ -419,7 +419,12 @@ class WorkerChunks(ChunkExecutor):
         elapsed, items, failure = self._service.result(ticket)
         if failure is not None:  # items holds the elements before the failing one
             self._failure = (start + len(items), failure)
-        self._resize(items, elapsed, failure is not None)
+        if not ticket.cold:
+            # A worker's first chunk pays its one-off costs (a tokenizer loaded on first
+            # use, a file's index, fresh memory: 5 times a row's time for text); sized from
+            # it, the next chunks would shrink to a few elements and grow back over several
+            # results, each a round trip.
+            self._resize(items, elapsed, failure is not None)
         self._service.observe(len(items))
         return items
 
@@ -644,13 +649,14 @@ def _exit_as_error(exc: SystemExit, index: int) -> RuntimeError:
 
 
 class _Ticket:
-    __slots__ = ("discarded", "result", "task", "worker")
+    __slots__ = ("cold", "discarded", "result", "task", "worker")
 
     def __init__(self, worker: int, task: tuple[Any, ...]) -> None:
         self.worker = worker
         self.task = task
         self.result: Any = None
         self.discarded = False
+        self.cold = False  # its worker's first result (imports, lazy loads, fresh memory)
 
 
 class _ChunkService:
@@ -856,6 +862,7 @@ class _ChunkService:
                 if not self._received[ticket.worker] and e.exitcode != EXIT_NO_MAIN_GUARD:
                     e.add_note(_DIED_AT_START)
                 raise
+            oldest.cold = not self._received[ticket.worker]
             self._received[ticket.worker] = True
             self.warm = True
         out, ticket.result = ticket.result, None
