@@ -10,7 +10,7 @@ workers, gives them the elements after these as soon as they are started.
   failure or a stall as they always do.
 
   The helper computes runs of consecutive elements, as the workers compute chunks: one
-  element at a time, a row of text costs 2.5 times what it costs in a run of 512 (the
+  element at a time, a row of text costs 2.5-3.5 times what it costs in a run of 512 (the
   source reads each record alone, and every stage is called once per element). A run is
   sized to take about `target_s`, growing at most 4-fold from the last, from the time per
   element of the last computation here.
