@@ -107,7 +107,7 @@ class StartupHelper:
     def size(self, most: int) -> int:
         """How many elements to compute here next, at most `most`: as many as take about
         `target_s`, at most 4 times the last count, and only as many as are likely done
-        before the workers start (see the module's docstring); waits until one element
+        before the workers start (see the module's docstring); waits until at least one
         is; 0 if the workers are started first."""
         while True:
             k = min(most, 4 * self._last_count)
