@@ -461,8 +461,10 @@ class WorkerChunks(ChunkExecutor):
             return None
 
         def elements() -> list[Any] | None:
-            items, failed = getitems_exact(ds, start, k)
-            return None if failed or _first_unpicklable(items) is not None else items
+            # One that raises fails the whole run (the helper answers None): the workers
+            # compute it again element by element and report the failure.
+            items: list[Any] = ds._getitems(np.arange(start, start + k, dtype=np.int64))
+            return None if _first_unpicklable(items) is not None else items
 
         # The workers, once started, get the elements after these meanwhile, in chunks
         # sized from the time these took.
