@@ -61,6 +61,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from chute._src.errors import DataError
@@ -356,6 +357,12 @@ class FileGuard:
         if fd >= 0:
             os.close(fd)
 
-    def __del__(self) -> None:
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # A guard that lives until the interpreter tears its modules down (held by a
+        # module, or by `sys`) is collected after this module's globals are gone:
+        # `_finalizing` is bound here so that no global is looked up then, and the kernel
+        # closes the descriptor (and drops its lease) as the process ends.
+        if _finalizing():
+            return
         if getattr(self, "fd", -1) >= 0:
             self.close()
