@@ -16,7 +16,7 @@ import pytest
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
-from process_helpers import run_python  # noqa: E402
+from process_helpers import run_python
 
 READ_ALL = """
 import sys
