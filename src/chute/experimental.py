@@ -13,6 +13,10 @@ from chute._src.element_spec import ShapeDtypeStruct as ShapeDtypeStruct
 from chute._src.element_spec import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
 from chute._src.element_spec import get_element_spec as get_element_spec
 from chute._src.index_shuffle_fn import index_shuffle as index_shuffle
+from chute._src.iter.batch_by_tokens import BatchByTokensIterDataset as BatchByTokensIterDataset
+from chute._src.iter.bucket_by_length import (
+    BucketBySequenceLengthIterDataset as BucketBySequenceLengthIterDataset,
+)
 from chute._src.iter.cache import CacheIterDataset as CacheIterDataset
 from chute._src.iter.concat_split import BOSHandling as BOSHandling
 from chute._src.iter.concat_split import (
@@ -54,7 +58,9 @@ from chute.testing import (
 
 __all__ = [
     "BOSHandling",
+    "BatchByTokensIterDataset",
     "BestFitPackIterDataset",
+    "BucketBySequenceLengthIterDataset",
     "CacheIterDataset",
     "ConcatThenSplitIterDataset",
     "DatasetOptions",

@@ -731,6 +731,75 @@ class IterDataset(_Node, Generic[T]):
         fn = batch_fn_with_padding(batch_fn, pad_value, padding_struct)
         return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=fn)
 
+    def batch_by_tokens(
+        self,
+        max_tokens: int,
+        *,
+        length_fn: Callable[[T], int],
+        max_batch_size: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        drop_remainder: bool = False,
+        window_size: int = 1000,
+        sort: bool = True,
+        seed: int | None = None,
+        pad_value: Any = 0,
+        batch_fn: Callable[[list[T]], Any] | None = None,
+    ) -> IterDataset[Any]:
+        """Batches whose padded size (`longest x count`) stays within `max_tokens`.
+
+        Each window of `window_size` elements is sorted by `length_fn` and cut greedily;
+        no batch spans two windows; with `seed` the batches of a window are handed out in
+        a keyed random order. An element longer than `max_tokens` raises ValueError.
+        `experimental.BatchByTokensIterDataset`; docs/sequences.md.
+        """
+        from chute._src.iter.batch_by_tokens import BatchByTokensIterDataset
+
+        return BatchByTokensIterDataset(
+            self,
+            max_tokens,
+            length_fn=length_fn,
+            max_batch_size=max_batch_size,
+            pad_to_multiple_of=pad_to_multiple_of,
+            drop_remainder=drop_remainder,
+            window_size=window_size,
+            sort=sort,
+            seed=seed,
+            pad_value=pad_value,
+            batch_fn=batch_fn,
+        )
+
+    def bucket_by_sequence_length(
+        self,
+        element_length_func: Callable[[T], int],
+        bucket_boundaries: Sequence[int],
+        bucket_batch_sizes: Sequence[int],
+        *,
+        pad_to_bucket_boundary: bool = False,
+        pad_value: Any = 0,
+        batch_fn: Callable[[list[T]], Any] | None = None,
+        drop_remainder: bool = False,
+        window_size: int | None = None,
+    ) -> IterDataset[Any]:
+        """tf.data's length buckets: an element of length `n` joins the bucket of
+        `bucket_boundaries[b-1] <= n < bucket_boundaries[b]`, batched by
+        `bucket_batch_sizes[b]`. Buckets close at the end of each window of `window_size`
+        elements (default 16 x the sum of the batch sizes), so the state stays small.
+        `experimental.BucketBySequenceLengthIterDataset`; docs/sequences.md.
+        """
+        from chute._src.iter.bucket_by_length import BucketBySequenceLengthIterDataset
+
+        return BucketBySequenceLengthIterDataset(
+            self,
+            element_length_func,
+            bucket_boundaries,
+            bucket_batch_sizes,
+            pad_to_bucket_boundary=pad_to_bucket_boundary,
+            pad_value=pad_value,
+            batch_fn=batch_fn,
+            drop_remainder=drop_remainder,
+            window_size=window_size,
+        )
+
     def repeat(self, num_epochs: int | None = None) -> IterDataset[T]:
         """Repeats the stream `num_epochs` times (forever with None); epochs are identical."""
         from chute._src.iter.repeat import RepeatIterDataset
