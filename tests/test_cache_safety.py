@@ -36,6 +36,14 @@ IS_ROOT = os.geteuid() == 0
 OTHER_UID = 54321
 
 
+@pytest.fixture(autouse=True)
+def _caches_beside_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests plant index caches beside the data, where `CHUTE_INDEX_CACHE=beside`
+    keeps them (and where older versions wrote them, which are still read)."""
+    monkeypatch.setenv("CHUTE_INDEX_CACHE", "beside")
+    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "default-user-cache"))
+
+
 def _jsonl(path: Path, text: bytes) -> Path:
     path.write_bytes(text)
     return path

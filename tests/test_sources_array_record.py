@@ -66,7 +66,10 @@ def test_reader_options_and_missing_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("options", ["group_size:1", "group_size:1,uncompressed"])
-def test_direct_reads_match_the_cpp_reader(tmp_path: Path, options: str) -> None:
+def test_direct_reads_match_the_cpp_reader(
+    tmp_path: Path, options: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHUTE_INDEX_CACHE", "beside")
     rng = np.random.default_rng(2)
     records = [rng.bytes(int(n)) for n in rng.integers(0, 150_000, size=40)] + RECORDS[:100]
     path = str(tmp_path / "big.array_record")

@@ -41,7 +41,8 @@ def test_blank_lines_are_skipped_and_raw_lines_kept(tmp_path: Path) -> None:
     assert JsonlDataSource(path, decode=False).__getitems__([0, 1]) == [b'{"a": 1}', b'{"a": 2}']
 
 
-def test_index_is_cached_and_invalidated(tmp_path: Path) -> None:
+def test_index_is_cached_and_invalidated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHUTE_INDEX_CACHE", "beside")
     path = _write(tmp_path / "d.jsonl", ROWS)
     assert len(JsonlDataSource(path)) == 50
     caches = [p.name for p in tmp_path.iterdir() if p.name.endswith(".chute-index")]
@@ -58,7 +59,8 @@ def test_index_is_cached_and_invalidated(tmp_path: Path) -> None:
     assert not (tmp_path / ".n.jsonl.jsonl-lines.chute-index").exists()
 
 
-def test_corrupt_cache_is_rebuilt(tmp_path: Path) -> None:
+def test_corrupt_cache_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHUTE_INDEX_CACHE", "beside")
     path = _write(tmp_path / "d.jsonl", ROWS)
     len(JsonlDataSource(path))
     cache = tmp_path / ".d.jsonl.jsonl-lines.chute-index"

@@ -28,7 +28,8 @@ def _write(path: Path, records: list[bytes]) -> Path:
     return path
 
 
-def test_random_access_and_pickle(tmp_path: Path) -> None:
+def test_random_access_and_pickle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHUTE_INDEX_CACHE", "beside")
     src = TFRecordDataSource(_write(tmp_path / "a.tfrecord", RECORDS))
     assert len(src) == 4
     assert [src[i] for i in (3, 0, 2, 1)] == [RECORDS[i] for i in (3, 0, 2, 1)]

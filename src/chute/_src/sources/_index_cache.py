@@ -1,13 +1,24 @@
 """An offset index built once per data file and cached on disk, trusted only when it proves
 it belongs to the file as it is now.
 
-Where caches are kept: beside the data file (`.NAME.KIND.chute-index`) when the file's
-directory is owned by the current user and its mode lets its owner write; otherwise (a
-read-only directory, another user's directory, or a write there that fails) in the
-per-user cache directory: `$CHUTE_CACHE_DIR`, else `$XDG_CACHE_HOME/chute`, else
-`~/.cache/chute`, created 0700 and used only if it is owned by the current user and not
-group- or other-writable. There a cache is named by a hash of the data file's real path and
-the kind. A read-only data directory therefore still gets a cache.
+Where caches are kept (`CHUTE_INDEX_CACHE`, read at each use):
+
+- `user` (the default): in the per-user cache directory only: `$CHUTE_CACHE_DIR`, else
+  `$XDG_CACHE_HOME/chute`, else `~/.cache/chute`, created 0700 and used only if it is
+  owned by the current user and not group- or other-writable (otherwise nothing is
+  cached). A cache there is named by a hash of the data file's real path and the kind.
+  Nothing is written into the data's folder, so copying or uploading that folder copies
+  only the data. A cache an older chute wrote beside the data (`.NAME.KIND.chute-index`)
+  is still read when no cache in the user directory is valid; it is never rewritten.
+- `beside`: beside the data file (`.NAME.KIND.chute-index`) when the file's directory is
+  owned by the current user and its mode lets its owner write; otherwise (a read-only
+  directory, another user's directory, or a write there that fails) in the per-user
+  directory. A cache beside the data is then read first.
+- `off`: no cache is read or written (as `cache_index=False` on a source).
+
+Cache files in the per-user directory that were last written more than `MAX_AGE_DAYS`
+days ago are removed when a new cache is written there, so caches of deleted files do
+not pile up (a cache still in use is then built again once).
 
 A cache file is used only if all of these hold; otherwise it is ignored, the index is
 rebuilt and a new cache written:
@@ -33,9 +44,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import stat
 import struct
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -43,7 +56,14 @@ import numpy as np
 from chute._src.records.checksum import crc32c
 from chute._src.sources._index_checks import KINDS, index_is_valid
 
-__all__ = ["cache_path", "cached_index", "cached_remote_index", "user_cache_dir"]
+__all__ = [
+    "MAX_AGE_DAYS",
+    "cache_path",
+    "cached_index",
+    "cached_remote_index",
+    "index_cache_mode",
+    "user_cache_dir",
+]
 
 _MAGIC = b"CHUTEIDX"
 _VERSION = 2
@@ -53,7 +73,23 @@ _HEADER = struct.Struct("<8sI16sQQQqqIQI")
 _EDGE = 64 << 10
 _BLOCK = 4 << 10
 
+MAX_AGE_DAYS = 30
+_MODES = ("user", "beside", "off")
+# The names `_in_user_dir` and `cached_remote_index` give, and their temporary files.
+_OURS = re.compile(r"[0-9a-f]{32}\.[a-z0-9-]+\.chute-index(\.[0-9a-f]{8}\.partial)?")
+
 Identity = tuple[int, int, int, int, int, int]
+
+
+def index_cache_mode() -> str:
+    """Where index caches are kept: `CHUTE_INDEX_CACHE` (`user`, `beside` or `off`)."""
+    mode = os.environ.get("CHUTE_INDEX_CACHE", "") or "user"
+    if mode not in _MODES:
+        raise ValueError(
+            f"CHUTE_INDEX_CACHE={mode!r} is not one of {', '.join(_MODES)}: use user (the "
+            "per-user cache directory, the default), beside (beside each data file) or off"
+        )
+    return mode
 
 
 def user_cache_dir(create: bool = True) -> str | None:
@@ -153,6 +189,22 @@ def _load(cpath: str, kind: bytes, ident: Identity) -> np.ndarray | None:
     return np.frombuffer(body, dtype="<u8").astype(np.int64)
 
 
+def _sweep(directory: str, now: float) -> None:
+    """Removes this user's cache files in `directory` last written over `MAX_AGE_DAYS`
+    days ago (and temporary files of writes that died); leaves every other file alone."""
+    limit = now - MAX_AGE_DAYS * 86400
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for e in entries:
+            if not _OURS.fullmatch(e.name):
+                continue
+            with contextlib.suppress(OSError):
+                st = e.stat(follow_symlinks=False)
+                partial = e.name.endswith(".partial") and st.st_mtime < now - 3600
+                ours = stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+                if ours and (st.st_mtime < limit or partial):
+                    os.unlink(e.path)
+
+
 def _store(cpaths: list[str], kind: bytes, ident: Identity, index: np.ndarray) -> bool:
     body = np.ascontiguousarray(index, dtype="<u8").tobytes()
     header = _HEADER.pack(_MAGIC, _VERSION, kind, *ident, len(body) // 8, crc32c(body))
@@ -192,10 +244,12 @@ def cached_index(
             f"_index_checks.KINDS (known: {sorted(KINDS)})"
         )
     key = kind.encode()[:16]
-    if not use_cache:
+    mode = index_cache_mode()
+    if not use_cache or mode == "off":
         return np.asarray(build(), dtype=np.int64)
     ident = _identity(path)
-    for cpath in _beside(path, kind) + _in_user_dir(path, kind, create=False):
+    beside, user = _beside(path, kind), _in_user_dir(path, kind, create=False)
+    for cpath in beside + user if mode == "beside" else user + beside:
         found = _load(cpath, key, ident)
         if (
             found is not None
@@ -206,8 +260,10 @@ def cached_index(
     index = np.asarray(build(), dtype=np.int64)
     if _identity(path) == ident:  # the file did not change while it was indexed
         flat = index.ravel()
-        if not _store(_beside(path, kind), key, ident, flat):
-            _store(_in_user_dir(path, kind, create=True), key, ident, flat)
+        if mode != "beside" or not _store(beside, key, ident, flat):
+            user = _in_user_dir(path, kind, create=True)
+            if _store(user, key, ident, flat):
+                _sweep(os.path.dirname(user[0]), time.time())
     return index
 
 

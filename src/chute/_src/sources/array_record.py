@@ -16,7 +16,6 @@ import numpy as np
 
 from chute._src import in_flight
 from chute._src.errors import DataError
-from chute._src.remote.calls import call
 from chute._src.remote.file import RemoteFile, open_concurrently, read_many
 from chute._src.remote.urls import StorageOptions, is_url
 from chute._src.sources._concat import Concat
@@ -68,7 +67,7 @@ def _remote_spans(f: RemoteFile, zstd: Any) -> np.ndarray:
     fd, tmp = tempfile.mkstemp(prefix=".chute-arrayrecord-", suffix=".array_record")
     os.close(fd)
     try:
-        call(f.url, "copy it to index it", lambda: f.fs.get_file(f._fspath, tmp))
+        f.copy_to(tmp)
         try:
             reader = _module().ArrayRecordReader(tmp, _SINGLE_OPTIONS)
             ok = reader.ok()
@@ -114,8 +113,8 @@ class ArrayRecordDataSource:
 
     With `direct=True` (the default), files written with `group_size:1` (the layout
     random access wants) are read straight from a memory map: one pass over the file,
-    cached beside it like `JsonlDataSource`'s index, locates every record's chunk and
-    records the CRC32C of every record as read (hash-checked) by the C++ reader; a read
+    cached in the per-user cache directory like `JsonlDataSource`'s index, locates
+    every record's chunk and records the CRC32C of every record as read (hash-checked) by the C++ reader; a read
     is then a slice, a zstd decompression and a CRC32C check, about twice as fast as the
     C++ reader's seek+read; each first checks that the file has not shrunk since it was
     mapped (a truncated map would SIGBUS), raising `chute.DataError` if it has.

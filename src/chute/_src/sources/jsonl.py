@@ -135,8 +135,9 @@ class _File:
 class JsonlDataSource(MultiFileSource["_File"]):
     """Records of JSON Lines files, one per non-blank line, decoded to Python objects.
 
-    Random access goes through a line-offset index, built once per file and cached
-    beside it (`.NAME.jsonl-lines.chute-index`; rebuilt when the file changes; pass
+    Random access goes through a line-offset index, built once per file and cached in
+    the per-user cache directory (`~/.cache/chute`; nothing is written beside the data
+    unless `CHUTE_INDEX_CACHE=beside`; rebuilt when the file changes; pass
     `cache_index=False` to keep it in memory only). Decoding uses orjson when it is
     installed. `decode=False` returns each line as bytes. Each read first makes sure that
     the file has not shrunk since it was opened (a flag test while chute holds a lease on

@@ -90,7 +90,7 @@ class TFRecordDataSource(MultiFileSource["_File"]):
     """Records of TFRecord files, as bytes, with random access.
 
     One scan of each file builds an offset index (checking every length CRC), cached
-    beside the file like `JsonlDataSource`'s. Each read checks the record's data CRC
+    in the per-user cache directory like `JsonlDataSource`'s. Each read checks the record's data CRC
     unless `verify_checksums=False`. Parsing `tf.train.Example` is left to the caller.
     Each read first makes sure that the file has not shrunk since it was opened (a flag
     test while chute holds a lease on it, else a size check per read or block): a file
