@@ -113,11 +113,12 @@ class ArrayRecordDataSource:
 
     With `direct=True` (the default), files written with `group_size:1` (the layout
     random access wants) are read straight from a memory map: one pass over the file,
-    cached in the per-user cache directory like `JsonlDataSource`'s index, locates
-    every record's chunk and records the CRC32C of every record as read (hash-checked)
-    by the C++ reader; a read is then a slice, a zstd decompression and a CRC32C check,
-    about twice as fast as the C++ reader's seek+read; each first checks that the file has not shrunk since it was
-    mapped (a truncated map would SIGBUS), raising `chute.DataError` if it has.
+    cached in the per-user cache directory like `JsonlDataSource`'s index, locates every
+    record's chunk and records the CRC32C of every record as read (hash-checked) by the
+    C++ reader; a read is then a slice, a zstd decompression and a CRC32C check, about
+    twice as fast as the C++ reader's seek+read; each first checks that the file has not
+    shrunk since it was mapped (a truncated map would SIGBUS), raising `chute.DataError`
+    if it has.
     `direct=False` reads everything through the C++ reader.
     Picklable, thread-safe.
     """
