@@ -1,7 +1,10 @@
 """chute in PyTorch (the `[torch]` extra): batches as tensors, and a torch `IterableDataset`.
 
 - `to_tensors(tree)`: numeric numpy arrays as tensors sharing their memory (no copy, also
-  for arrays in the shared memory of `mp_prefetch`'s workers); `pin_memory(tree)`.
+  for arrays in the shared memory of `mp_prefetch`'s workers); `pin_memory(tree)` copies
+  them into page-locked memory, and `pin_memory(ds)` does so for every batch of an
+  `IterDataset` (or iterator) in a background thread, ahead of the loop and with exact
+  checkpoints, as `DataLoader(pin_memory=True)` does.
 - `IterableDataset(dataset, ...)`: a MapDataset (or a map-style source such as a Hugging
   Face dataset) for `torch.utils.data.DataLoader`, cut by rank and by torch worker with no
   duplicates and no gaps; `set_epoch(n)` for a new shuffle per epoch; `state_dict()` /
