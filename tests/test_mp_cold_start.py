@@ -1,5 +1,5 @@
 """While the workers of a program's first pool start (the forkserver imports numpy, chute
-and the main script), the consumer computes the elements it asks for itself, on a helper
+and the modules the pipeline refers to), the consumer computes the elements it asks for itself, on a helper
 thread; the output, and how failures, unpicklable elements and hangs are reported, stay
 those of the workers. Each case runs a real script in a fresh interpreter, where the
 forkserver is cold."""
@@ -17,12 +17,24 @@ sys.path.insert(0, str(Path(__file__).parent))
 from chute._src.iter.mp_startup import StartupHelper
 from process_helpers import run_python
 
+# A module of the user's that the pipeline refers to: the forkserver imports it, as it
+# would a tokenizer's or torch's, and with SLOW_SERVER it takes as long as torch does.
+SLOW_MODULE = """
+import os, sys, time
+
+forkserver = "multiprocessing.forkserver import main" in " ".join(sys.orig_argv)
+if forkserver and os.environ.get("SLOW_SERVER"):
+    time.sleep(4)
+
+
+def passthrough(x):
+    return x
+"""
+
 SCRIPT = """
 import json, os, sys, threading, time
 import chute
-
-if __name__ == "__mp_main__" and os.environ.get("SLOW_SERVER"):
-    time.sleep(4)  # the forkserver runs this script: it starts as slowly as one importing torch
+import slow_module
 
 
 def tag(x):
@@ -91,7 +103,7 @@ class Cold:  # a source whose first read in each worker takes 0.3 s, as a lazy l
 
 def run(fn, init_fn=None, **options):
     opts = chute.MultiprocessingOptions(num_workers=2, **options)
-    ds = chute.MapDataset.range(int(os.environ.get("COUNT", 64))).map(fn).to_iter_dataset().mp_prefetch(opts, init_fn)
+    ds = chute.MapDataset.range(int(os.environ.get("COUNT", 64))).map(slow_module.passthrough).map(fn).to_iter_dataset().mp_prefetch(opts, init_fn)
     got, error = [], None
     it = iter(ds)
     try:
@@ -117,7 +129,8 @@ if __name__ == "__main__":
     elif case == "runs":
         source = Recorded(int(os.environ["COUNT"]))
         opts = chute.MultiprocessingOptions(num_workers=2)
-        it = iter(chute.MapDataset.source(source).to_iter_dataset().mp_prefetch(opts))
+        ds = chute.MapDataset.source(source).map(slow_module.passthrough)
+        it = iter(ds.to_iter_dataset().mp_prefetch(opts))
         out = {"values": list(it), "reads": source.reads}
         it.close()
     elif case == "cold":
@@ -146,6 +159,7 @@ if __name__ == "__main__":
 
 def run(folder: Path, case: str, **env: str) -> dict:
     (folder / "job.py").write_text(SCRIPT)
+    (folder / "slow_module.py").write_text(SLOW_MODULE)
     done = run_python(folder, [str(folder / "job.py"), case], {**os.environ, **env}, cwd=folder)
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -198,7 +212,7 @@ def test_an_element_that_outlasts_the_start_times_out_in_a_worker(tmp_path: Path
 def test_costly_elements_are_computed_here_while_a_slow_forkserver_starts(
     tmp_path: Path,
 ) -> None:
-    # The server runs a main script that takes 4 s to import: once it has been starting
+    # The server imports a module that takes 4 s to import: once it has been starting
     # for twice as long as an element takes, the helper computes them, in order.
     out = run(tmp_path, "costly", COST_S="0.25", COUNT="24", SLOW_SERVER="1")
     assert out["values"] == list(range(24)) and out["error"] is None
@@ -230,7 +244,8 @@ def test_a_workers_slow_first_chunk_does_not_shrink_the_chunks_after_it(tmp_path
     for pid in {pid for pid, _ in out["reads"]} - {out["me"]}:
         sizes = [size for p, size in out["reads"] if p == pid]
         assert sizes[0] >= 20, sizes  # sized from the helper's runs
-        assert min(sizes[1:-1]) >= sizes[0] / 5, sizes
+        # (On a loaded machine the helper may read most of it before the workers start.)
+        assert min(sizes[1:-1], default=sizes[0]) >= sizes[0] / 5, sizes
 
 
 def test_the_helper_waits_until_an_element_is_likely_done_before_the_workers_start() -> None:

@@ -6,7 +6,6 @@ run a real script in a fresh interpreter, where the forkserver starts."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import textwrap
 import threading
@@ -20,7 +19,7 @@ from chute._src.iter.mp_prefetch import _worker_modules
 
 sys.path.insert(0, str(Path(__file__).parent))
 import mp_pipelines as mpp
-from process_helpers import SRC, run_python
+from process_helpers import run_python
 
 # A module of the user's: its top level says which process imports it.
 STAGES = """
@@ -90,19 +89,19 @@ def test_the_server_imports_each_module_it_is_handed_and_survives_failures(
 ) -> None:
     (tmp_path / "raises.py").write_text("raise RuntimeError('at import')\n")
     (tmp_path / "exits.py").write_text("raise SystemExit(3)\n")
-    from chute._src.mp._main_preload import MAIN_ENV
+    from chute._src.mp._server_init import MODULE_PREFIX
 
     modules = ["raises", "json", "no_such_module", "exits", "chute._src.map.map"]
-    paths = [str(tmp_path), SRC, *sys.path]
-    spec = {"path": None, "name": None, "sys_path": paths, "modules": modules}
-    # A process whose command line is the forkserver's (what _main_preload looks for).
+    entries = [MODULE_PREFIX + m for m in modules]
+    # A process whose command line is the forkserver's (what _server_init looks for), with
+    # the modules in its preload list.
     code = (
-        "'from multiprocessing.forkserver import main'; import sys; "
-        "import chute._src.mp._main_preload; "
+        f"'from multiprocessing.forkserver import main'; {entries!r}; import sys; "
+        "import chute._src.mp._server_init; "
         "print(sorted(m for m in ('raises', 'json', 'exits', 'chute._src.map.map') "
         "if m in sys.modules))"
     )
-    done = run_python(tmp_path, ["-c", code], env={**os.environ, MAIN_ENV: json.dumps(spec)})
+    done = run_python(tmp_path, ["-c", code])
     assert done.stdout.split("\n")[0] == "['chute._src.map.map', 'json']"
 
 

@@ -1,6 +1,7 @@
-"""The forkserver runs the main script once, so that workers do not each run it again; a
-script that cannot be run there (it raises, or has no `__main__` guard) is left to the
-workers, as before. Each case runs a real script in a fresh interpreter."""
+"""Neither the forkserver nor a worker runs the main script: its top level runs once, in
+the user's process, with or without an `if __name__ == "__main__":` guard (more cases, as
+users write them, in test_worker_scripts.py). Each case runs a real script in a fresh
+interpreter."""
 
 from __future__ import annotations
 
@@ -45,47 +46,47 @@ def run(folder: Path, extra: str = "", module: bool = False) -> tuple[list[str],
     return tops, [line for line in done.stdout.splitlines() if line.startswith("workers:")]
 
 
-def test_workers_find_the_main_script_imported_by_the_forkserver(tmp_path: Path) -> None:
+def test_workers_never_run_the_main_script(tmp_path: Path) -> None:
     tops, workers = run(tmp_path)
     assert len(workers) == 2  # two pools of two workers, which computed elements
-    assert tops == ["MainProcess", "MainProcess"], tops  # this process, then the forkserver
+    assert tops == ["MainProcess"], tops  # this process alone: not the forkserver, no worker
 
 
-def test_a_script_run_as_a_module_is_imported_once_by_the_forkserver(tmp_path: Path) -> None:
+def test_a_script_run_as_a_module_is_not_imported_by_workers(tmp_path: Path) -> None:
     tops, workers = run(tmp_path, module=True)
     assert len(workers) == 2
-    assert tops == ["MainProcess", "MainProcess"], tops
+    assert tops == ["MainProcess"], tops
 
 
-def test_a_script_that_fails_in_the_forkserver_is_run_by_each_worker(tmp_path: Path) -> None:
+def test_a_script_that_would_fail_outside_the_main_process_is_never_tried(
+    tmp_path: Path,
+) -> None:
     extra = """
-    if __name__ == "__mp_main__" and multiprocessing.current_process().name == "MainProcess":
-        raise RuntimeError("only in the forkserver")
+    if multiprocessing.current_process().name != "MainProcess" or __name__ != "__main__":
+        raise RuntimeError("run outside the main process")
     """
     tops, workers = run(tmp_path, extra)
     assert len(workers) == 2
-    # This process, the forkserver (which raised), then each of the 4 workers.
-    assert tops[:2] == ["MainProcess", "MainProcess"], tops
-    assert len(tops) == 6 and all(t.startswith("chute-worker-") for t in tops[2:]), tops
+    assert tops == ["MainProcess"], tops
 
 
-def test_only_the_forkserver_runs_the_script_it_was_handed(tmp_path: Path) -> None:
-    """A process that inherits the variable (started by another thread while the server
-    was being started) and imports chute's process layer does not run the script."""
-    import json
-
-    from chute._src.mp._main_preload import MAIN_ENV
-
-    marker = tmp_path / "ran"
-    script = tmp_path / "job.py"
-    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
-    spec = {"path": str(script), "name": None, "dir": str(tmp_path), "sys_path": sys.path}
+def test_importing_the_server_init_elsewhere_does_nothing(tmp_path: Path) -> None:
+    """Only the forkserver acts on `_server_init` (a process started with another command
+    line that imports it sets no variable and imports nothing)."""
+    code = (
+        "import os, sys; import chute._src.mp._server_init; "
+        "print([os.environ.get(n) for n in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')], "
+        "'numpy' in sys.modules)"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+    }
     done = subprocess.run(
-        [sys.executable, "-c", "import chute._src.mp.pool"],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": SRC, MAIN_ENV: json.dumps(spec)},
+        env={**env, "PYTHONPATH": SRC},
     )
     assert done.returncode == 0, done.stderr
-    assert not marker.exists()
+    assert done.stdout.strip() == "[None, None] False"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -122,13 +123,19 @@ def test_start_is_idempotent_and_starts_every_worker() -> None:
 
 def test_unpicklable_worker_fn_is_refused_before_any_process_starts() -> None:
     before = psutil.Process().children(recursive=True)
-    with pytest.raises(
-        NotPicklableError, match=r"worker_fn .*lambda.* cannot be pickled.*module level"
-    ):
-        WorkerPool(2, lambda i, n, t: t)
+    lock = threading.Lock()
+    with pytest.raises(NotPicklableError, match=r"worker_fn .*lambda.* cannot be pickled.*locks"):
+        WorkerPool(2, lambda i, n, t: (lock, t))
     with pytest.raises(NotPicklableError, match=r"worker_init_fn .* cannot be pickled"):
-        WorkerPool(2, mp_helpers.identity, worker_init_fn=lambda i, n: None)
+        WorkerPool(2, mp_helpers.identity, worker_init_fn=lambda i, n: lock)
     assert psutil.Process().children(recursive=True) == before
+
+
+def test_a_lambda_reaches_the_workers_by_value() -> None:
+    offset = 5
+    with WorkerPool(1, lambda i, n, t: t + offset, shm_bytes_per_worker=SHM) as pool:
+        pool.put(0, 1)
+        assert pool.get(0, timeout=60) == 6
 
 
 def test_partial_of_a_module_level_function_is_accepted() -> None:

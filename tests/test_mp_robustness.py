@@ -116,7 +116,9 @@ def test_worker_init_fn_failure_surfaces_in_get(no_leaks) -> None:
     pool.put(1, "x")
     with pytest.raises(RuntimeError, match="cannot initialise worker 1") as info:
         pool.get(1, timeout=60)
-    assert info.value.__notes__ == ["chute: raised in worker 1 of 2 in worker_init_fn"]
+    assert info.value.__notes__ == [
+        "chute: raised in worker 1 of 2 in worker_init_fn (or unpickling worker_fn)"
+    ]
     assert pool.closed
 
 

@@ -90,14 +90,13 @@ def test_a_thread_count_the_user_set_reaches_the_workers(tmp_path: Path) -> None
     assert out["parent"] == [None, "3", None]
 
 
-def test_a_value_set_while_workers_start_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Workers start from a thread of chute's: the user's code may set a variable meanwhile.
-    from chute._src.mp.pool import WORKER_THREAD_ENV, _worker_environment
+def test_a_value_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The defaults are applied in the server's and the workers' own environment, never in
+    # the user's process; a variable the user set is left as it is.
+    from chute._src.mp._server_init import WORKER_THREAD_ENV, apply_thread_defaults
 
     for name in WORKER_THREAD_ENV:
         monkeypatch.delenv(name, raising=False)
-    with _worker_environment({"CHUTE_TEST_EXTRA": "x"}):
-        assert [os.environ.get(n) for n in WORKER_THREAD_ENV] == ["1", "1", "1"]
-        os.environ["OMP_NUM_THREADS"] = "4"  # the user's, set meanwhile
-    assert os.environ.pop("OMP_NUM_THREADS") == "4"
-    assert [os.environ.get(n) for n in (*WORKER_THREAD_ENV, "CHUTE_TEST_EXTRA")] == [None] * 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    apply_thread_defaults()
+    assert [os.environ.get(n) for n in WORKER_THREAD_ENV] == ["1", "4", "1"]

@@ -374,7 +374,7 @@ def test_state_of_a_guarded_iterator_is_the_pipelines() -> None:
 # -- 5. a missing __main__ guard ---------------------------------------------------------
 
 
-def test_dataloader_script_without_main_guard_is_told_the_fix_first(tmp_path: Path) -> None:
+def test_dataloader_script_without_main_guard_just_runs(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(
         textwrap.dedent(
@@ -392,11 +392,6 @@ def test_dataloader_script_without_main_guard_is_told_the_fix_first(tmp_path: Pa
         )
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1
-    lines = out.stderr.splitlines()
-    assert len(lines) < 25, out.stderr
-    assert "Traceback" not in out.stderr.split("\n", 1)[1]  # one traceback: the main process's
-    assert lines[-1].startswith(
-        f"chute._src.mp.errors.WorkerDiedError: Put the code that iterates in {script} "
-        'under `if __name__ == "__main__":`.'
-    ), out.stderr
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(45 + 100 * k) for k in range(10)]
+    assert out.stderr == ""

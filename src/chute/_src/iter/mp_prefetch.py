@@ -43,7 +43,6 @@ from chute._src.iter.mp_shards import (
 from chute._src.iter.mp_startup import StartupHelper, compute_beside
 from chute._src.iterator import DatasetIterator
 from chute._src.mp import heap
-from chute._src.mp._worker import EXIT_NO_MAIN_GUARD
 from chute._src.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
 from chute._src.mp.pool import WorkerPool, forkserver_cold, forkserver_starting_s, prewarm
 from chute._src.mp.transport import RemoteFailure
@@ -184,11 +183,6 @@ class _MultiprocessIterator(DatasetIterator[T]):
             return next(self._parent)
         except StopIteration:
             raise
-        except WorkerDiedError as e:
-            self.close()
-            if e.exitcode == EXIT_NO_MAIN_GUARD:  # the message says all: no chute frames
-                raise e.with_traceback(None) from None
-            raise
         except BaseException:
             self.close()
             raise
@@ -196,11 +190,6 @@ class _MultiprocessIterator(DatasetIterator[T]):
     def _next_many(self, n: int) -> list[T]:
         try:
             return self._parent._next_many(n)
-        except WorkerDiedError as e:
-            self.close()
-            if e.exitcode == EXIT_NO_MAIN_GUARD:
-                raise e.with_traceback(None) from None
-            raise
         except BaseException:
             self.close()
             raise
@@ -861,7 +850,7 @@ class _ChunkService:
             try:
                 oldest.result = self._get(oldest)
             except WorkerDiedError as e:
-                if not self._received[ticket.worker] and e.exitcode != EXIT_NO_MAIN_GUARD:
+                if not self._received[ticket.worker]:
                     e.add_note(_DIED_AT_START)
                 raise
             oldest.cold = not self._received[ticket.worker]

@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from queue import SimpleQueue
 from typing import Any
 
-from chute._src.mp import heap
+from chute._src.mp import _server_init, heap
 from chute._src.mp.shm import InheritedFd, map_slab
 from chute._src.mp.transport import ResultSender, decode_free
 
@@ -32,13 +32,23 @@ __all__ = ["WorkerSpec", "run_worker"]
 
 # Exit code of a worker whose main process went away without closing the pool.
 EXIT_ORPHANED = 3
-# Exit code of a worker whose import of the main script tried to start workers itself.
-EXIT_NO_MAIN_GUARD = 4
 WORKER_NAME_PREFIX = "chute-worker-"
 # Written to the stack pipe once SIGUSR1 dumps the stack instead of killing the worker.
 STACK_READY = b"\x00"
 _PR_SET_PDEATHSIG = 1
 _WATCHDOG_SECONDS = 0.5
+
+
+def _in_a_worker_being_started() -> bool:
+    from multiprocessing import current_process
+
+    return current_process().name.startswith(WORKER_NAME_PREFIX)
+
+
+# A spawned worker imports this module to unpickle its spec, before numpy: its native
+# thread counts are set here, in its own environment (a forked one inherits the server's).
+if _in_a_worker_being_started():
+    _server_init.apply_thread_defaults()
 
 
 @dataclass
@@ -47,8 +57,8 @@ class WorkerSpec:
 
     index: int
     num_workers: int
-    worker_fn: Callable[[int, int, Any], Any]
-    worker_init_fn: Callable[[int, int], None] | None
+    worker_fn: bytes  # pickled `Callable[[int, int, Any], Any]`
+    worker_init_fn: bytes | None  # pickled `Callable[[int, int], None]`
     conn: Connection
     slab: InheritedFd | None
     stack: InheritedFd | None
@@ -135,15 +145,16 @@ def run_worker(spec: WorkerSpec) -> None:
 
     blocks.share_with_workers(count)  # the workers share one process's remote cache
     try:
-        if spec.worker_init_fn is not None:
-            try:
-                spec.worker_init_fn(index, count)
-            except BaseException as e:
-                sender.send_error(-1, _exit_as_error(e, "worker_init_fn"))
-                while tasks.get() is not None:
-                    pass  # the main process closes the pool on this error
-                return
-        worker_fn = spec.worker_fn
+        worker_fn: Callable[[int, int, Any], Any]
+        try:
+            worker_fn = pickle.loads(spec.worker_fn)
+            if spec.worker_init_fn is not None:
+                pickle.loads(spec.worker_init_fn)(index, count)
+        except BaseException as e:
+            sender.send_error(-1, _exit_as_error(e, "worker_init_fn"))
+            while tasks.get() is not None:
+                pass  # the main process closes the pool on this error
+            return
         prepare = getattr(worker_fn, "prepare", None)
         if prepare is not None:
             prepare()  # e.g. unpickle and import what the tasks need, before the first

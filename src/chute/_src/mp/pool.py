@@ -16,7 +16,6 @@ Example, with the builtin `max` as a (picklable) `worker_fn`:
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -28,16 +27,14 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Generic, NoReturn, TypeVar
 
-from chute._src.mp import _main_preload
-from chute._src.mp._main_preload import MAIN_ENV
+from chute._src.mp import _server_init
 from chute._src.mp._worker import (
-    EXIT_NO_MAIN_GUARD,
     STACK_READY,
     WORKER_NAME_PREFIX,
     WorkerSpec,
@@ -83,42 +80,17 @@ DEFAULT_SHM_LIMIT_BYTES = 1 << 30
 CLOSE_GRACE_SECONDS = 1.0
 
 
-# Native thread pools a worker runs with, unless the user's environment says otherwise: one
-# thread each. Workers are the parallelism (as many as the cores), so a BLAS pool per
-# worker only oversubscribes the cores; and OpenBLAS's threads spin for ~0.1 s of CPU after
-# `import numpy`, which in the forkserver took the core the main process was computing the
-# first batch on (as torch's DataLoader workers do `torch.set_num_threads(1)`).
-WORKER_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-@contextlib.contextmanager
-def _worker_environment(extra: dict[str, str] | None = None) -> Iterator[None]:
-    """Sets, while processes are started from this one, what they inherit: each
-    `WORKER_THREAD_ENV` variable the user did not set ("1") and `extra`; then takes them
-    out of this process's environment again, each unless another thread set it to a value
-    of its own meanwhile (that one stays)."""
-    added = {name: "1" for name in WORKER_THREAD_ENV if name not in os.environ}
-    added.update(extra or {})
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for name, value in added.items():
-            if os.environ.get(name) == value:
-                del os.environ[name]
-
-
-# Imported once by the forkserver, so that each forked worker starts with them loaded.
-# (Python 3.11's forkserver does not preload `__main__` despite its default: it looks up
-# the key "main_path" in the preparation data, which names it "init_main_from_path".)
-# `_main_preload` then runs the main script there once (see its docstring).
-FORKSERVER_PRELOAD = ("numpy", "chute._src.mp._worker", "chute._src.mp._main_preload")
+# Imported by the forkserver chute starts, after what the preload list already names
+# (`__main__` is taken out of it: see `_ensure_forkserver`). `_server_init` sets the
+# workers' native thread counts, then imports numpy, the worker's module and the modules
+# named with its prefix.
+FORKSERVER_PRELOAD = ("chute._src.mp._server_init",)
 
 
 def _ensure_forkserver(modules: Iterable[str] = ()) -> None:
-    """Starts the forkserver unless it runs. A server started here also imports the main
-    script and then `modules`, once, so that workers forked from it find them imported
-    (see `_main_preload`)."""
+    """Starts the forkserver unless it runs. A server started here imports numpy, chute's
+    worker module and `modules` once, so that workers forked from it find them imported;
+    it never imports the main script (see `_preparation_without_main`)."""
     global _forkserver_asked_at
     if _forkserver_asked_at is None:
         _forkserver_asked_at = time.monotonic()
@@ -126,14 +98,14 @@ def _ensure_forkserver(modules: Iterable[str] = ()) -> None:
     if server is None or _forkserver_running():
         multiprocessing.forkserver.ensure_running()
         return
-    current = list(getattr(server, "_preload_modules", ["__main__"]))
+    # `__main__` in the preload list asks the server to run the main script (Python 3.11
+    # never does, looking its path up under the wrong key; later versions may): chute's
+    # server runs nothing of the user's.
+    current = [m for m in getattr(server, "_preload_modules", []) if m != "__main__"]
     extra = [m for m in FORKSERVER_PRELOAD if m not in current]
-    if extra:
-        multiprocessing.forkserver.set_forkserver_preload(current + extra)
-    # The server inherits this process's environment as it is started, and takes MAIN_ENV
-    # out of its own at once (its workers never see it); the thread counts stay.
-    with _worker_environment({MAIN_ENV: _main_spec(modules)}):
-        multiprocessing.forkserver.ensure_running()
+    named = [f"{_server_init.MODULE_PREFIX}{m}" for m in dict.fromkeys(modules)]
+    multiprocessing.forkserver.set_forkserver_preload(current + extra + named)
+    multiprocessing.forkserver.ensure_running()
 
 
 def _forkserver_running() -> bool:
@@ -141,21 +113,41 @@ def _forkserver_running() -> bool:
     return getattr(server, "_forkserver_pid", None) is not None
 
 
-def _main_spec(modules: Iterable[str] = ()) -> str:
-    """What `_main_preload` needs to import the main script in the forkserver as the
-    workers would (its path or module name, the working directory and `sys.path`), and
-    the other modules to import there."""
+_preparation_lock = threading.Lock()
+_preparation_installed = False
+
+
+def _preparation_without_main() -> None:
+    """Makes the preparation data of chute's workers leave the main module out.
+
+    multiprocessing tells every process it starts with `spawn` or `forkserver` how to
+    prepare (`multiprocessing.spawn.get_preparation_data`): `sys.path`, the working
+    directory, and the main script's path or module name, which the child then runs as
+    `__mp_main__` (its whole top level: a script without an `if __name__ ==
+    "__main__":` guard would delete and rewrite its data files, read stdin, parse argv or
+    start workers again there). chute's workers need nothing from it: what the user
+    defined in `__main__` reaches them by value (cloudpickle), everything else by module
+    reference. So for processes named `WORKER_NAME_PREFIX...` the two keys naming the
+    main module are dropped; every other process (the user's own) is prepared as before.
+    Installed once per process; idempotent and thread-safe.
+    """
+    global _preparation_installed
     from multiprocessing import spawn
 
-    data = spawn.get_preparation_data("chute-forkserver")
-    spec = {
-        "path": data.get("init_main_from_path"),
-        "name": data.get("init_main_from_name"),
-        "dir": data.get("dir"),
-        "sys_path": data.get("sys_path"),
-        "modules": list(modules),
-    }
-    return json.dumps(spec) if spec["path"] or spec["name"] or spec["modules"] else ""
+    with _preparation_lock:
+        if _preparation_installed:
+            return
+        original = spawn.get_preparation_data
+
+        def get_preparation_data(name: str) -> dict[str, object]:
+            data = original(name)
+            if name.startswith(WORKER_NAME_PREFIX):
+                data.pop("init_main_from_path", None)
+                data.pop("init_main_from_name", None)
+            return data
+
+        spawn.get_preparation_data = get_preparation_data
+        _preparation_installed = True
 
 
 _forkserver_served = False  # a pool of this process has had workers from the forkserver
@@ -164,8 +156,7 @@ _forkserver_asked_at: float | None = None  # when this process first asked for t
 
 def forkserver_cold() -> bool:
     """Whether no pool of this process has had workers from the forkserver yet: the first
-    pool waits for the server's imports (~0.2 s and the main script's), later ones only for
-    a fork each."""
+    pool waits for the server's imports (~0.2 s), later ones only for a fork each."""
     return not _forkserver_served
 
 
@@ -189,42 +180,19 @@ def prewarm(modules: Callable[[], Iterable[str]] | None = None) -> None:
         _ensure_forkserver(modules() if modules is not None else ())
 
 
-def _check_picklable(what: str, obj: object) -> None:
+def _pickled(what: str, obj: object) -> bytes:
+    """`obj` pickled for the workers: by value where it lives in `__main__` (cloudpickle,
+    as workers never import the main script), by reference otherwise."""
+    import cloudpickle
+
     try:
-        pickle.dumps(obj, protocol=5)
+        return cloudpickle.dumps(obj, protocol=5)
     except Exception as e:
         raise NotPicklableError(
             f"{what} {obj!r} cannot be pickled, so it cannot be sent to worker processes "
-            f"({type(e).__name__}: {e}). Define it at module level (not a lambda, a "
-            "nested function or a bound method of an object holding locks, files or "
-            "processes), or use functools.partial of a module-level function."
+            f"({type(e).__name__}: {e}). Make the objects it holds picklable (open files, "
+            "locks and sockets are not: open them lazily in the worker)."
         ) from e
-
-
-def _exit_if_importing_main_in_a_worker() -> None:
-    """Ends a chute worker whose import of the main script starts workers itself.
-
-    Workers started with forkserver or spawn run the main script again as `__mp_main__`;
-    a script without `if __name__ == "__main__":` then gets here, where multiprocessing
-    would raise a long RuntimeError in every worker. The worker exits quietly instead,
-    with a code the main process recognises and explains in a few lines.
-    """
-    if _main_preload.running:  # the forkserver runs the script: it leaves the import
-        raise _main_preload.PreloadStopped
-    me = multiprocessing.current_process()
-    if getattr(me, "_inheriting", False) and me.name.startswith(WORKER_NAME_PREFIX):
-        os._exit(EXIT_NO_MAIN_GUARD)
-
-
-def _no_main_guard_message() -> str:
-    import sys
-
-    script = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
-    return (
-        f'Put the code that iterates in {script} under `if __name__ == "__main__":`. '
-        "Worker processes import the main script again, and this one starts worker "
-        "processes when it is imported."
-    )
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -382,9 +350,11 @@ class WorkerPool(Generic[TaskT, ResultT]):
             raise ValueError(f"start_method={start_method!r} is not one of {methods}.")
         if shm_bytes_per_worker is not None and shm_bytes_per_worker < 0:
             raise ValueError(f"shm_bytes_per_worker={shm_bytes_per_worker!r} must be >= 0.")
-        _check_picklable("worker_fn", worker_fn)
+        self._worker_fn_pickle = _pickled("worker_fn", worker_fn)
         if worker_init_fn is not None:
-            _check_picklable("worker_init_fn", worker_init_fn)
+            self._worker_init_fn_pickle: bytes | None = _pickled("worker_init_fn", worker_init_fn)
+        else:
+            self._worker_init_fn_pickle = None
         self._num_workers = num_workers
         self._worker_fn = worker_fn
         self._worker_init_fn = worker_init_fn
@@ -433,7 +403,6 @@ class WorkerPool(Generic[TaskT, ResultT]):
         if self._started:
             return
         self._check_open()
-        _exit_if_importing_main_in_a_worker()
         self._started = True
         try:
             self._start()
@@ -499,8 +468,8 @@ class WorkerPool(Generic[TaskT, ResultT]):
                 spec = WorkerSpec(
                     index=i,
                     num_workers=self._num_workers,
-                    worker_fn=self._worker_fn,
-                    worker_init_fn=self._worker_init_fn,
+                    worker_fn=self._worker_fn_pickle,
+                    worker_init_fn=self._worker_init_fn_pickle,
                     conn=child_conn,
                     slab=InheritedFd(fds[i]) if fds else None,
                     stack=InheritedFd(stack_write),
@@ -519,13 +488,10 @@ class WorkerPool(Generic[TaskT, ResultT]):
             # Children are born with SIGINT blocked; they ignore it, then unblock it.
             if in_main_thread:
                 old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            # A spawned worker inherits the thread counts; a forked one has the libraries
-            # this process loaded, already set up.
-            spawned = self._start_method == "spawn"
+            _preparation_without_main()
             try:
-                with _worker_environment() if spawned else contextlib.nullcontext():
-                    for w in self._state.workers:
-                        w.process.start()
+                for w in self._state.workers:
+                    w.process.start()
                 if self._start_method == "forkserver":
                     global _forkserver_served
                     _forkserver_served = True
@@ -696,15 +662,15 @@ class WorkerPool(Generic[TaskT, ResultT]):
                 f" with {len(w.pending)} task(s) outstanding, the oldest being {w.pending[0][1]!r}"
             )
         message = f"worker {worker_index} of {self._num_workers} (pid {pid}) {how}{lost}."
-        if exitcode == EXIT_NO_MAIN_GUARD:
-            message = f"{_no_main_guard_message()} (worker {worker_index}, pid {pid}, exited.)"
         self._close_for(f"worker {worker_index} died")
         raise WorkerDiedError(message, worker_index=worker_index, exitcode=exitcode)
 
     def _raise_remote(self, worker_index: int, failure: RemoteFailure, task: object) -> NoReturn:
         exc = failure.rebuild()
         where = (
-            "in worker_init_fn" if failure.seq < 0 else f"while running worker_fn on task {task!r}"
+            "in worker_init_fn (or unpickling worker_fn)"
+            if failure.seq < 0
+            else f"while running worker_fn on task {task!r}"
         )
         exc.add_note(f"chute: raised in worker {worker_index} of {self._num_workers} {where}")
         self._close_for(f"worker {worker_index} raised {failure.type_name}")
