@@ -173,9 +173,9 @@ def test_objects_open_count_once_each_and_fit_or_not() -> None:
 def test_an_object_larger_than_a_request_is_fetched_whole_in_parts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chute._src.remote import file
+    from chute._src.remote import reads
 
-    monkeypatch.setattr(file, "_MAX_RUN", 100_000)  # requests of 100 kB: 6 per object
+    monkeypatch.setattr(reads, "_MAX_RUN", 100_000)  # requests of 100 kB: 6 per object
     root = _served(tmp_path)
     with RangeServer(str(root)) as server:
         src = _source(server)

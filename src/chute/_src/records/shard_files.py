@@ -18,9 +18,10 @@ from chute._src.records.manifest import (
     ShardEntry,
     manifest_shard_format,
     read_manifest,
+    read_remote_manifest,
 )
 from chute._src.remote.urls import StorageOptions, is_url
-from chute._src.sources._paths import PathsArg, expand_paths
+from chute._src.sources._paths import PathsArg, expand_paths, remote_manifest
 
 __all__ = ["TAIL", "array_record_count", "dataset_paths", "shard_entry", "tail_crc32c"]
 
@@ -94,8 +95,14 @@ def dataset_paths(
     its manifest lists, each checked against its entry (size, checksum). URLs are kept."""
     out: list[str] = []
     for p in expand_paths(paths, who, storage_options):
-        if is_url(p):
-            out.append(p)
+        if is_url(p):  # a dataset directory in a store: the shards its manifest lists
+            manifest = remote_manifest(p, storage_options)
+            if manifest is None:
+                out.append(p)
+            else:
+                out.extend(
+                    u for u, _ in read_remote_manifest(manifest, storage_options, shard_format)
+                )
             continue
         path = Path(p)
         if path.is_dir() and os.path.lexists(path / MANIFEST_NAME):

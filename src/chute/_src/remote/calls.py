@@ -164,3 +164,36 @@ def call(url: str, what: str, fn: Callable[[], R]) -> R:
                 delay,
             )
             time.sleep(delay)
+
+
+def obstore_failure(url: str, e: BaseException, what: str) -> DataError:
+    """The DataError for a request obstore gave up on (after its own retries, within the
+    deadline): a missing object, a refusal, no answer in time, or the store's error."""
+    name = type(e).__name__
+    first = str(e).strip().split("\n", 1)[0][:300]
+    if name == "NotFoundError" or isinstance(e, FileNotFoundError):
+        err: DataError = MissingFileError(
+            f"{url}: no such object: cannot {what}; check the URL (bucket and key), or "
+            "that every file of the dataset was uploaded"
+        )
+    elif name in ("PermissionDeniedError", "UnauthenticatedError"):
+        err = DataError(
+            f"{url}: access denied: cannot {what} ({first}); check the credentials and "
+            "the permissions (storage_options=, URL credentials, or the store's "
+            "environment variables)"
+        )
+    elif isinstance(e, TimeoutError):
+        from chute._src.remote.stores import deadline_s
+
+        err = DataError(
+            f"{url}: cannot {what}: no complete answer within {deadline_s():g} s; the "
+            "store is unreachable, stalled or too slow: check the endpoint and the network, "
+            "or raise CHUTE_REMOTE_DEADLINE_S"
+        )
+    else:
+        err = DataError(
+            f"{url}: cannot {what} ({name}: {first}); the store refused or failed the "
+            "request after retries: check the URL, the endpoint and the storage options"
+        )
+    err.__cause__ = e
+    return err

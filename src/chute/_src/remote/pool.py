@@ -1,0 +1,66 @@
+"""A small pool of daemon threads for blocking remote work (opening objects, fsspec reads,
+reading ahead), returning `concurrent.futures.Future`s.
+
+`concurrent.futures.ThreadPoolExecutor` joins its threads when the interpreter exits, so
+a read stalled on a silent server would hold the exit up until its deadline. These
+threads are daemons: a process that abandons a remote read exits at once. Work is only
+ever reads (nothing to flush), so dropping it at exit loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+__all__ = ["submit"]
+
+T = TypeVar("T")
+_THREADS = 32
+_Work = tuple[Future[Any], Callable[[], Any]]
+_queue: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+_threads = 0
+_idle = 0
+_lock = threading.Lock()
+
+
+def _worker() -> None:
+    global _idle
+    while True:
+        fut, fn = _queue.get()
+        with _lock:
+            _idle -= 1
+        if fut.set_running_or_notify_cancel():
+            try:
+                fut.set_result(fn())
+            except BaseException as e:
+                fut.set_exception(e)
+        del fut, fn
+        with _lock:
+            _idle += 1
+
+
+def submit(fn: Callable[[], T]) -> Future[T]:
+    """`fn()` run on one of the pool's daemon threads (up to 32; more wait their turn)."""
+    global _threads, _idle
+    fut: Future[T] = Future()
+    with _lock:
+        if _idle == 0 and _threads < _THREADS:
+            _threads += 1
+            _idle += 1
+            threading.Thread(target=_worker, name="chute-remote", daemon=True).start()
+    _queue.put((fut, fn))
+    return fut
+
+
+def _after_fork_in_child() -> None:
+    global _queue, _threads, _idle, _lock
+    _queue = queue.SimpleQueue()  # the parent's threads and their work are not here
+    _threads = _idle = 0
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
