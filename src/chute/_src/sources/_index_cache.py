@@ -268,17 +268,30 @@ def cached_index(
 
 
 def cached_remote_index(
-    url: str, identity: tuple[int, str], kind: str, build: Callable[[], np.ndarray]
+    url: str,
+    identity: tuple[int, str],
+    kind: str,
+    build: Callable[[], np.ndarray],
+    *,
+    use_cache: bool = True,
 ) -> np.ndarray:
     """`cached_index` for a remote object: kept in the per-user cache directory, named by
-    a hash of the URL and the kind, and trusted only for the object's size and identity
-    (ETag, version or mtime) as it is now, so worker processes and later runs do not read
-    the whole object again to index it."""
+    a hash of the URL and the kind, and trusted only for the object's size and tags as the
+    store reports them now (`identity`: ETag, Last-Modified and version, all that the
+    store sends; a 128-bit hash of them and the URL is the key), so worker processes and
+    later runs do not read the whole object again to index it. An object replaced in
+    place changes its Last-Modified (and ETag, if it has one), so its old index is never
+    used. Not cached when the store tells nothing but the size (no identity to trust) or
+    with `use_cache=False`."""
     if kind not in KINDS:
         raise ValueError(f"cached_remote_index: kind={kind!r} is not one of {sorted(KINDS)}")
-    key = kind.encode()[:16]
     size, tag = identity
-    ident = (0, 0, size, 0, 0, crc32c(f"{url}\0{tag}".encode()))
+    if not use_cache or not tag:
+        return np.asarray(build(), dtype=np.int64)
+    key = kind.encode()[:16]
+    proof = hashlib.blake2b(f"{url}\0{tag}".encode(), digest_size=16).digest()
+    high, low = struct.unpack("<QQ", proof)
+    ident = (high, low, size, 0, 0, crc32c(proof))
     digest = hashlib.blake2b(f"{url}\0{kind}".encode(), digest_size=16).hexdigest()
     user = user_cache_dir(create=False)
     if user is not None:

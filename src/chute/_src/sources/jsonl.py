@@ -108,7 +108,9 @@ class _File:
         self.fd, self.size = self.guard.fd, self.guard.size
         if isinstance(self.guard, RemoteFile):  # indexed by one sequential read, cached
             g = self.guard
-            index = cached_remote_index(path, g.identity, "jsonl-lines", lambda: _stream(g))
+            index = cached_remote_index(
+                path, g.identity, "jsonl-lines", lambda: _stream(g), use_cache=use_cache
+            )
         else:
             try:
                 index = cached_index(

@@ -76,7 +76,9 @@ class _File:
             self.mm = self.guard.mapping()
         if isinstance(self.guard, RemoteFile):  # indexed by one sequential read, cached
             g = self.guard
-            index = cached_remote_index(path, g.identity, "tfrecord", lambda: _scan_stream(g))
+            index = cached_remote_index(
+                path, g.identity, "tfrecord", lambda: _scan_stream(g), use_cache=use_cache
+            )
         else:
             index = cached_index(
                 path, "tfrecord", lambda: _scan(path, self.mm), use_cache=use_cache
