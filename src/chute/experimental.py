@@ -30,6 +30,7 @@ from chute._src.iter.file_stream import JsonlIterDataset as JsonlIterDataset
 from chute._src.iter.flat_map import FlatMapIterDataset as FlatMapIterDataset
 from chute._src.iter.interleave import InterleaveIterDataset as InterleaveIterDataset
 from chute._src.iter.limit import LimitIterDataset as LimitIterDataset
+from chute._src.iter.mix import set_mix_weights as set_mix_weights
 from chute._src.iter.multithread_prefetch import (
     ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator,
 )
@@ -98,5 +99,6 @@ __all__ = [
     "index_shuffle",
     "make_global_arrays",
     "multithread_prefetch",
+    "set_mix_weights",
     "set_next_index",
 ]

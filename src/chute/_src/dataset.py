@@ -345,15 +345,19 @@ class MapDataset(_Node, Generic[T]):
 
     @staticmethod
     def mix(
-        datasets: Sequence[MapDataset[U]], weights: Sequence[float] | None = None
+        datasets: Sequence[MapDataset[U]],
+        weights: Sequence[float] | Callable[[int], Sequence[float]] | None = None,
+        *,
+        step_size: int = 1,
     ) -> MapDataset[U]:
         """Interleaves `datasets` in the proportions of `weights` (uniform by default).
 
-        Deterministic; the mixture ends when its first dataset runs out.
+        Deterministic; the mixture ends when its first dataset runs out. `weights` may be
+        a function of the step (`step = position // step_size`; docs/sequences.md).
         """
         from chute._src.map.mix import MixedMapDataset
 
-        return MixedMapDataset(datasets, weights)
+        return MixedMapDataset(datasets, weights, step_size=step_size)
 
     @staticmethod
     def select_from_datasets(
@@ -612,16 +616,20 @@ class IterDataset(_Node, Generic[T]):
     @staticmethod
     def mix(
         datasets: Sequence[IterDataset[U]] | Mapping[str, IterDataset[U]],
-        weights: Sequence[float] | Mapping[str, float] | None = None,
+        weights: Sequence[float] | Mapping[str, float] | Callable[[int], Any] | None = None,
+        *,
+        step_size: int = 1,
     ) -> IterDataset[U]:
         """Interleaves `datasets` (a list, or a dict by name) in the proportions of `weights`.
 
         Deterministic; ends when a component runs out. A mixture given as a dict restores
-        a state taken before its weights or components changed.
+        a state taken before its weights or components changed. `weights` may be a
+        function of the step (`step = position // step_size`), and the iterator's
+        `set_weights` changes them between steps (docs/sequences.md).
         """
         from chute._src.iter.mix import MixedIterDataset
 
-        return MixedIterDataset(datasets, weights)
+        return MixedIterDataset(datasets, weights, step_size=step_size)
 
     @overload
     def map(self, transform: SupportsMap[T, S]) -> IterDataset[S]: ...

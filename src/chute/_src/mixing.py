@@ -11,7 +11,7 @@ one element of them in between.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,3 +80,99 @@ class Schedule:
         which = self.which[pos]
         props = np.asarray(self.proportions, dtype=np.int64)
         return which, cycles * props[which] + self.rank[pos]
+
+
+class Weights:
+    """The weights of a mixture at every step: fixed, or a function of the step.
+
+    A function `weights(step)` (a sequence, or a mapping by name for a mixture given as a
+    dict) is asked once per step, with `step = position // step_size`. Whatever the
+    weights, position `k` is drawn from the schedule of the weights in force at `k`, at
+    `k % period`: Grain's pattern spreads every input evenly over its period, so any
+    stretch of it (a step, however short) gives each input its share within one element,
+    and the fixed-weight mixture is Grain's exactly.
+    """
+
+    def __init__(
+        self,
+        weights: Any,
+        n: int,
+        where: str,
+        *,
+        names: Sequence[str] | None = None,
+        step_size: int = 1,
+    ) -> None:
+        if isinstance(step_size, bool) or not isinstance(step_size, int) or step_size < 1:
+            raise ValueError(
+                f"{where}: step_size={step_size!r} is invalid: it must be a positive int, the "
+                "number of positions per step of weights(step) (e.g. the batch size)."
+            )
+        self.n, self.where, self.names, self.step_size = n, where, names, step_size
+        self.fn: Callable[[int], Any] | None = weights if callable(weights) else None
+        self._schedules: dict[tuple[int, ...], Schedule] = {}
+        self._step = -1
+        self._current: Schedule | None = None
+        if self.fn is None:
+            self._current = self.schedule_of(weights)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.fn is not None
+
+    def as_list(self, weights: Any, context: str = "") -> list[Any] | None:
+        """`weights` (a sequence, a mapping by name, or None) as a list in input order."""
+        if weights is None or self.names is None:
+            if isinstance(weights, Mapping):
+                raise TypeError(
+                    f"{self.where}{context}: weights is a dict but the datasets are a list: "
+                    "give weights as a list, one per dataset."
+                )
+            return None if weights is None else list(weights)
+        if not isinstance(weights, Mapping) or set(weights) != set(self.names):
+            raise ValueError(
+                f"{self.where}{context}: weights={weights!r} do not match the datasets' names "
+                f"{list(self.names)}: for datasets given as a dict, give weights as a dict "
+                "with the same keys."
+            )
+        return [weights[k] for k in self.names]
+
+    def schedule_of(self, weights: Any, context: str = "") -> Schedule:
+        props = tuple(int_proportions(self.as_list(weights, context), self.n, self.where + context))
+        schedule = self._schedules.get(props)
+        if schedule is None:
+            if len(self._schedules) > 1024:
+                self._schedules.clear()
+            schedule = self._schedules[props] = Schedule(props, self.where)
+        return schedule
+
+    def compute(self, step: int) -> Schedule:
+        """The schedule in force during `step`, asked of the function anew (no memo of the
+        current step: safe from several threads)."""
+        if self.fn is None:
+            assert self._current is not None
+            return self._current
+        value = self.fn(step)
+        return self.schedule_of(value, f", weights({step}) returned {value!r}")
+
+    def at_step(self, step: int) -> Schedule:
+        """The schedule in force during `step` (for one thread: it keeps the last step's)."""
+        if self.fn is None or step == self._step:
+            assert self._current is not None
+            return self._current
+        value = self.fn(step)
+        self._current = self.schedule_of(value, f", weights({step}) returned {value!r}")
+        self._step = step
+        return self._current
+
+    def which(self, indices: np.ndarray) -> np.ndarray:
+        """The input of every position in `indices` (consecutive, ascending)."""
+        if self.fn is None:
+            assert self._current is not None
+            return self._current.locate(indices)[0]
+        out = np.empty(len(indices), dtype=np.int64)
+        steps = indices // self.step_size
+        for step in np.unique(steps).tolist():
+            sel = steps == step
+            schedule = self.at_step(step)
+            out[sel] = schedule.which[indices[sel] % schedule.period]
+        return out

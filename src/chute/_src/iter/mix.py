@@ -5,19 +5,36 @@ a dataset fixed by `k` and the weights alone, so the output never depends on tim
 workers. The state is the position and each component's own state, keyed by name when the
 components are given as a dict: such a mixture can be restored after its weights changed
 or components were added (a new component starts from its beginning).
+
+Weights may change during a run: a function of the step (`weights(step)`, with `step =
+position // step_size`), or `set_weights` on the iterator between steps. Position `k` is
+drawn from the schedule of the weights in force at `k`, at `k % period`
+(`mixing.Weights`), so no history is needed to continue: a mixture with a function keeps
+the state of a fixed one (the function gives the weights at the restored position), and
+after `set_weights` the state also records the weights set (`"weights"`), so that it
+restores to the same future draws.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from chute._src.dataset import IterDataset
 from chute._src.errors import CheckpointError
-from chute._src.iterator import DatasetIterator, bad_value, check_int, check_state, int_at
-from chute._src.mixing import Schedule, int_proportions
+from chute._src.iterator import (
+    DatasetIterator,
+    bad_value,
+    check_int,
+    check_state,
+    int_at,
+    walk,
+)
+from chute._src.mixing import Schedule, Weights
+from chute._src.transforms import describe
 
 
 class MixedIterDataset(IterDataset[Any]):
@@ -36,21 +53,24 @@ class MixedIterDataset(IterDataset[Any]):
     def __init__(
         self,
         datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],
-        weights: Sequence[float] | Mapping[str, float] | None = None,
+        weights: Sequence[float] | Mapping[str, float] | Callable[[int], Any] | None = None,
+        *,
+        step_size: int = 1,
     ) -> None:
         where = "IterDataset.mix"
         self._names: list[str] | None = None
+        fixed = None if callable(weights) else weights
         if isinstance(datasets, Mapping):
             self._names = list(datasets)
             parents = [datasets[k] for k in self._names]
-            if weights is not None:
-                if not isinstance(weights, Mapping) or set(weights) != set(self._names):
-                    raise ValueError(
-                        f"{where}: weights={weights!r} do not match the datasets' names "
-                        f"{self._names}: for datasets given as a dict, give weights as a "
-                        "dict with the same keys."
-                    )
-                weights = [weights[k] for k in self._names]
+            if fixed is not None and (
+                not isinstance(fixed, Mapping) or set(fixed) != set(self._names)
+            ):
+                raise ValueError(
+                    f"{where}: weights={weights!r} do not match the datasets' names "
+                    f"{self._names}: for datasets given as a dict, give weights as a "
+                    "dict with the same keys."
+                )
         else:
             parents = list(datasets)
             if isinstance(weights, Mapping):
@@ -61,13 +81,23 @@ class MixedIterDataset(IterDataset[Any]):
                 "IterDatasets (MapDatasets: use .to_iter_dataset() or MapDataset.mix)."
             )
         super().__init__(parents)
-        self._schedule = Schedule(int_proportions(weights, len(parents), where), where)
+        self._weights = Weights(
+            weights, len(parents), where, names=self._names, step_size=step_size
+        )
 
     def make_iterator(self) -> DatasetIterator[Any]:
         return _MixIterator([self._parent_iter(i) for i in range(len(self._parents))], self)
 
+    def cache_identity(self) -> dict[str, Any]:
+        w = self._weights
+        weights: Any = w.fn if w.fn is not None else w.at_step(0).proportions
+        return {"names": self._names, "weights": weights, "step_size": w.step_size}
+
     def __repr__(self) -> str:
-        return f"MixedIterDataset(proportions={list(self._schedule.proportions)})"
+        w = self._weights
+        if w.fn is not None:
+            return f"MixedIterDataset(weights={describe(w.fn)}, step_size={w.step_size})"
+        return f"MixedIterDataset(proportions={list(w.at_step(0).proportions)})"
 
 
 class _MixIterator(DatasetIterator[Any]):
@@ -77,18 +107,44 @@ class _MixIterator(DatasetIterator[Any]):
         super().__init__(parents)
         self._parents = parents
         self._names = ds._names
-        self._schedule = ds._schedule
+        self._weights = copy.copy(ds._weights)  # its memo of the current step is this one's
+        # Weights given to set_weights (as the state records them) and their schedule.
+        self._set: tuple[Any, Schedule] | None = None
         self._initial = [p.get_state() for p in parents]
         self._index = 0
 
+    def set_weights(self, weights: Sequence[float] | Mapping[str, float]) -> None:
+        """Draws the positions from the next one on with `weights` (a list, or a dict by
+        name for a mixture given as a dict), instead of the weights it was built with or
+        its function of the step, until the next call. A stage between this iterator and
+        the consumer that computes ahead (prefetching) has drawn its buffered elements with
+        the weights before; the state records the weights set, so a state taken after the
+        call restores to the same future draws."""
+        schedule = self._weights.schedule_of(weights, ", set_weights")
+        values = self._weights.as_list(weights)
+        assert values is not None
+        recorded: Any = [float(w) for w in values]
+        if self._names is not None:
+            recorded = dict(zip(self._names, recorded))
+        self._set = (recorded, schedule)
+
+    def _which(self, indices: np.ndarray) -> np.ndarray:
+        if self._set is not None:
+            return self._set[1].locate(indices)[0]
+        return self._weights.which(indices)
+
     def __next__(self) -> Any:
-        which = int(self._schedule.which[self._index % self._schedule.period])
-        x = next(self._parents[which])
+        k = self._index
+        if self._set is not None:
+            schedule = self._set[1]
+        else:
+            schedule = self._weights.at_step(k // self._weights.step_size)
+        x = next(self._parents[int(schedule.which[k % schedule.period])])
         self._index += 1
         return x
 
     def _next_many(self, n: int) -> list[Any]:
-        which, _ = self._schedule.locate(np.arange(self._index, self._index + n, dtype=np.int64))
+        which = self._which(np.arange(self._index, self._index + n, dtype=np.int64))
         out: list[Any] = [None] * n
         end = n
         for i in np.unique(which).tolist():
@@ -104,14 +160,21 @@ class _MixIterator(DatasetIterator[Any]):
     def get_state(self) -> dict[str, Any]:
         states = [p.get_state() for p in self._parents]
         parents: Any = states if self._names is None else dict(zip(self._names, states))
-        return {"stage": self.stage, "index": self._index, "parents": parents}
+        state = {"stage": self.stage, "index": self._index, "parents": parents}
+        if self._set is not None:
+            state["weights"] = self._set[0]
+        return state
 
     def _count_at(self, state: Any) -> int | None:
         return int_at(state, "index")
 
     def _restore(self, state: Any, path: str) -> None:
-        check_state(state, self.stage, {"stage", "index", "parents"}, path)
+        keys = {"stage", "index", "parents"}
+        if isinstance(state, dict) and "weights" in state:
+            keys.add("weights")
+        check_state(state, self.stage, keys, path)
         index = check_int(state, "index", path)
+        chosen = self._weights_of(state, path)
         parents = state["parents"]
         if self._names is None:
             if not isinstance(parents, list) or len(parents) != len(self._parents):
@@ -122,7 +185,10 @@ class _MixIterator(DatasetIterator[Any]):
                 )
             for i, (p, s) in enumerate(zip(self._parents, parents)):
                 p._restore(s, f"{path}['parents'][{i}]")
-            self._check_index(index, parents, path)
+            if chosen is None and not self._weights.dynamic:
+                # With weights that changed, the inputs' shares of the positions before
+                # `index` are not known here: the check is for a fixed schedule only.
+                self._check_index(index, parents, path)
         else:
             if not isinstance(parents, dict):
                 raise CheckpointError(
@@ -147,12 +213,27 @@ class _MixIterator(DatasetIterator[Any]):
                         f"did ({total})",
                     )
         self._index = index
+        self._set = chosen
+
+    def _weights_of(self, state: dict[str, Any], path: str) -> tuple[Any, Schedule] | None:
+        """The weights a state records as set with `set_weights`, checked; None if none."""
+        if "weights" not in state:
+            return None
+        recorded = state["weights"]
+        try:
+            return recorded, self._weights.schedule_of(recorded)
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(
+                f"{path}['weights'] = {recorded!r} is invalid: {e} The state records the "
+                "weights given to set_weights; restore a state taken by get_state() of this "
+                "mixture."
+            ) from None
 
     def _check_index(self, index: int, parents: list[Any], path: str) -> None:
         """`index` against the inputs' positions: the schedule gives each input its share
         of the first `index` positions, so each input has handed out at least that many
         (more only when another input ran out in the middle of a block)."""
-        sched = self._schedule
+        sched = self._weights.at_step(0)
         full, rest = divmod(index, sched.period)
         shares = [full * p for p in sched.proportions]
         for i in sched.which[:rest].tolist():
@@ -168,3 +249,29 @@ class _MixIterator(DatasetIterator[Any]):
                     f"input {i} (proportions {list(sched.proportions)}), but its state "
                     f"{path}['parents'][{i}] has handed out {count}",
                 )
+
+
+def set_mix_weights(
+    it: DatasetIterator[Any], weights: Sequence[float] | Mapping[str, float]
+) -> None:
+    """`set_weights(weights)` on the one `IterDataset.mix` iterator of the pipeline that `it`
+    iterates (found through `children()`), wherever it sits: under a `batch`, a `map`...
+
+    >>> import chute
+    >>> a = chute.MapDataset.range(100).to_iter_dataset()
+    >>> b = chute.MapDataset.range(100, 200).to_iter_dataset()
+    >>> it = iter(chute.IterDataset.mix([a, b]).batch(4))
+    >>> next(it).tolist()
+    [0, 100, 1, 101]
+    >>> chute.experimental.set_mix_weights(it, [1, 3])
+    >>> next(it).tolist()
+    [2, 102, 103, 104]
+    """
+    found = [node for node in walk(it) if callable(getattr(type(node), "set_weights", None))]
+    if len(found) != 1:
+        raise ValueError(
+            f"set_mix_weights: the pipeline of {it!r} has {len(found)} mixtures with "
+            "adjustable weights, not one: call set_weights on the mixture's own iterator "
+            "(iter(mixture)) where there are several."
+        )
+    found[0].set_weights(weights)  # type: ignore[attr-defined]

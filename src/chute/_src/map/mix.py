@@ -1,14 +1,22 @@
-"""`MapDataset.mix` and `MapDataset.select_from_datasets`: random access into a mixture."""
+"""`MapDataset.mix` and `MapDataset.select_from_datasets`: random access into a mixture.
+
+With weights that are a function of the step (`weights(step)`, `step = position //
+step_size`), position `k` is drawn from the schedule of its step's weights at `k % period`
+(`mixing.Weights`), and its element in that input is the input's count of positions
+before `k`: the counts at the start of each step are summed step by step once (kept, a few
+integers per step) up to the furthest step asked for.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from chute._src.dataset import INFINITE, MapDataset
-from chute._src.mixing import Schedule, int_proportions
+from chute._src.mixing import Schedule, Weights, int_proportions
 
 
 def check_parents(datasets: Any, where: str) -> list[MapDataset[Any]]:
@@ -48,34 +56,141 @@ class MixedMapDataset(MapDataset[Any]):
     """
 
     def __init__(
-        self, datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None
+        self,
+        datasets: Sequence[MapDataset[Any]],
+        weights: Sequence[float] | Callable[[int], Sequence[float]] | None,
+        *,
+        step_size: int = 1,
     ) -> None:
         parents = check_parents(datasets, "MapDataset.mix")
         super().__init__(parents)
+        self._dynamic: StepCounts | None = None
+        if callable(weights):
+            lengths = [len(p) for p in parents]
+            self._check_nonempty(lengths)
+            self._dynamic = StepCounts(
+                Weights(weights, len(parents), "MapDataset.mix", step_size=step_size), lengths
+            )
+            return
         props = int_proportions(weights, len(parents), "MapDataset.mix")
         self._schedule = Schedule(props, "MapDataset.mix")
         total = sum(props)
         lengths = [len(p) for p in parents]
+        self._check_nonempty(lengths)
+        self._len = min(INFINITE, int(min(n / (p / total) for n, p in zip(lengths, props))))
+
+    @staticmethod
+    def _check_nonempty(lengths: list[int]) -> None:
         empty = [i for i, n in enumerate(lengths) if n == 0]
         if empty:
             raise ValueError(
                 f"MapDataset.mix: datasets {empty} are empty: every mixed dataset needs "
                 "elements; leave empty ones out."
             )
-        self._len = min(INFINITE, int(min(n / (p / total) for n, p in zip(lengths, props))))
 
     def __len__(self) -> int:
+        if self._dynamic is not None:
+            return self._dynamic.length()
         return self._len
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
-        which, keys = self._schedule.locate(indices)
+        if self._dynamic is not None:
+            which, keys = self._dynamic.locate(indices)
+        else:
+            which, keys = self._schedule.locate(indices)
         return gather(self._parents, which, keys)
 
+    def cache_identity(self) -> dict[str, Any]:
+        if self._dynamic is not None:
+            w = self._dynamic.weights
+            return {"weights": w.fn, "step_size": w.step_size}
+        return {"proportions": self._schedule.proportions}
+
     def __repr__(self) -> str:
+        if self._dynamic is not None:
+            w = self._dynamic.weights
+            return f"MixedMapDataset(weights={w.fn!r}, step_size={w.step_size})"
         return f"MixedMapDataset(proportions={list(self._schedule.proportions)})"
 
     def _fingerprint_params(self) -> str:
+        if self._dynamic is not None:
+            # The function is not part of what a state checks (as for a map's), so a run
+            # may resume with a new one: it must give the same weights for the steps
+            # before the restored position, which decided where each input is.
+            return f"weights=function, step_size={self._dynamic.weights.step_size}"
         return str(self._schedule.proportions)
+
+
+class StepCounts:
+    """Random access into a mixture whose weights are a function of the step: each input's
+    count of positions before every step, summed once and kept."""
+
+    def __init__(self, weights: Weights, lengths: list[int]) -> None:
+        self.weights = weights
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self._starts: list[np.ndarray] = [np.zeros(len(lengths), dtype=np.int64)]
+        self._len: int | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:  # worker processes sum again
+        return {"weights": self.weights, "lengths": self.lengths}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["weights"], state["lengths"].tolist())  # type: ignore[misc]
+
+    def _step(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """The input of every position of `step`, and its rank among that input's positions
+        in the step."""
+        size = self.weights.step_size
+        schedule = self.weights.compute(step)
+        k = np.arange(step * size, (step + 1) * size, dtype=np.int64)
+        which = schedule.which[k % schedule.period]
+        ranks = np.empty(size, dtype=np.int64)
+        for i in np.unique(which).tolist():
+            sel = which == i
+            ranks[sel] = np.arange(int(sel.sum()), dtype=np.int64)
+        return which, ranks
+
+    def start(self, step: int) -> np.ndarray:
+        """Each input's count of positions before `step`."""
+        starts = self._starts
+        if step < len(starts):
+            return starts[step]
+        with self._lock:
+            n = len(self.lengths)
+            while len(starts) <= step:
+                which, _ = self._step(len(starts) - 1)
+                starts.append(starts[-1] + np.bincount(which, minlength=n))
+            return starts[step]
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        size = self.weights.step_size
+        steps = indices // size
+        which = np.empty(len(indices), dtype=np.int64)
+        keys = np.empty(len(indices), dtype=np.int64)
+        for step in np.unique(steps).tolist():
+            sel = np.flatnonzero(steps == step)
+            w, ranks = self._step(step)
+            offset = indices[sel] - step * size
+            which[sel] = w[offset]
+            keys[sel] = self.start(step)[w[offset]] + ranks[offset]
+        return which, keys
+
+    def length(self) -> int:
+        """The first position whose input has run out (`INFINITE` if none can)."""
+        if self._len is None:
+            if (self.lengths >= INFINITE).all():
+                self._len = INFINITE
+            else:
+                size, step = self.weights.step_size, 0
+                while True:
+                    w, ranks = self._step(step)
+                    over = np.flatnonzero(self.start(step)[w] + ranks >= self.lengths[w])
+                    if over.size:
+                        self._len = step * size + int(over[0])
+                        break
+                    step += 1
+        return self._len
 
 
 class SelectFromDatasetsMapDataset(MapDataset[Any]):

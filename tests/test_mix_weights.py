@@ -1,0 +1,239 @@
+"""Mixture weights that change during a run: a function of the step, `set_weights`, new
+weights at restore; exact resume both ways."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute.experimental import ThreadPrefetchIterDataset, set_mix_weights
+from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
+
+
+def _tagged(tag: int, n: int) -> chute.MapDataset[Any]:
+    return chute.MapDataset.range(n).map(lambda i: (tag, i))
+
+
+def _streams(n: int = 400) -> list[chute.IterDataset[Any]]:
+    return [_tagged(t, n).to_iter_dataset() for t in range(3)]
+
+
+def curriculum(step: int) -> list[float]:
+    """More of input 2 as training goes on: changes every 5 steps."""
+    return [4.0, 2.0, 1.0 + step // 5]
+
+
+def _tags(xs: list[Any]) -> list[int]:
+    return [t for t, _ in xs]
+
+
+def _check_each_input_in_order(out: list[tuple[int, int]]) -> None:
+    for t in {t for t, _ in out}:
+        assert [i for u, i in out if u == t] == list(range(sum(u == t for u, _ in out)))
+
+
+def test_a_function_of_the_step_gives_each_step_its_weights() -> None:
+    ds = chute.IterDataset.mix(_streams(), curriculum, step_size=8)
+    out = list(itertools.islice(ds, 8 * 30))
+    _check_each_input_in_order(out)
+    early = np.bincount(_tags(out[: 8 * 5]), minlength=3)
+    late = np.bincount(_tags(out[8 * 25 :]), minlength=3)
+    assert early[2] < early[1] < early[0] and late[2] > late[0]
+    # Within every run of equal weights the shares are those of the weights, within one
+    # element per input (Grain's schedule spreads each input evenly over its period).
+    for step in range(0, 30, 5):
+        part = _tags(out[8 * step : 8 * (step + 5)])
+        w = np.array(curriculum(step))
+        expect = 40 * w / w.sum()
+        assert (np.abs(np.bincount(part, minlength=3) - expect) <= 1.5).all()
+    # A constant function is the fixed mixture, element for element.
+    fixed = chute.IterDataset.mix(_streams(), [4, 2, 1])
+    constant = chute.IterDataset.mix(_streams(), lambda step: [4, 2, 1], step_size=3)
+    assert list(constant) == list(fixed)
+
+
+def test_a_function_of_the_step_restores_exactly_with_the_fixed_state() -> None:
+    ds = chute.IterDataset.mix(_streams(60), curriculum, step_size=4)
+    assert_equal_output_after_checkpoint(ds.batch(3))
+    it = iter(ds)
+    next(it)
+    assert set(it.get_state()) == {"stage", "index", "parents"}
+    named = chute.IterDataset.mix(
+        {k: s for k, s in zip("abc", _streams(60))},
+        lambda step: {"a": 1, "b": 1, "c": 1 + step},
+    )
+    assert_equal_output_after_checkpoint(named, max_elements=120)
+
+
+def test_set_weights_between_steps_and_a_state_after_the_change() -> None:
+    ds = chute.IterDataset.mix(_streams(), [1, 1, 1])
+    it = iter(ds)
+    head = [next(it) for _ in range(9)]
+    assert _tags(head) == [0, 1, 2] * 3
+    set_mix_weights(it, [1, 3, 0.5])  # proportions 2, 6, 1
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["weights"] == [1.0, 3.0, 0.5]
+    after = [next(it) for _ in range(45)]
+    assert np.bincount(_tags(after), minlength=3).tolist() == [10, 30, 5]
+    _check_each_input_in_order(head + after)
+    # The state taken after the change restores to the same future draws, in a fresh
+    # iterator that was never told of the change.
+    fresh = iter(ds)
+    fresh.set_state(state)
+    assert [next(fresh) for _ in range(45)] == after
+    # A state taken before the change restores the weights it was taken with.
+    again = iter(ds)
+    for _ in range(4):
+        next(again)
+    early = again.get_state()
+    set_mix_weights(again, [5, 1, 1])
+    next(again)
+    again.set_state(early)
+    assert [next(again) for _ in range(5)] == head[4:9]
+
+
+def test_new_weights_at_restore() -> None:
+    ds = chute.IterDataset.mix(_streams(), [1, 1, 1])
+    it = iter(ds)
+    head = [next(it) for _ in range(10)]
+    state = it.get_state()
+    # As Grain allows: restore, then give the weights from here on.
+    resumed = iter(ds)
+    resumed.set_state(state)
+    set_mix_weights(resumed, [1, 0.25, 0.25])  # proportions 4, 1, 1
+    out = [next(resumed) for _ in range(12)]
+    assert np.bincount(_tags(out), minlength=3).tolist() == [8, 2, 2]
+    _check_each_input_in_order(head + out)  # every input continues where it was
+    # A mixture built with new weights (by name) or a new function restores the state too.
+    named = {k: s for k, s in zip("abc", _streams())}
+    before = iter(chute.IterDataset.mix(named, {"a": 1, "b": 1, "c": 1}))
+    for _ in range(10):
+        next(before)
+    later = iter(chute.IterDataset.mix(named, lambda step: {"a": 1, "b": 2, "c": 3}))
+    later.set_state(before.get_state())
+    out = [next(later) for _ in range(12)]
+    assert out[0][1] >= 3 and np.bincount(_tags(out), minlength=3).tolist() == [2, 4, 6]
+
+
+def test_set_mix_weights_reaches_a_mixture_under_other_stages() -> None:
+    ds = chute.IterDataset.mix(_streams(), [1, 1, 1]).map(lambda x: x).batch(3, batch_fn=list)
+    it = iter(ds)
+    assert [t for t, _ in next(it)] == [0, 1, 2]
+    set_mix_weights(it, [1, 2, 3])
+    batches = [next(it) for _ in range(4)]
+    assert sorted(t for b in batches for t, _ in b) == [0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]
+    state = it.get_state()
+    fresh = iter(ds)
+    fresh.set_state(state)
+    assert [next(fresh) for _ in range(5)] == [next(it) for _ in range(5)]
+    with pytest.raises(ValueError, match="has 0 mixtures with adjustable weights, not one"):
+        set_mix_weights(iter(chute.MapDataset.range(3).to_iter_dataset()), [1])
+
+
+def test_elements_in_flight_keep_their_weights() -> None:
+    """Behind a prefetching stage the change applies from the mixture's next position,
+    which is ahead of the consumer by what is buffered. The states of the elements drawn
+    after the change record it and restore exactly; those of elements drawn before it
+    (in flight when it was made) restore the weights they were drawn with."""
+    mix = chute.IterDataset.mix(_streams(), [1, 1, 1])
+    ds = ThreadPrefetchIterDataset(mix, prefetch_buffer_size=6)
+    it = iter(ds)
+    out = [next(it) for _ in range(6)]
+    deadline = time.monotonic() + 30
+    while (it.buffer_info() or (0, 0))[0] < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)  # let the thread fill its buffer, so that 6 are in flight
+    set_mix_weights(it, [1, 0.5, 0.5])  # proportions 2, 1, 1
+    states, rest = [], []
+    for _ in range(60):
+        states.append(it.get_state())
+        rest.append(next(it))
+    assert _tags(rest[:6]) == [0, 1, 2] * 2  # in flight at the change: the old weights
+    assert np.bincount(_tags(rest[20:]), minlength=3).tolist() == [20, 10, 10]
+    _check_each_input_in_order(out + rest)
+    changed = next(k for k, state in enumerate(states) if "weights" in state)
+    assert changed in (7, 8)  # the buffer, and the element the thread may have drawn
+    for k in (0, changed - 1, changed, changed + 1, 40):
+        fresh = iter(mix)
+        fresh.set_state(states[k])
+        if k >= changed:
+            assert [next(fresh) for _ in range(10)] == rest[k : k + 10]
+        else:
+            assert [next(fresh) for _ in range(changed - k)] == rest[k:changed]
+
+
+def test_errors_name_the_value_and_the_fix() -> None:
+    ds = chute.IterDataset.mix(_streams(), [1, 1, 1])
+    it = iter(ds)
+    with pytest.raises(ValueError, match="set_weights: 2 weights for 3 datasets"):
+        set_mix_weights(it, [1, 2])
+    with pytest.raises(ValueError, match="weight 0 is invalid"):
+        set_mix_weights(it, [1, 0, 1])
+    bad = chute.IterDataset.mix(_streams(), lambda step: [1, 1] if step > 2 else [1, 1, 1])
+    with pytest.raises(ValueError, match=r"weights\(3\) returned \[1, 1\]: 2 weights for 3"):
+        list(bad)
+    with pytest.raises(ValueError, match="step_size=0 is invalid"):
+        chute.IterDataset.mix(_streams(), curriculum, step_size=0)
+    state = it.get_state()
+    state["weights"] = [1, -1, 1]
+    with pytest.raises(
+        chute.CheckpointError, match=r"state\['weights'\] = \[1, -1, 1\] is invalid"
+    ):
+        iter(ds).set_state(state)
+
+
+def map_curriculum(step: int) -> list[float]:
+    return [3.0, 1.0] if step < 4 else [1.0, 2.0]
+
+
+def test_map_mix_with_a_function_of_the_step() -> None:
+    a, b = _tagged(0, 40), _tagged(1, 100)
+    ds = chute.MapDataset.mix([a, b], map_curriculum, step_size=8)
+    out = list(ds)
+    assert out == [ds[i] for i in range(len(ds))]
+    _check_each_input_in_order(out)
+    assert np.bincount(_tags(out[:32]), minlength=2).tolist() == [24, 8]
+    assert np.bincount(_tags(out[32:56]), minlength=2).tolist() == [8, 16]
+    assert sum(t == 0 for t in _tags(out)) == 40 and ds[len(ds) - 1] in out  # ends with a
+    assert len(ds) == 32 + 3 * (len(out) - 32) // 3
+    same = chute.MapDataset.mix([a, b], lambda step: [1, 1], step_size=5)
+    assert list(same) == list(chute.MapDataset.mix([a, b], [1, 1]))
+    assert_equal_output_after_checkpoint(ds.shuffle(seed=1).to_iter_dataset().batch(4))
+    infinite = chute.MapDataset.mix([a.repeat(), b.repeat()], map_curriculum, step_size=8)
+    assert len(infinite) == chute.MapDataset.range(1).repeat().__len__()
+    assert infinite[10_000] == infinite[10_000]
+
+
+def test_map_mix_restores_with_a_new_function_that_keeps_the_past() -> None:
+    a, b = _tagged(0, 400), _tagged(1, 400)
+    old = chute.MapDataset.mix([a, b], map_curriculum, step_size=8).to_iter_dataset()
+    it = iter(old)
+    head = [next(it) for _ in range(40)]  # steps 0 to 4
+    state = it.get_state()
+
+    def new(step: int) -> list[float]:
+        return map_curriculum(step) if step < 5 else [1.0, 9.0]
+
+    resumed = iter(chute.MapDataset.mix([a, b], new, step_size=8).to_iter_dataset())
+    resumed.set_state(state)
+    rest = [next(resumed) for _ in range(40)]
+    assert np.bincount(_tags(rest), minlength=2).tolist() == [4, 36]
+    _check_each_input_in_order(head + rest)
+    fixed = chute.MapDataset.mix([a, b], [1, 2]).to_iter_dataset()
+    with pytest.raises(chute.CheckpointError, match="pipeline"):
+        iter(fixed).set_state(state)
+
+
+def _workers(n: int) -> chute.IterDataset[Any]:
+    ds = chute.MapDataset.mix([_tagged(0, 300), _tagged(1, 300)], map_curriculum, step_size=16)
+    return ds.to_iter_dataset().mp_prefetch(chute.MultiprocessingOptions(num_workers=n))
+
+
+def test_map_mix_with_a_function_in_worker_processes() -> None:
+    assert_trees_equal(list(_workers(2)), list(_workers(0)))
+    assert_equal_output_after_checkpoint(_workers(2), restore_into=_workers(0), steps=[0, 7, 100])
