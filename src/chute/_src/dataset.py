@@ -859,9 +859,14 @@ class IterDataset(_Node, Generic[T]):
 
         return MultiprocessPrefetchIterDataset(self, options, worker_init_fn, sequential_slice)
 
-    def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
-        """`mp_prefetch(multiprocessing_options)`, under Grain's older name."""
-        return self.mp_prefetch(multiprocessing_options)
+    def prefetch(self, buffer: MultiprocessingOptions | int | Any) -> IterDataset[T]:
+        """Computes ahead of the consumer: with `MultiprocessingOptions`, in worker
+        processes (`mp_prefetch`, Grain's older name); with an int `n` or `chute.AUTOTUNE`
+        (tf.data's habit), `n` elements (AUTOTUNE: 2) in a background thread
+        (`experimental.ThreadPrefetchIterDataset`)."""
+        from chute._src.iter.prefetch_buffer import prefetch
+
+        return prefetch(self, buffer)
 
     def seed(self, seed: int) -> IterDataset[T]:
         """Sets the seed that random stages after this point derive their seeds from."""
