@@ -29,7 +29,7 @@ def test_state_is_small_json_shaped_like_the_pipeline() -> None:
         next(it)
     state = it.get_state()
     assert json.loads(json.dumps(state)) == state
-    assert len(json.dumps(state)) < 300
+    assert len(json.dumps(state)) < 340  # 310 with a seed shown as given and derived
     assert state["stage"] == "batch"
     assert state["parent"]["stage"] == "filter"
     assert state["parent"]["parent"]["stage"] == "to_iter_dataset"

@@ -204,8 +204,8 @@ def _base(
     [
         (
             _base(seed=2),
-            r"state\['parent'\]\['pipeline'\]\[1\] = 'Shuffle\(seed=\d+\)' in the state, but "
-            r"this pipeline has 'Shuffle\(seed=\d+\)' there",
+            r"state\['parent'\]\['pipeline'\]\[1\] = 'Shuffle\(seed=1 \(derived \d+\)\)' in the "
+            r"state, but this pipeline has 'Shuffle\(seed=2 \(derived \d+\)\)' there",
         ),
         (_base(n=41), r"\['pipeline'\]\[0\] = 'Range\(start=0, stop=40, step=1\)' in the state"),
         (_base(start=1), r"\['pipeline'\]\[2\] = 'Slice\(0:40:1\)' in the state, but .*1:40:1"),
@@ -222,8 +222,8 @@ def _base(
             .map(plus_one)
             .to_iter_dataset()
             .batch(4),
-            r"\['pipeline'\]\[1\] = 'Shuffle\(seed=\d+\)' in the state, but this pipeline has "
-            r"'Repeat\(num_epochs=2\)' there",
+            r"\['pipeline'\]\[1\] = 'Shuffle\(seed=1 \(derived \d+\)\)' in the state, but this "
+            r"pipeline has 'Repeat\(num_epochs=2\)' there",
         ),
         (  # a stage more
             chute.MapDataset.range(40)
@@ -264,7 +264,9 @@ def test_a_loader_state_with_another_batch_size_or_seed_is_rejected() -> None:
         sampler=chute.IndexSampler(100, shuffle=True, seed=4, num_epochs=2),
         operations=[Scale(), Jitter(), KeepSome(), chute.Batch(3)],
     )
-    with pytest.raises(chute.CheckpointError, match=r"Shuffle\(seed=\d+\)' in the state"):
+    with pytest.raises(
+        chute.CheckpointError, match=r"Shuffle\(seed=3 \(derived \d+\)\)' in the state"
+    ):
         iter(other_seed).set_state(state)
 
 

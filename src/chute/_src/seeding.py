@@ -4,11 +4,18 @@ Seeds are mixed with SplitMix64's finaliser, a bijection on 64-bit integers whos
 bits each depend on every input bit. `derive_seed(seed, a, b, ...)` folds further keys in
 one at a time, so derive_seed(5, epoch=1) and derive_seed(6, epoch=0) are unrelated, unlike
 `seed + epoch`.
+
+States, errors and reprs show a random stage's seed as the user gave it, with the seed
+derived from it beside it (`seed=42 (derived 17532488217563185893)`, or
+`seed=ds.seed(42) (derived ...)` for a stage that takes the pipeline seed); the derived
+seed alone fixes the order. `same_params` also accepts the derived seed alone
+(`seed=17532488217563185893`), as states saved before this was shown recorded it.
 """
 
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any
 
 import numpy as np
@@ -65,3 +72,41 @@ def validate_seed(seed: Any, where: str, bits: int = 64) -> int:
             "pass a non-negative integer such as seed=42."
         )
     return seed
+
+
+def shown_seed(seed: Any, pipeline_seed: int | None) -> str:
+    """A random stage's seed as the user gave it: `seed` (already validated) if given,
+    else the pipeline seed it derives its own from, as `ds.seed(N)`."""
+    if seed is not None:
+        return str(operator.index(seed))
+    return f"ds.seed({pipeline_seed})"
+
+
+def seed_param(shown: str, derived: int) -> str:
+    """`seed=...` as a stage's state and identity record it: the seed the user gave
+    (`shown_seed`) and, beside it, the derived seed that fixes the order."""
+    return f"seed={shown} (derived {derived})"
+
+
+_SHOWN = re.compile(r"seed=(?:\d+|ds\.seed\(\d+\)) \(derived (\d+)\)")
+
+
+def legacy_params(text: str) -> str:
+    """`text` (a stage's params, or an entry of a pipeline's identity) as states saved
+    before seeds were shown as given record it: the derived seed alone (`seed=N`)."""
+    return _SHOWN.sub(r"seed=\1", text)
+
+
+def same_params(recorded: Any, now: str) -> bool:
+    """True if `recorded` (from a state) names the same stage parameters as `now`: equal,
+    or equal to `now` in the form older states have (`legacy_params`).
+
+    >>> now = seed_param("42", 17532488217563185893)
+    >>> now
+    'seed=42 (derived 17532488217563185893)'
+    >>> same_params(now, now), same_params("seed=17532488217563185893", now)
+    (True, True)
+    >>> same_params("seed=42", now), same_params("seed=1 (derived 17532488217563185893)", now)
+    (False, False)
+    """
+    return recorded == now or (isinstance(recorded, str) and recorded == legacy_params(now))

@@ -21,6 +21,7 @@ from chute._src.filter_check import SkipCounter
 from chute._src.iterator import MAX_POSITION, DatasetIterator, check_int, int_at
 from chute._src.options import ReadOptions
 from chute._src.protocol import StageRole
+from chute._src.seeding import same_params
 
 T = TypeVar("T")
 
@@ -251,7 +252,7 @@ def check_identity(recorded: Any, identity: tuple[str, ...], path: str) -> None:
             f"records; the state is corrupt or from an older version of chute; {fix}."
         )
     for i, (was, now) in enumerate(zip(recorded, identity)):
-        if was != now:
+        if not same_params(was, now):  # older states give derived seeds alone
             raise CheckpointError(
                 f"{path}[{i}] = {was!r} in the state, but this pipeline has {now!r} there: "
                 f"the state was taken from a different MapDataset; {fix}."

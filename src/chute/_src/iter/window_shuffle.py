@@ -24,7 +24,7 @@ from chute._src.iter.pack_common import (
 )
 from chute._src.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int
 from chute._src.map.window_shuffle import SEED_TAG_WINDOW_SHUFFLE, check_window
-from chute._src.seeding import derive_seed
+from chute._src.seeding import derive_seed, seed_param, shown_seed
 
 T = TypeVar("T")
 
@@ -44,15 +44,16 @@ class WindowShuffleIterDataset(IterDataset[T]):
         super().__init__([parent])
         self._w = check_window(window_size, "WindowShuffleIterDataset")
         self._seed = self._op_seed(seed, SEED_TAG_WINDOW_SHUFFLE, "WindowShuffleIterDataset")
+        self._seed_shown = shown_seed(seed, self._pipeline_seed)
 
     def make_iterator(self) -> DatasetIterator[T]:
         return _WindowShuffleIterator(self._parent_iter(), self._w, self._seed)
 
     def __repr__(self) -> str:
-        return f"WindowShuffleIterDataset(window_size={self._w})"
+        return f"WindowShuffleIterDataset(window_size={self._w}, seed={self._seed_shown})"
 
     def _fingerprint_params(self) -> str:
-        return f"window_size={self._w}, seed={self._seed}"
+        return f"window_size={self._w}, {seed_param(self._seed_shown, self._seed)}"
 
 
 class _WindowShuffleIterator(DatasetIterator[T]):

@@ -11,6 +11,7 @@ from chute._src.dataset import SEED_TAG_RANDOM_MAP, MapDataset
 from chute._src.element_rngs import ElementRngs
 from chute._src.errors import add_stage_note
 from chute._src.map._apply import failed_position
+from chute._src.seeding import seed_param, shown_seed
 from chute._src.transforms import as_random_map_fn, describe
 
 
@@ -21,6 +22,7 @@ class RandomMapMapDataset(MapDataset[Any]):
         super().__init__([parent])
         self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
         self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
+        self._seed_shown = shown_seed(seed, self._pipeline_seed)
 
     def __len__(self) -> int:
         return len(self._parents[0])
@@ -41,7 +43,7 @@ class RandomMapMapDataset(MapDataset[Any]):
             raise
 
     def __repr__(self) -> str:
-        return f"RandomMapMapDataset(transform={describe(self._fn)})"
+        return f"RandomMapMapDataset(transform={describe(self._fn)}, seed={self._seed_shown})"
 
     def _fingerprint_params(self) -> str:
-        return f"seed={self._seed}"
+        return seed_param(self._seed_shown, self._seed)

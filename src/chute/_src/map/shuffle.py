@@ -9,7 +9,7 @@ import numpy as np
 
 from chute._src.dataset import INFINITE, SEED_TAG_SHUFFLE, MapDataset
 from chute._src.index_shuffle import IndexShuffle
-from chute._src.seeding import derive_seed, validate_seed
+from chute._src.seeding import derive_seed, seed_param, shown_seed, validate_seed
 
 T = TypeVar("T")
 
@@ -18,7 +18,8 @@ class ShuffleMapDataset(MapDataset[T]):
     """Position `i` of epoch `e` reads parent element `perm_e(i)` of epoch `e`.
 
     `perm_e` is keyed by `derive_seed(seed, e)`, so every epoch has its own order and the
-    seeds of different epochs are unrelated.
+    seeds of different epochs are unrelated. The repr and the state show the seed as the
+    user gave it (`seeding.seed_param`).
     """
 
     def __init__(self, parent: MapDataset[T], *, seed: int | None = None) -> None:
@@ -31,6 +32,7 @@ class ShuffleMapDataset(MapDataset[T]):
         if seed is not None:  # Grain takes a 32-bit seed here (ds.seed(s) takes any)
             seed = validate_seed(seed, "shuffle", bits=32)
         self._seed = self._op_seed(seed, SEED_TAG_SHUFFLE, "shuffle")
+        self._seed_shown = shown_seed(seed, self._pipeline_seed)
         self._n = len(parent)
         self._perms: dict[int, IndexShuffle] = {}
         self._lock = threading.Lock()
@@ -74,7 +76,7 @@ class ShuffleMapDataset(MapDataset[T]):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return "ShuffleMapDataset"
+        return f"ShuffleMapDataset(seed={self._seed_shown})"
 
     def _fingerprint_params(self) -> str:
-        return f"seed={self._seed}"
+        return seed_param(self._seed_shown, self._seed)

@@ -14,7 +14,7 @@ import numpy as np
 
 from chute._src.dataset import INFINITE, MapDataset
 from chute._src.index_shuffle import IndexShuffle
-from chute._src.seeding import derive_seed
+from chute._src.seeding import derive_seed, seed_param, shown_seed
 
 T = TypeVar("T")
 
@@ -45,6 +45,7 @@ class WindowShuffleMapDataset(MapDataset[T]):
         super().__init__([parent])
         self._w = check_window(window_size, "WindowShuffleMapDataset")
         self._seed = self._op_seed(seed, SEED_TAG_WINDOW_SHUFFLE, "WindowShuffleMapDataset")
+        self._seed_shown = shown_seed(seed, self._pipeline_seed)
         self._n = len(parent)
         self._perms: dict[tuple[int, int], IndexShuffle] = {}
 
@@ -86,7 +87,7 @@ class WindowShuffleMapDataset(MapDataset[T]):
         return state
 
     def __repr__(self) -> str:
-        return f"WindowShuffleMapDataset(window_size={self._w})"
+        return f"WindowShuffleMapDataset(window_size={self._w}, seed={self._seed_shown})"
 
     def _fingerprint_params(self) -> str:
-        return f"window_size={self._w}, seed={self._seed}"
+        return f"window_size={self._w}, {seed_param(self._seed_shown, self._seed)}"
