@@ -28,6 +28,7 @@ from chute._src.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.errors import CheckpointError
 from chute._src.iterator import DatasetIterator, ThreadGuardedIterator, check_int
 from chute._src.options import MultiprocessingOptions, ReadOptions
+from chute._src.seeding import same_params
 from chute._src.sharding import ShardOptions
 
 STAGE = "elastic"
@@ -208,7 +209,9 @@ def _check_common(state: Any, ds: MapDataset[Any], path: str) -> None:
                 f"{path} has no {key!r}: the state is corrupt; restore a state taken by "
                 "ElasticIterator.get_state() or returned by ElasticIterator.merge_states()."
             )
-    if list(state["pipeline"]) != list(ds.identity) or state["stop"] != len(ds):
+    recorded, identity = list(state["pipeline"]), list(ds.identity)
+    same = len(recorded) == len(identity) and all(map(same_params, recorded, identity))
+    if not same or state["stop"] != len(ds):
         raise CheckpointError(
             f"{path}['pipeline'] = {state['pipeline']!r} (length {state['stop']!r}) is not "
             f"this dataset's {list(ds.identity)!r} (length {len(ds)}): restore a state "
