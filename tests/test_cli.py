@@ -93,12 +93,15 @@ def test_convert_other_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert meta == {"dtype": "<f4", "shape": [3]}
     np.testing.assert_array_equal(np.frombuffer(src[7], dtype=meta["dtype"]), arr[7])
 
-    (tmp_path / "lines.txt").write_bytes(b'{"a": 1}\n{"a": 2}\n')
+    (tmp_path / "lines.txt").write_bytes(b'"a"\n"b"\n')  # neither its name nor bytes tell
     assert main(["convert", str(tmp_path / "lines.txt"), str(tmp_path / "l.crec")]) == 1
-    assert "pass --from/--to" in capsys.readouterr().err
+    assert "pass --from FORMAT" in capsys.readouterr().err
     args = ["convert", "--from", "jsonl", str(tmp_path / "lines.txt"), str(tmp_path / "l.crec")]
     assert main(args) == 0
-    assert RecordFileDataSource(tmp_path / "l.crec")[1] == b'{"a": 2}'
+    assert RecordFileDataSource(tmp_path / "l.crec")[1] == b'"b"'
+    (tmp_path / "objects.txt").write_bytes(b'{"a": 1}\n{"a": 2}\n')  # JSON objects: JSONL
+    assert main(["convert", str(tmp_path / "objects.txt"), str(tmp_path / "o.crec")]) == 0
+    assert RecordFileDataSource(tmp_path / "o.crec")[1] == b'{"a": 2}'
 
 
 def test_to_and_from_array_record(tmp_path: Path, jsonl: tuple[Path, list[bytes]]) -> None:
@@ -214,3 +217,162 @@ def test_overlap_is_refused_in_process_too(
     err = capsys.readouterr().err
     assert err.startswith("chute convert: error: the output overlaps the inputs")
     assert len(RecordFileDataSource(out)) == 500
+
+
+# What `inspect` and `verify` take: every ArrayRecord name, files no name tells, directories
+# and globs of every format; each error printed once, with its fix.
+
+
+def _inspected(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, str]:
+    """The `name: value` lines `chute inspect` printed."""
+    capsys.readouterr()
+    assert main(["inspect", *args, "--show", "1"]) == 0
+    out = capsys.readouterr().out
+    return {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in out.splitlines())}
+
+
+@pytest.mark.parametrize(
+    "name", ["train.array-record", "train.array_record", "train.arrayrecord", "train", "t.bin"]
+)
+def test_array_record_is_known_by_each_of_its_names_and_by_its_first_bytes(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = jsonl
+    written = tmp_path / "train.array-record"
+    assert main(["convert", str(path), str(written)]) == 0
+    assert written.is_file()  # one file, as the name asks, not a directory
+    target = tmp_path / name
+    if target != written:
+        written.rename(target)
+    shown = _inspected(capsys, str(target))
+    assert shown["format"] == "arrayrecord" and shown["records"] == "500"
+    assert shown["size"] == f"{target.stat().st_size:,} bytes on disk"
+    assert main(["verify", str(target)]) == 0
+    assert "OK: 500 records" in capsys.readouterr().out
+
+
+def _tfrecord(path: Path, records: list[bytes]) -> None:
+    import struct
+
+    import crc32c
+
+    def masked(b: bytes) -> int:
+        c = crc32c.crc32c(b)
+        return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    with open(path, "wb") as f:
+        for r in records:
+            h = struct.pack("<Q", len(r))
+            f.write(h + struct.pack("<I", masked(h)) + r + struct.pack("<I", masked(r)))
+
+
+def _two_files(folder: Path, fmt: str, records: list[bytes]) -> None:
+    """`records` split over two files of `fmt` in `folder`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    for k, part in enumerate((records[:200], records[200:])):
+        if fmt == "jsonl":
+            (folder / f"{k}.jsonl").write_bytes(b"\n".join(part) + b"\n")
+        elif fmt == "tfrecord":
+            _tfrecord(folder / f"{k}.tfrecord", part)
+        elif fmt == "parquet":
+            rows = [{"line": r.decode()} for r in part]
+            pq.write_table(pa.Table.from_pylist(rows), folder / f"{k}.parquet")
+        else:
+            np.save(folder / f"{k}.npy", np.arange(len(part) * 2).reshape(len(part), 2))
+
+
+@pytest.mark.parametrize(
+    "fmt", ["jsonl", "tfrecord", "parquet", "numpy", "arrayrecord-shards", "crec-shards"]
+)
+def test_inspect_and_verify_take_directories_and_globs_with_true_counts_and_sizes(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]], fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = jsonl
+    folder = tmp_path / "data"
+    if fmt.endswith("-shards"):  # a dataset directory chute convert wrote
+        to = fmt.split("-")[0]
+        assert main(["convert", str(path), str(folder), "--to", to, "--shards", "4"]) == 0
+    else:
+        _two_files(folder, fmt, records)
+    data = sorted(p for p in folder.iterdir() if p.name != "manifest.json")
+    size = f"{sum(p.stat().st_size for p in data):,} bytes on disk"
+    for arg in (str(folder), str(folder / "*")):
+        shown = _inspected(capsys, arg)
+        assert shown["format"] == fmt.split("-")[0]
+        assert shown["files"] == str(len(data)) and shown["records"] == "500"
+        assert shown["size"].startswith(size)
+        assert main(["verify", arg, "--no-progress"]) == 0
+        assert "OK: 500 records" in capsys.readouterr().out
+
+
+def test_inspect_reads_files_at_urls_through_the_same_opener(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fsspec = pytest.importorskip("fsspec")
+    path, _ = jsonl
+    ar = tmp_path / "c.array_record"
+    assert main(["convert", str(path), str(ar)]) == 0
+    fs = fsspec.filesystem("memory")
+    root = f"/cli-{tmp_path.name}"
+    fs.pipe(f"{root}/j/0.jsonl", path.read_bytes())
+    fs.pipe(f"{root}/j/1.jsonl", path.read_bytes())
+    fs.pipe(f"{root}/train.bin", ar.read_bytes())  # no name tells: its first bytes do
+    try:
+        shown = _inspected(capsys, f"memory://{root}/j/*.jsonl")
+        assert shown["files"] == "2" and shown["records"] == "1,000"
+        assert shown["size"] == f"{2 * path.stat().st_size:,} bytes on disk"
+        shown = _inspected(capsys, f"memory://{root}/train.bin")
+        assert shown["format"] == "arrayrecord" and shown["records"] == "500"
+        assert shown["size"] == f"{ar.stat().st_size:,} bytes on disk"
+    finally:
+        fs.rm(root, recursive=True)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chute.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_each_error_is_printed_once_with_its_fix(
+    tmp_path: Path, jsonl: tuple[Path, list[bytes]]
+) -> None:
+    path, _ = jsonl
+    (tmp_path / "notes.txt").write_bytes(b"hello\n")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "a.jsonl").write_bytes(path.read_bytes())
+    np.save(mixed / "b.npy", np.arange(4))
+    (tmp_path / "empty").mkdir()
+    cases = {
+        ("convert", "missing.jsonl", "out.crec"): (
+            "chute convert: error: 'missing.jsonl': no such file or directory; check the path"
+        ),
+        ("inspect", "missing"): "chute inspect: error: 'missing': no such file or directory",
+        ("verify", "nomatch*"): "chute verify: error: 'nomatch*': the pattern matches no file",
+        ("inspect", "notes.txt"): (
+            "chute inspect: error: cannot tell the format of 'notes.txt' from its name or its "
+            "first bytes; pass --from FORMAT, one of crec, jsonl, arrayrecord"
+        ),
+        ("verify", "mixed"): (
+            "chute verify: error: the files mix formats (jsonl: mixed/a.jsonl; numpy: "
+            "mixed/b.npy); give the files of one format"
+        ),
+        ("inspect", "empty"): "chute inspect: error: empty: the directory holds no data files",
+    }
+    for args, first in cases.items():
+        done = _cli(*args, cwd=tmp_path)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.startswith(first), (args, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.count(f"chute {args[0]}:") == 1, done.stderr
+        assert "--to" not in done.stderr and "Traceback" not in done.stderr
+        assert "FAILED" not in done.stdout

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chute._src.errors import DataError
+from chute._src.errors import DataError, MissingFileError
 
 __all__ = ["COMMANDS", "Command", "main"]
 
@@ -269,9 +269,12 @@ def _run_verify(args: argparse.Namespace) -> int:
     bar: Progress[object] = Progress(desc="verify", force=args.progress)
     try:
         n, checked = verify_any(args.paths, args.from_format, bar.update, args.storage_options)
+    except MissingFileError:  # nothing to verify: an error in the arguments
+        bar.close()
+        raise
     except DataError as e:
         bar.close()
-        print(f"FAILED: {e}")
+        print(f"FAILED: {_message(e, 'verify')}")
         return 1
     bar.close()
     print(f"OK: {n:,} records, {checked}")
@@ -331,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _message(e: BaseException, command: str) -> str:
+    """`e`'s message without a leading `chute COMMAND: ` (main prints its own)."""
+    text = str(e)
+    prefix = f"chute {command}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the `chute` command line; returns the exit status.
 
@@ -352,7 +362,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         status: int = args._run(args)
     except (DataError, FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
-        print(f"chute {args.command}: error: {e}", file=sys.stderr)
+        print(f"chute {args.command}: error: {_message(e, args.command)}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader of stdout left (`chute inspect ... | head`)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 1
     return status
 

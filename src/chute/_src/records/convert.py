@@ -19,7 +19,7 @@ from chute._src.errors import DataError
 from chute._src.progress import Progress
 from chute._src.records import staging
 from chute._src.records.checksum import crc32c
-from chute._src.records.inputs import Format, detect_format
+from chute._src.records.inputs import ARRAY_RECORD_SUFFIXES, Format, detect_format
 from chute._src.records.layout import HEADER_MAGIC
 from chute._src.records.manifest import (
     MANIFEST_NAME,
@@ -143,7 +143,7 @@ def _check_output(
         )
     entries = sorted(p.name for p in output.iterdir())
     if fmt is Format.ARRAY_RECORD:
-        ours = [n for n in entries if n.endswith((".array_record", ".arrayrecord"))]
+        ours = [n for n in entries if n.endswith(ARRAY_RECORD_SUFFIXES)]
         if ours:
             raise FileExistsError(
                 f"{output} already holds ArrayRecord files ({_listing(ours)}); chute writes no "
@@ -332,7 +332,7 @@ def convert(
         from_format = found.pop()
     out = Path(output)
     to_format = output_format(out, to_format)
-    single_file = shards == 1 and out.suffix in (".crec", ".array_record", ".arrayrecord")
+    single_file = shards == 1 and out.suffix in (".crec", *ARRAY_RECORD_SUFFIXES)
     if resume and (single_file or to_format is not Format.CREC):
         raise ValueError(
             "--resume works for sharded .crec output (a directory, with --shards N); a "

@@ -1,9 +1,11 @@
-"""Which reader a path needs (by extension, overridable), and its records as bytes."""
+"""Which reader a path needs (by its name, else by its first bytes; `--from` overrides),
+and its records as bytes."""
 
 from __future__ import annotations
 
 import enum
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,10 +13,21 @@ from typing import Any
 import numpy as np
 
 from chute._src.errors import DataError
+from chute._src.records.checksum import crc32c
+from chute._src.records.layout import HEADER_MAGIC
 from chute._src.records.manifest import MANIFEST_NAME, manifest_shard_format
+from chute._src.records.staging import ARRAY_RECORD_MAGIC
 from chute._src.remote.urls import StorageOptions, is_url
 
-__all__ = ["Format", "as_bytes_source", "detect_format", "iter_blocks", "open_source"]
+__all__ = [
+    "ARRAY_RECORD_SUFFIXES",
+    "Format",
+    "as_bytes_source",
+    "detect_format",
+    "iter_blocks",
+    "open_source",
+    "sniff_format",
+]
 
 
 class Format(enum.Enum):
@@ -34,6 +47,7 @@ _SUFFIXES = {
     ".ndjson": Format.JSONL,
     ".json": Format.JSONL,
     ".array_record": Format.ARRAY_RECORD,
+    ".array-record": Format.ARRAY_RECORD,
     ".arrayrecord": Format.ARRAY_RECORD,
     ".parquet": Format.PARQUET,
     ".pq": Format.PARQUET,
@@ -43,18 +57,69 @@ _SUFFIXES = {
 }
 
 
-def detect_format(path: str | os.PathLike[str]) -> Format:
-    """The format a path's name implies (TFDS-style `x.tfrecord-00000-of-00010` too).
+ARRAY_RECORD_SUFFIXES = tuple(k for k, v in _SUFFIXES.items() if v is Format.ARRAY_RECORD)
+_SNIFF = 16  # bytes read to tell a file's format by its first bytes
+
+
+def _tfrecord_head(head: bytes) -> bool:
+    """True if `head` starts with a TFRecord frame: a length and its masked CRC32C."""
+    if len(head) < 12:
+        return False
+    crc = crc32c(head[:8])
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return masked == struct.unpack_from("<I", head, 8)[0]
+
+
+def sniff_format(head: bytes) -> Format | None:
+    """The format a file's first bytes show, or None if they show none.
+
+    >>> sniff_format(b"CHUTEREC..."), sniff_format(bytes.fromhex("83af70d10d884a3f"))
+    (<Format.CREC: 'crec'>, <Format.ARRAY_RECORD: 'arrayrecord'>)
+    >>> sniff_format(b'{"a": 1}\\n'), sniff_format(b"hello")
+    (<Format.JSONL: 'jsonl'>, None)
+    """
+    signatures = {
+        HEADER_MAGIC: Format.CREC,
+        ARRAY_RECORD_MAGIC: Format.ARRAY_RECORD,  # riegeli's file signature
+        b"PAR1": Format.PARQUET,
+        b"\x93NUMPY": Format.NUMPY,
+    }
+    for magic, fmt in signatures.items():
+        if head.startswith(magic):
+            return fmt
+    if _tfrecord_head(head):
+        return Format.TFRECORD
+    if head.lstrip()[:1] in (b"{", b"["):
+        return Format.JSONL
+    return None
+
+
+def _head(path: str, storage_options: StorageOptions) -> bytes:
+    """The first bytes of the file at `path` (through the readers' opener: URLs too)."""
+    from chute._src.sources._open import open_data
+
+    f = open_data(path, "a data file", storage_options, lease=False)
+    try:
+        return bytes(f.mapping()[:_SNIFF]) if f.size else b""
+    finally:
+        f.close()
+
+
+def detect_format(path: str | os.PathLike[str], storage_options: StorageOptions = None) -> Format:
+    """The format a path's name implies (TFDS-style `x.tfrecord-00000-of-00010` too), else
+    the one its first bytes show (`sniff_format`).
 
     >>> detect_format("train.array_record-00000-of-00004"), detect_format("a/b.jsonl")
     (<Format.ARRAY_RECORD: 'arrayrecord'>, <Format.JSONL: 'jsonl'>)
+    >>> detect_format("train.array-record")
+    <Format.ARRAY_RECORD: 'arrayrecord'>
     """
     if is_url(path):
         name = str(path).rstrip("/").rsplit("/", 1)[-1]
         if name == MANIFEST_NAME or "." not in name:  # a dataset prefix (with manifest.json)
             return Format.CREC
     p = Path(path)
-    if p.is_dir() or p.name == MANIFEST_NAME:
+    if not is_url(path) and (p.is_dir() or p.name == MANIFEST_NAME):
         if (p / MANIFEST_NAME).exists() or p.name == MANIFEST_NAME:
             manifest = p if p.name == MANIFEST_NAME else p / MANIFEST_NAME
             return Format(manifest_shard_format(manifest)) if manifest.exists() else Format.CREC
@@ -67,10 +132,16 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
     for suffix, fmt in _SUFFIXES.items():
         if name.endswith(suffix) or f"{suffix}-" in name:
             return fmt
+    try:
+        found = sniff_format(_head(os.fspath(path), storage_options))
+    except (DataError, OSError):
+        found = None  # (a missing or unreadable file: its reader names it)
+    if found is not None:
+        return found
     choices = ", ".join(f.value for f in Format)
     raise ValueError(
-        f"cannot tell the format of {str(path)!r} from its name; pass --from/--to with "
-        f"one of {choices}"
+        f"cannot tell the format of {str(path)!r} from its name or its first bytes; "
+        f"pass --from FORMAT, one of {choices}"
     )
 
 

@@ -1,25 +1,103 @@
-"""What `chute inspect` and `chute verify` report about a dataset, in any format."""
+"""What `chute inspect` and `chute verify` report about a dataset, in any format.
+
+Both take files, globs and directories: a directory with a `manifest.json` is a dataset
+(its shards, as the manifest lists them), any other directory stands for the data files
+in it (hidden files, such as index caches older versions wrote, left out). A file's
+format comes from its name, else its first bytes, unless `--from` names it."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from chute._src.errors import DataError
 from chute._src.records.inputs import Format, detect_format, iter_blocks, open_source
 from chute._src.records.layout import Codec
-from chute._src.remote.urls import StorageOptions, is_url
+from chute._src.records.manifest import MANIFEST_NAME, manifest_shard_format, read_manifest
+from chute._src.records.shard_files import dataset_paths
+from chute._src.remote.urls import StorageOptions, is_url, local_path
+from chute._src.sources._open import open_data
 from chute._src.sources._paths import expand_paths
 from chute._src.sources.crec import RecordFileDataSource
 
-__all__ = ["inspect_lines", "verify_any"]
+__all__ = ["dataset_files", "inspect_lines", "verify_any"]
 
 
-def _files_size(paths: list[str]) -> int:
-    return sum(os.path.getsize(p) for p in paths if not is_url(p) and os.path.isfile(p))
+def dataset_files(inputs: list[str], who: str, storage_options: StorageOptions = None) -> list[str]:
+    """`inputs` with globs expanded and each local directory without a manifest replaced
+    by the data files in it, sorted (hidden files and subdirectories left out)."""
+    out: list[str] = []
+    for p in expand_paths(inputs, who, storage_options):
+        path = local_path(p)
+        if is_url(p) or not os.path.isdir(path) or os.path.lexists(Path(path) / MANIFEST_NAME):
+            out.append(p)
+            continue
+        with os.scandir(path) as entries:
+            files = sorted(e.path for e in entries if not e.name.startswith(".") and e.is_file())
+        if not files:
+            raise DataError(
+                f"{p}: the directory holds no data files; give a directory of data files, a "
+                "dataset directory chute wrote (with manifest.json), files or a glob"
+            )
+        out.extend(files)
+    return _without_listed_shards(out)
+
+
+def _without_listed_shards(paths: list[str]) -> list[str]:
+    """`paths` less the shards a manifest among them lists (`DIR/*` matches a dataset's
+    manifest.json and its shards: the records are counted once)."""
+    listed: set[str] = set()
+    for p in paths:
+        manifest = Path(local_path(p))
+        if manifest.is_dir():
+            manifest = manifest / MANIFEST_NAME
+        if is_url(p) or manifest.name != MANIFEST_NAME or not manifest.is_file():
+            continue
+        with contextlib.suppress(DataError):  # a bad manifest: its reader reports it
+            shards = read_manifest(manifest, manifest_shard_format(manifest))
+            listed.update(os.path.realpath(shard) for shard, _ in shards)
+    if not listed:
+        return paths
+    return [p for p in paths if is_url(p) or os.path.realpath(local_path(p)) not in listed]
+
+
+def _one_format(paths: list[str], storage_options: StorageOptions) -> Format:
+    """The format of every file of `paths` (by name, else first bytes); they must agree."""
+    found = {p: detect_format(p, storage_options) for p in paths}
+    formats = sorted({f.value for f in found.values()})
+    if len(formats) > 1:
+        examples = "; ".join(
+            f"{f}: {next(p for p, g in found.items() if g.value == f)}" for f in formats
+        )
+        raise ValueError(
+            f"the files mix formats ({examples}); give the files of one format (a glob such "
+            "as DIR/*.jsonl), or pass --from FORMAT to read them all as one"
+        )
+    return next(iter(found.values()))
+
+
+def _data_files(paths: list[str], fmt: Format, who: str, so: StorageOptions) -> list[str]:
+    """The files holding the records: a dataset directory's shards, as its manifest
+    lists them (checked against it), for the formats a manifest lists."""
+    if fmt in (Format.CREC, Format.ARRAY_RECORD):
+        return dataset_paths(paths, fmt.value, who, so)
+    return paths
+
+
+def _files_size(paths: list[str], so: StorageOptions) -> int:
+    """The bytes of the files at `paths`, through the readers' opener (URLs too)."""
+    total = 0
+    for p in paths:
+        f = open_data(p, "a data file", so, lease=False)
+        total += f.size
+        f.close()
+    return total
 
 
 def _show(record: Any, width: int = 100) -> str:
@@ -35,8 +113,8 @@ def inspect_lines(
 ) -> list[str]:
     """Lines describing the dataset at `inputs`: format, counts, sizes, codecs, records."""
     so = storage_options
-    paths = expand_paths(inputs, "chute inspect", so)
-    fmt = fmt or detect_format(paths[0])
+    paths = dataset_files(inputs, "chute inspect", so)
+    fmt = fmt or _one_format(paths, so)
     lines = [f"format:   {fmt.value}"]
     if fmt is Format.CREC:
         src = RecordFileDataSource(paths, storage_options=so)
@@ -70,12 +148,13 @@ def inspect_lines(
         if src.metadata:
             lines.append(f"metadata: {src.metadata}")
     else:
-        src = open_source(paths, fmt, so)
+        data = _data_files(paths, fmt, "chute inspect", so)
+        src = open_source(data, fmt, so)
         n = len(src)
         lines += [
-            f"files:    {len(paths)}",
+            f"files:    {len(data)}",
             f"records:  {n:,}",
-            f"size:     {_files_size(paths):,} bytes on disk",
+            f"size:     {_files_size(data, so):,} bytes on disk",
         ]
     for i in range(min(show, n)):
         lines.append(f"[{i}] {_show(src[i])}")
@@ -98,16 +177,17 @@ def verify_any(
     from chute._src.records.verify import verify
 
     so = storage_options
-    paths = expand_paths(inputs, "chute verify", so)
-    fmt = fmt or detect_format(paths[0])
+    paths = dataset_files(inputs, "chute verify", so)
+    fmt = fmt or _one_format(paths, so)
     if fmt is Format.CREC:
         return verify(paths, progress, so), "every checksum matches"
     from chute import sources
 
+    data = _data_files(paths, fmt, "chute verify", so)  # shards checked against a manifest
     if fmt is Format.JSONL:
-        src: Any = sources.JsonlDataSource(paths, storage_options=so)
+        src: Any = sources.JsonlDataSource(data, storage_options=so)
     else:
-        src = open_source(paths, fmt, so)
+        src = open_source(data, fmt, so)
     for block in iter_blocks(src):
         if progress is not None:
             progress(len(block), sum(len(r) if isinstance(r, bytes) else 0 for r in block))
