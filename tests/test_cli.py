@@ -376,3 +376,21 @@ def test_each_error_is_printed_once_with_its_fix(
         assert done.stderr.count(f"chute {args[0]}:") == 1, done.stderr
         assert "--to" not in done.stderr and "Traceback" not in done.stderr
         assert "FAILED" not in done.stdout
+
+
+def test_a_reader_that_stops_early_ends_inspect_quietly(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(b'{"i": %d, "t": "%s"}\n' % (i, b"y" * 50) for i in range(20_000)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chute.cli", "inspect", str(path), "--show", "20000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == "format:   jsonl\n"
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 1
+    assert err == ""

@@ -325,7 +325,7 @@ def convert(
         )
     output = local_path(output)
     if from_format is None:
-        found = {detect_format(p) for p in paths}
+        found = {detect_format(p, so) for p in paths}
         if len(found) > 1:
             names = ", ".join(sorted(f.value for f in found))
             raise ValueError(f"the inputs mix formats ({names}); convert them separately")
