@@ -213,12 +213,18 @@ def _run_convert(args: argparse.Namespace) -> int:
 
 
 def _inspect_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="PATH", help="a file, glob or dataset directory")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="files, globs or directories: a dataset directory (with manifest.json) or a "
+        "directory of data files of one format",
+    )
     p.add_argument(
         "--from",
         dest="from_format",
         type=_format,
-        help="the format, if the extension does not tell",
+        help="the format, if neither the file's name nor its first bytes tell",
     )
     p.add_argument("-n", "--show", type=int, default=3, help="records to show (default 3)")
     _storage_flag(p)
@@ -233,12 +239,18 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="PATH", help="a file, glob or dataset directory")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="files, globs or directories: a dataset directory (with manifest.json) or a "
+        "directory of data files of one format",
+    )
     p.add_argument(
         "--from",
         dest="from_format",
         type=_format,
-        help="the format, if the extension does not tell",
+        help="the format, if neither the file's name nor its first bytes tell",
     )
     p.add_argument(
         "--write-manifest",
