@@ -23,6 +23,9 @@ from chute._src.iter.concat_split import (
     ConcatThenSplitIterDataset as ConcatThenSplitIterDataset,
 )
 from chute._src.iter.disk_cache import DiskCacheIterDataset as DiskCacheIterDataset
+from chute._src.iter.even_batches import EvenBatchesIterDataset as EvenBatchesIterDataset
+from chute._src.iter.even_batches import count_batches as count_batches
+from chute._src.iter.even_batches import zeros_like_batch as zeros_like_batch
 from chute._src.iter.file_sources import ParquetIterDataset as ParquetIterDataset
 from chute._src.iter.file_sources import TFRecordIterDataset as TFRecordIterDataset
 from chute._src.iter.file_stream import FileLinesIterDataset as FileLinesIterDataset
@@ -67,6 +70,7 @@ __all__ = [
     "DatasetOptions",
     "DiskCacheIterDataset",
     "ElasticIterator",
+    "EvenBatchesIterDataset",
     "ExecutionTrackingMode",
     "FileLinesIterDataset",
     "FirstFitPackIterDataset",
@@ -93,6 +97,7 @@ __all__ = [
     "apply_transformations",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
+    "count_batches",
     "device_put",
     "get_element_spec",
     "get_next_index",
@@ -101,4 +106,5 @@ __all__ = [
     "multithread_prefetch",
     "set_mix_weights",
     "set_next_index",
+    "zeros_like_batch",
 ]

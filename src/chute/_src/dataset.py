@@ -808,6 +808,19 @@ class IterDataset(_Node, Generic[T]):
             window_size=window_size,
         )
 
+    def even_batches(
+        self, num_batches: int, *, pad: Callable[[Any], Any] | None = None
+    ) -> IterDataset[Any]:
+        """Exactly `num_batches` elements per pass, the same count on every shard so that
+        data-parallel ranks step together: without `pad`, the first `num_batches` (the
+        smallest count over shards; the tail is dropped); with `pad`, a short shard adds
+        `pad(last_batch)` (e.g. `experimental.zeros_like_batch`; the largest count).
+        A shard that breaks the rule raises. `experimental.EvenBatchesIterDataset`.
+        """
+        from chute._src.iter.even_batches import EvenBatchesIterDataset
+
+        return EvenBatchesIterDataset(self, num_batches, pad=pad)
+
     def repeat(self, num_epochs: int | None = None) -> IterDataset[T]:
         """Repeats the stream `num_epochs` times (forever with None); epochs are identical."""
         from chute._src.iter.repeat import RepeatIterDataset
@@ -850,7 +863,14 @@ class IterDataset(_Node, Generic[T]):
     ) -> IterDataset[T]:
         """Computes the pipeline in worker processes; the output is the same for any count.
 
-        `worker_init_fn(worker_index, worker_count)` runs once in each worker.
+        `worker_init_fn(worker_index, worker_count)` runs once in each worker. Workers
+        never run the main script: what it defines reaches them by value (cloudpickle),
+        so no `if __name__ == "__main__":` guard is needed.
+        A worker that produces nothing for `options.stall_warning_s` (default 300 s) gets
+        a `chute.multiprocessing.WorkerStallWarning` with its Python stack and the element
+        indices it computes; with `options.timeout_s` (default None: wait) the wait ends in
+        a `WorkerTimeoutError` instead. A worker's exception is raised here with its
+        traceback and element index.
         `sequential_slice` is Grain's (workers read contiguous slices rather than strided
         ones, which changes Grain's order); chute's workers always compute contiguous
         chunks and the output is in index order, so it changes nothing here.
