@@ -51,8 +51,9 @@ def test_the_worker_loop_imports_neither_the_pool_nor_any_dataset(tmp_path: Path
         """,
     )
     assert out == (
-        "['chute._src.mp', 'chute._src.mp._worker', 'chute._src.mp.heap', 'chute._src.mp.shm', "
-        "'chute._src.mp.transport', 'chute._src.records', 'chute._src.records.checksum'] []"
+        "['chute._src.mp', 'chute._src.mp._server_init', 'chute._src.mp._worker', "
+        "'chute._src.mp.heap', 'chute._src.mp.shm', 'chute._src.mp.transport', "
+        "'chute._src.records', 'chute._src.records.checksum'] []"
     )
 
 

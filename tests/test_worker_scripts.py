@@ -255,3 +255,34 @@ def test_no_variable_of_chutes_reaches_other_threads_subprocesses(tmp_path: Path
     launches, seen = done.stdout.split(maxsplit=1)
     assert int(launches) > 5
     assert seen.strip() == "[]"
+
+
+def test_a_workers_traceback_points_at_the_users_file_and_line(tmp_path: Path) -> None:
+    body = textwrap.dedent(
+        """
+        import chute
+
+        def check(x):
+            if x == 5:
+                raise ValueError(f"bad element {x}")
+            return x
+
+        ds = chute.MapDataset.range(20).map(check).to_iter_dataset()
+        list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))
+        """
+    )
+    (tmp_path / "job.py").write_text(body)
+    env = {**os.environ, "PYTHONPATH": SRC}
+    done = subprocess.run(
+        [sys.executable, "job.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert f'File "{tmp_path / "job.py"}", line 6, in check' in done.stderr, done.stderr
+    assert 'raise ValueError(f"bad element {x}")' in done.stderr
+    assert "<dynamic-code>" not in done.stderr
+    assert "at element index 5" in done.stderr

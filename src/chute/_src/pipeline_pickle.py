@@ -36,7 +36,11 @@ def dumps(obj: Any, stages: list[Any], what: str = "mp_prefetch: stage") -> byte
     of `stages` (sources first) that fails."""
     pickler = _pickler()
     try:
-        return pickler.dumps(obj, protocol=5)
+        if pickler is pickle:
+            return pickle.dumps(obj, protocol=5)
+        from chute._src.mp import by_value  # keeps each function's file name
+
+        return by_value.dumps(obj)
     except Exception as e:
         culprit = next((s for s in stages if not _picklable(pickler, s)), None)
         where = f"{what} {culprit!r}" if culprit is not None else "the pipeline"

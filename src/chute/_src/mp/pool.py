@@ -183,10 +183,10 @@ def prewarm(modules: Callable[[], Iterable[str]] | None = None) -> None:
 def _pickled(what: str, obj: object) -> bytes:
     """`obj` pickled for the workers: by value where it lives in `__main__` (cloudpickle,
     as workers never import the main script), by reference otherwise."""
-    import cloudpickle
+    from chute._src.mp import by_value
 
     try:
-        return cloudpickle.dumps(obj, protocol=5)
+        return by_value.dumps(obj)
     except Exception as e:
         raise NotPicklableError(
             f"{what} {obj!r} cannot be pickled, so it cannot be sent to worker processes "
