@@ -49,6 +49,7 @@ from chute._src.iter.window_shuffle import (
     WindowShuffleIterDataset as WindowShuffleIterDataset,
 )
 from chute._src.iter.zip import ZipIterDataset as ZipIterDataset
+from chute._src.map.cache import CacheMapDataset as CacheMapDataset
 from chute._src.map.flat_map import FlatMapMapDataset as FlatMapMapDataset
 from chute._src.map.flat_map import FlatMapTransform as FlatMapTransform
 from chute._src.map.window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
@@ -66,6 +67,7 @@ __all__ = [
     "BestFitPackIterDataset",
     "BucketBySequenceLengthIterDataset",
     "CacheIterDataset",
+    "CacheMapDataset",
     "ConcatThenSplitIterDataset",
     "DatasetOptions",
     "DiskCacheIterDataset",

@@ -41,6 +41,7 @@ from chute._src.seeding import derive_seed, validate_seed
 
 if TYPE_CHECKING:
     from chute._src.iterator import DatasetIterator
+    from chute._src.map.cache import CacheMapDataset
     from chute._src.options import MultiprocessingOptions, ReadOptions
     from chute._src.sources.protocol import RandomAccessDataSource
     from chute._src.transforms import (
@@ -484,6 +485,18 @@ class MapDataset(_Node, Generic[T]):
 
         fn = batch_fn_with_padding(batch_fn, pad_value, padding_struct)
         return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=fn)
+
+    def cache(
+        self, *, max_elements: int | None = None, max_bytes: int | None = None
+    ) -> CacheMapDataset[T]:
+        """Keeps elements in memory, shared by every iterator and epoch of this dataset
+        (and by `mp_prefetch`'s workers, through shared memory), as tf.data's `cache()`:
+        index `i` reads position `i % len(ds)`. Past `max_elements` / `max_bytes`
+        (default: a quarter of the available memory), elements are computed again.
+        """
+        from chute._src.map.cache import CacheMapDataset
+
+        return CacheMapDataset(self, max_elements=max_elements, max_bytes=max_bytes)
 
     def shuffle(self, seed: int | None = None) -> MapDataset[T]:
         """A global shuffle in O(1) memory; every epoch of a `repeat` is shuffled anew."""
