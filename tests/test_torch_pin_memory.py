@@ -92,9 +92,9 @@ def test_state_is_the_position_after_the_batches_the_loop_received(taken: int) -
         next(it)
     ahead = min(3, 10 - taken)  # the thread pins batches ahead meanwhile
     deadline = time.monotonic() + 10
-    while it.buffer_info()[0] < ahead and time.monotonic() < deadline:
+    while ahead and it.buffer_info()[0] < ahead and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert it.buffer_info()[0] == ahead
+    assert not ahead or it.buffer_info()[0] == ahead
     state = it.get_state()
     plain = iter(pipeline())
     for _ in range(taken):
