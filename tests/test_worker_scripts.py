@@ -286,3 +286,4 @@ def test_a_workers_traceback_points_at_the_users_file_and_line(tmp_path: Path) -
     assert 'raise ValueError(f"bad element {x}")' in done.stderr
     assert "<dynamic-code>" not in done.stderr
     assert "at element index 5" in done.stderr
+    assert done.stderr.count("ValueError: bad element 5") == 1, done.stderr  # printed once

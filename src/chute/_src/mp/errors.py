@@ -70,7 +70,21 @@ class RemoteTraceback(Exception):
         self.tb = tb
 
     def __str__(self) -> str:
-        return f'\n"""\n{self.tb}"""'
+        # The frames only: the exception's own line and notes follow once, below, as
+        # those of the exception re-raised in the main process.
+        return f'\n"""\n{_frames_only(self.tb)}"""'
+
+
+def _frames_only(tb: str) -> str:
+    """`tb` (a formatted traceback) without the lines after its last frame."""
+    lines = tb.splitlines(keepends=True)
+    last = max((i for i, line in enumerate(lines) if line.startswith("  File ")), default=None)
+    if last is None:
+        return tb
+    end = last + 1
+    while end < len(lines) and lines[end].startswith("    "):
+        end += 1
+    return "".join(lines[:end])
 
 
 class SharedMemoryWarning(UserWarning):
