@@ -14,7 +14,7 @@ Where caches are kept (`CHUTE_INDEX_CACHE`, read at each use):
   owned by the current user and its mode lets its owner write; otherwise (a read-only
   directory, another user's directory, or a write there that fails) in the per-user
   directory. A cache beside the data is then read first.
-- `off`: no cache is read or written (as `cache_index=False` on a source).
+- `off`: no cache of a local file is read or written (as `cache_index=False` on a source).
 
 Cache files in the per-user directory that were last written more than `MAX_AGE_DAYS`
 days ago are removed when a new cache is written there, so caches of deleted files do
