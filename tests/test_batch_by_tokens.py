@@ -215,3 +215,16 @@ def test_same_batches_for_0_1_and_3_workers() -> None:
         _workers(3), restore_into=_workers(0), steps=[0, 1, 7, 30, len(reference)]
     )
     assert_equal_output_after_checkpoint(_workers(0), restore_into=_workers(1), steps=[0, 5, 19])
+
+
+def test_the_examples_of_docs_sequences_run() -> None:
+    """The code blocks of docs/sequences.md run as shown, in order, in one namespace."""
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "sequences.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    assert len(blocks) >= 4
+    namespace: dict[str, Any] = {}
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), namespace)
