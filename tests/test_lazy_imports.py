@@ -74,6 +74,21 @@ def test_the_crc32c_package_is_imported_only_without_the_native_extension(
     assert out == ("True False True" if native else "False True False")
 
 
+def test_chute_torch_is_an_attribute_loaded_on_first_use(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="torch is in the `torch` extra")
+    out = _fresh(
+        tmp_path,
+        """
+        import chute
+        before = "torch" in sys.modules, "chute.torch" in sys.modules
+        tensors = chute.torch.to_tensors({"x": chute.MapDataset.range(3).batch(3)[0]})
+        print(before, type(tensors["x"]).__module__, tensors["x"].tolist())
+        print("torch" in dir(chute), chute.torch is sys.modules["chute.torch"])
+        """,
+    )
+    assert out == "(False, False) torch [0, 1, 2]\nTrue True"
+
+
 def test_reading_local_records_loads_no_remote_client(tmp_path: Path) -> None:
     path = tmp_path / "data.crec"
     with chute.records.RecordWriter(str(path)) as w:

@@ -5,7 +5,8 @@ The names follow Grain's, so `import chute as grain` runs code written for Grain
 Every public name is imported on first use: `import chute` loads almost nothing, and a
 worker process loads only the modules its pipeline is made of. The debug layer (`stats`,
 `PipelineStats`, `StageStats`) is thus loaded only when used, or when a debug option is
-switched on in `chute.config`: a pipeline run without it never loads it.
+switched on in `chute.config`: a pipeline run without it never loads it. `chute.torch`
+(the `[torch]` extra) is reached the same way: `import chute` does not import torch.
 """
 
 import importlib as _importlib
@@ -22,6 +23,7 @@ if _typing.TYPE_CHECKING:
     from chute import sharding as sharding
     from chute import sources as sources
     from chute import testing as testing
+    from chute import torch as torch
     from chute import transforms as transforms
     from chute._src.autotune import AUTOTUNE as AUTOTUNE
     from chute._src.dataloader import DataLoader as DataLoader
@@ -70,6 +72,7 @@ _SUBMODULES = frozenset(
         "sharding",
         "sources",
         "testing",
+        "torch",
         "transforms",
     }
 )
@@ -161,5 +164,6 @@ __all__ = [
     "sources",
     "stats",
     "testing",
+    "torch",
     "transforms",
 ]
