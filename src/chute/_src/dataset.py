@@ -892,14 +892,16 @@ class IterDataset(_Node, Generic[T]):
 
         return MultiprocessPrefetchIterDataset(self, options, worker_init_fn, sequential_slice)
 
-    def prefetch(self, buffer: MultiprocessingOptions | int | Any) -> IterDataset[T]:
+    def prefetch(
+        self, multiprocessing_options: MultiprocessingOptions | int | Any
+    ) -> IterDataset[T]:
         """Computes ahead of the consumer: with `MultiprocessingOptions`, in worker
-        processes (`mp_prefetch`, Grain's older name); with an int `n` or `chute.AUTOTUNE`
-        (tf.data's habit), `n` elements (AUTOTUNE: 2) in a background thread
-        (`experimental.ThreadPrefetchIterDataset`)."""
+        processes (`mp_prefetch`, Grain's older name, whose parameter name it keeps); with
+        an int `n` or `chute.AUTOTUNE` (tf.data's habit), `n` elements (AUTOTUNE: 2) in a
+        background thread (`experimental.ThreadPrefetchIterDataset`)."""
         from chute._src.iter.prefetch_buffer import prefetch
 
-        return prefetch(self, buffer)
+        return prefetch(self, multiprocessing_options)
 
     def seed(self, seed: int) -> IterDataset[T]:
         """Sets the seed that random stages after this point derive their seeds from."""
