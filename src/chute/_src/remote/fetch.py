@@ -19,10 +19,11 @@ the old one's index. obstore itself checks that a ranged answer is the range ask
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any, TypeVar
 
 from chute._src.remote.stores import Located, deadline_s
@@ -88,22 +89,59 @@ def _event_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+class Exiting(ConnectionAbortedError):
+    """The interpreter is exiting: requests in flight are dropped, new ones refused."""
+
+
+_in_flight: set[Future[Any]] = set()
+_exiting = False
+
+
 def submit(make: Callable[[], Awaitable[T]]) -> Future[T]:
     """Runs the coroutine `make()` on the loop thread, bounded by the deadline."""
+    if _exiting:
+        raise Exiting("the interpreter is exiting: no more remote reads")
 
     async def bounded() -> T:
         return await asyncio.wait_for(make(), deadline_s())
 
-    return asyncio.run_coroutine_threadsafe(bounded(), _event_loop())
+    fut = asyncio.run_coroutine_threadsafe(bounded(), _event_loop())
+    with _loop_lock:
+        _in_flight.add(fut)
+    fut.add_done_callback(_in_flight.discard)
+    return fut
 
 
 def wait(fut: Future[T]) -> T:
-    """`fut`'s result; a `TimeoutError` past the deadline (the work is cancelled)."""
+    """`fut`'s result; a `TimeoutError` past the deadline (the work is cancelled), an
+    `Exiting` error when the interpreter exits meanwhile."""
     try:
         return fut.result(timeout=deadline_s() + 1.0)
     except TimeoutError:  # the deadline, inside the loop or here
         fut.cancel()
         raise
+    except CancelledError:
+        raise Exiting("the interpreter is exiting: the read was dropped") from None
+
+
+def _drop_all_at_exit() -> None:
+    """Before the interpreter joins its threads (an abandoned iterator's reader among
+    them, waiting on a stalled server), every remote read in flight is dropped, so the
+    threads waiting for one go on (with an `Exiting` error) at once."""
+    global _exiting
+    _exiting = True
+    with _loop_lock:
+        pending = list(_in_flight)
+    for fut in pending:
+        fut.cancel()
+
+
+# Run by `threading._shutdown` before it joins non-daemon threads (as concurrent.futures
+# does for its pools; later registrations run first): `atexit` would run after the join.
+# concurrent.futures' own hook is registered first (when its module is imported), so
+# that this one runs before it.
+importlib.import_module("concurrent.futures.thread")
+threading._register_atexit(_drop_all_at_exit)  # type: ignore[attr-defined]
 
 
 def _after_fork_in_child() -> None:
@@ -121,8 +159,21 @@ async def _get(loc: Located, a: int, b: int) -> tuple[bytes, Meta]:
 
     result = await obstore.get_async(loc.store, loc.path, options={"range": (a, b)})
     meta = identity_of(result.meta)
-    data = await result.bytes_async()
-    return bytes(data), meta
+    want = b - a
+    parts: list[bytes] = []
+    got = 0
+    # Read as a stream, so that a server sending more than the range asked for (a wrong
+    # Content-Length, a huge chunk) costs at most the range and one network read.
+    async for chunk in result.stream(min_chunk_size=max(1, want)):
+        parts.append(bytes(chunk))
+        got += len(chunk)
+        if got >= want:
+            break
+    if got > want:
+        raise ValueError(
+            f"the server sent more than the {want} bytes of the range [{a}, {b}) asked for"
+        )
+    return parts[0] if len(parts) == 1 else b"".join(parts), meta
 
 
 async def _gather(requests: Sequence[tuple[Located, int, int]]) -> list[Any]:

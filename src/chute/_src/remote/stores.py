@@ -67,6 +67,9 @@ _FSSPEC_ONLY = {
     "cache_type",
     "max_concurrency",
 }
+_PROXY_ENV = [
+    f"{name}{suffix}" for name in ("http", "https", "all", "no") for suffix in ("_proxy", "_PROXY")
+]
 _S3_CONFIG_DROPPED = {"max_pool_connections", "retries", "connect_timeout", "read_timeout"}
 
 
@@ -122,7 +125,7 @@ def display_url(url: str) -> str:
 
 
 _warned = False
-_stores: dict[tuple[str, str, str, float, int], Any] = {}
+_stores: dict[tuple[str, str, str, float, int], Any] = {}  # (kind, base, options, ...)
 _lock = threading.Lock()
 
 
@@ -164,7 +167,8 @@ def located(url: str, storage_options: StorageOptions) -> Located | None:
     if _obstore() is None:
         return None
     deadline, retries = deadline_s(), max_retries_for_store()
-    cache_key = (kind, key_base, options_key(opts) + repr(auth), deadline, retries)
+    proxies = tuple(os.environ.get(name) for name in _PROXY_ENV)  # read when a store is made
+    cache_key = (kind, key_base, options_key(opts) + repr(auth) + repr(proxies), deadline, retries)
     with _lock:
         store = _stores.get(cache_key)
     if store is None:
