@@ -228,3 +228,25 @@ def test_the_examples_of_docs_sequences_run() -> None:
     namespace: dict[str, Any] = {}
     for block in blocks:
         exec(compile(block, str(doc), "exec"), namespace)
+
+
+def _sharded(n: int) -> chute.IterDataset[Any]:
+    """The stage inside worker processes: one token-batched stream per shard, read whole
+    by a worker under mp_prefetch, merged by the interleave in this process."""
+    shards = [
+        _sequences([(5 * i + k) % 31 + 1 for i in range(120)])
+        .to_iter_dataset()
+        .batch_by_tokens(128, length_fn=_length, window_size=30, seed=k)
+        for k in range(4)
+    ]
+    merged = chute.experimental.InterleaveIterDataset(shards, cycle_length=2)
+    return merged.mp_prefetch(chute.MultiprocessingOptions(num_workers=n))
+
+
+def test_inside_worker_processes_per_shard() -> None:
+    reference = list(_sharded(0))
+    assert_trees_equal(list(_sharded(1)), reference)
+    assert_trees_equal(list(_sharded(3)), reference)
+    assert_equal_output_after_checkpoint(
+        _sharded(3), restore_into=_sharded(0), steps=[0, 5, 21], same_shape=False
+    )
