@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,3 +100,76 @@ def test_same_output_for_0_and_3_workers() -> None:
     assert_equal_output_after_checkpoint(
         _workers(0), restore_into=_workers(3), max_elements=180, steps=[0, 1, 50, 97, 179, 180]
     )
+
+
+class _JsonlLines(chute.DatasetIterator[dict[str, Any]]):
+    """A file read line by line that closes it at the end, so a call after the end fails
+    on the closed file (as a hand-written JSON Lines iterator often does)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._path, self._line = path, 0
+        self._file = open(path)  # noqa: SIM115 (closed at the end, as the original does)
+
+    def __next__(self) -> dict[str, Any]:
+        line = self._file.readline()
+        if not line:
+            self._file.close()
+            raise StopIteration
+        self._line += 1
+        return json.loads(line)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"line": self._line}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._file.close()
+        self._file = open(self._path)  # noqa: SIM115
+        for _ in range(state["line"]):
+            self._file.readline()
+        self._line = state["line"]
+
+
+class _JsonlFile(chute.IterDataset[dict[str, Any]]):
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._path = path
+
+    def __iter__(self) -> _JsonlLines:
+        return _JsonlLines(self._path)
+
+    def __repr__(self) -> str:
+        return f"JsonlFile({self._path.name})"
+
+
+@pytest.mark.parametrize("parallelism", [0, 2])
+def test_an_input_that_fails_when_called_after_its_end_is_named(
+    tmp_path: Path, parallelism: int
+) -> None:
+    paths = []
+    for k in range(3):
+        path = tmp_path / f"part-{k}.jsonl"
+        path.write_text("".join(json.dumps({"k": k, "i": i}) + "\n" for i in range(3)))
+        paths.append(path)
+    ds = InterleaveIterDataset(
+        [_JsonlFile(p) for p in paths], cycle_length=2, parallelism=parallelism
+    )
+    it = iter(ds)
+    with pytest.raises(
+        RuntimeError,
+        match=r"input 0 of 3 \(JsonlFile\(part-0\.jsonl\)\) raised ValueError\('I/O operation "
+        r"on closed file.'\) when its iterator was called again after it was exhausted .*"
+        r"must raise StopIteration again on every later call",
+    ) as caught:
+        list(it)
+    assert isinstance(caught.value.__cause__, ValueError)
+    it.close()
+    # An input that keeps raising StopIteration reads as before.
+    good = InterleaveIterDataset(
+        [chute.MapDataset.source([{"k": k, "i": i} for i in range(3)]) for k in range(3)],
+        cycle_length=2,
+        parallelism=parallelism,
+    )
+    assert [(x["k"], x["i"]) for x in good] == [
+        (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 0), (2, 1), (2, 2)
+    ]  # fmt: skip

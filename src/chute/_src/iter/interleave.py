@@ -154,13 +154,14 @@ class _Deferred:
 class _Feed:
     """One input being read: the chunk being consumed and the read of the next one."""
 
-    __slots__ = ("future", "items", "pos", "state")
+    __slots__ = ("ended", "future", "items", "pos", "state")
 
     def __init__(self, state: dict[str, Any], skip: int) -> None:
         self.state = state  # the input's state before `items`
         self.items: list[Any] = []
         self.pos = skip  # consumed position in `items` (skip until a chunk arrives)
         self.future: concurrent.futures.Future[Any] | _Deferred | None = None
+        self.ended = False  # the last read came back short: the input raised StopIteration
 
 
 class _InterleaveIterator(DatasetIterator[Any]):
@@ -169,6 +170,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
     def __init__(self, its: list[DatasetIterator[Any]], ds: InterleaveIterDataset) -> None:
         super().__init__(its)
         self._its = its
+        self._names = [repr(p) for p in ds.parents]  # the inputs, as errors name them
         self._n = len(its)
         self._cycle, self._chunk, self._ahead = ds._cycle, ds._chunk, ds._ahead
         self._ahead_fixed = ds._ahead
@@ -230,8 +232,14 @@ class _InterleaveIterator(DatasetIterator[Any]):
             feed.pos += 1
             return x
         assert feed.future is not None
-        state, items = feed.future.result()
+        try:
+            state, items = feed.future.result()
+        except Exception as e:
+            if feed.ended:
+                raise self._read_after_end(j, e) from e
+            raise
         skip = feed.pos - len(feed.items) if feed.items else feed.pos
+        feed.ended = len(items) < skip + self._chunk
         feed.future = None
         if len(items) <= skip:
             del self._feeds[j]
@@ -239,6 +247,18 @@ class _InterleaveIterator(DatasetIterator[Any]):
         feed.state, feed.items, feed.pos = state, items, skip + 1
         self._submit(j, feed, 0)
         return items[skip]
+
+    def _read_after_end(self, j: int, error: Exception) -> RuntimeError:
+        """The error for input `j` raising `error` when read again after it had ended (an
+        interleave reads each input until a read comes back empty)."""
+        return RuntimeError(
+            f"InterleaveIterDataset: input {j} of {self._n} ({self._names[j]}) raised "
+            f"{type(error).__name__}({str(error)!r}) when its iterator was called again after it "
+            "was exhausted (it had raised StopIteration). An exhausted iterator must raise "
+            "StopIteration again on every later call (Python's iterator protocol): make its "
+            "__next__ do so (for example, check whether its file is already closed before "
+            "reading)."
+        )
 
     def __next__(self) -> Any:
         if self._closed:
