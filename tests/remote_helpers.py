@@ -122,7 +122,8 @@ class RangeServer:
 
     Failures, as S3 answers them: `fail_first` GETs get 503 SlowDown; with `expire`, a
     presigned URL past its expiry (`Expires=` or `X-Amz-Date` + `X-Amz-Expires`) gets 403;
-    `revoke()` refuses (403) every presigned URL seen so far; `deny` refuses every GET."""
+    `revoke()` refuses (403) every presigned URL seen so far; `deny` refuses every GET.
+    With `listings`, a GET of a folder (`/dir/`) answers an HTML index of links."""
 
     def __init__(
         self,
@@ -132,8 +133,10 @@ class RangeServer:
         fail_first: int = 0,
         expire: bool = False,
         deny: bool = False,
+        listings: bool = False,
     ) -> None:
         self.root = root
+        self.listings = listings
         self.delay_s = delay_s
         self.fail_remaining = fail_first
         self.expire = expire
@@ -192,7 +195,7 @@ class RangeServer:
         data = self._files.get(path)
         if data is None:
             data = self._read(path)
-            if data is not None:  # kept: files are served as first read
+            if data is not None and not path.endswith(b"/"):  # files are served as first read
                 self._files[path] = data
         return data
 
@@ -202,7 +205,16 @@ class RangeServer:
 
         rel = urllib.parse.unquote(path.decode("latin-1")).lstrip("/")
         full = os.path.normpath(os.path.join(self.root, rel))
-        if not full.startswith(os.path.normpath(self.root) + os.sep) or not os.path.isfile(full):
+        if not full.startswith(os.path.normpath(self.root) + os.sep):
+            return None
+        if self.listings and path.endswith(b"/") and os.path.isdir(full):
+            # An HTML index of links, as web servers list a folder (fsspec's HTTP glob reads it).
+            names = sorted(
+                n + ("/" if os.path.isdir(os.path.join(full, n)) else "") for n in os.listdir(full)
+            )
+            links = "".join(f'<a href="{urllib.parse.quote(n)}">{n}</a>\n' for n in names)
+            return f"<html><body>\n{links}</body></html>\n".encode()
+        if not os.path.isfile(full):
             return None
         with open(full, "rb") as f:
             return f.read()

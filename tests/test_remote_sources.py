@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ import pytest
 from chute import sources
 from chute.cli import main
 from chute.records import RecordWriter
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 RECORDS = [f"record {i} ".encode() * (i % 7 + 1) for i in range(300)]
 INDICES = [299, 0, 17, 150, 17, 42]
@@ -50,13 +53,13 @@ def _write_local(d: Path) -> None:
             cw.write(r)
 
 
-@pytest.fixture(params=["memory", "s3"])
-def store(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _place(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[str, dict[str, Any], Callable[[Path, str], None]]]:
-    """(URL prefix, storage options, upload(local file, name)) of an empty place."""
-    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
-    if request.param == "memory":
+    """(URL prefix, storage options, upload(local file, name)) of an empty place in a
+    store: fsspec's memory://, moto's S3 server, or a plain HTTP server (`RangeServer`
+    serving a folder, with folder listings) on 127.0.0.1."""
+    if kind == "memory":
         import fsspec
 
         fs = fsspec.filesystem("memory")
@@ -64,10 +67,43 @@ def store(
         yield prefix, {}, lambda p, name: fs.put_file(str(p), f"{prefix}/{name}")
         fs.rm(prefix, recursive=True)
         return
+    if kind == "http":
+        import shutil
+
+        from remote_helpers import RangeServer
+
+        root = tmp_path / "served"
+        (root / "d").mkdir(parents=True)
+
+        def put(p: Path, name: str) -> None:
+            (root / "d" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, root / "d" / name)
+
+        with RangeServer(str(root), listings=True) as server:
+            yield f"http://127.0.0.1:{server.port}/d", {}, put
+        return
     server = request.getfixturevalue("s3_server")
     prefix = server.bucket(f"chute-{uuid.uuid4().hex[:8]}")
     fs = server.fs()
     yield prefix, server.options, lambda p, name: fs.put_file(str(p), f"{prefix}/{name}")
+
+
+@pytest.fixture(params=["memory", "s3"])
+def store(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, dict[str, Any], Callable[[Path, str], None]]]:
+    """A writable place (memory://, moto's S3)."""
+    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
+    yield from _place(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=["memory", "s3", "http"])
+def readable_store(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, dict[str, Any], Callable[[Path, str], None]]]:
+    """A place to read from: the writable ones and a plain HTTP server."""
+    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
+    yield from _place(request.param, request, tmp_path)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -87,8 +123,10 @@ def _same(a: Any, b: Any) -> bool:
         (sources.ArrayRecordDataSource, "a.array_record"),
     ],
 )
-def test_every_format_reads_from_the_store(store: Any, tmp_path: Path, cls: Any, name: str) -> None:
-    prefix, options, upload = store
+def test_every_format_reads_from_the_store(
+    readable_store: Any, tmp_path: Path, cls: Any, name: str
+) -> None:
+    prefix, options, upload = readable_store
     _write_local(tmp_path)
     upload(tmp_path / name, name)
     local = cls(str(tmp_path / name))
@@ -106,6 +144,41 @@ def test_every_format_reads_from_the_store(store: Any, tmp_path: Path, cls: Any,
 
     copy = pickle.loads(pickle.dumps(remote))
     assert _same(copy[7], local[7])
+
+
+@pytest.mark.parametrize(
+    "cls,name",
+    [(sources.RecordFileDataSource, "a.crec"), (sources.ArrayRecordDataSource, "a.array_record")],
+)
+def test_dataset_directories_and_globs_open_as_locally(
+    readable_store: Any,
+    tmp_path: Path,
+    cls: Any,
+    name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A directory of shards with a manifest (`chute.records.write_manifest`) opens by
+    its URL as a local one opens by its path; a glob over its shards reads the same."""
+    from chute.records import write_manifest
+
+    prefix, options, upload = readable_store
+    _write_local(tmp_path)
+    local_dir = tmp_path / "ds"
+    local_dir.mkdir()
+    ext = os.path.splitext(name)[1]
+    for k in range(3):  # three shards, each a copy of the file
+        (local_dir / f"part-{k}{ext}").write_bytes((tmp_path / name).read_bytes())
+    write_manifest(local_dir)
+    for f in sorted(local_dir.iterdir()):
+        upload(f, f"ds/{f.name}")
+    local = cls(str(local_dir))
+    for url in (f"{prefix}/ds", f"{prefix}/ds/", f"{prefix}/ds/*{ext}"):
+        remote = cls(url, storage_options=options)
+        assert len(remote) == len(local) == 900, url
+        picks = [0, 299, 300, 899, 451]
+        assert all(
+            _same(a, b) for a, b in zip(remote.__getitems__(picks), local.__getitems__(picks))
+        )
 
 
 def test_file_scheme_is_the_local_path(tmp_path: Path) -> None:

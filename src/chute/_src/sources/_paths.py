@@ -63,13 +63,8 @@ def _expand_url(p: str, who: str, storage_options: StorageOptions) -> list[str]:
         if not isinstance(got, BaseException):
             return [p]
         err = obstore_failure(shown, got, "find it")
-        if isinstance(err, MissingFileError) and loc.kind != "http":
-            try:
-                inside = fetch.list_prefix(loc, limit=1)
-            except Exception:
-                inside = []
-            if inside:
-                return [p]  # a directory
+        if isinstance(err, MissingFileError) and _is_directory(p, loc, fetch):
+            return [p]
         if isinstance(err, MissingFileError):
             raise MissingFileError(f"{who}: {err}") from got
         raise err from got
@@ -88,6 +83,18 @@ def _expand_url(p: str, who: str, storage_options: StorageOptions) -> list[str]:
     except MissingFileError as e:
         raise MissingFileError(f"{who}: {e}") from e.__cause__
     return [p]
+
+
+def _is_directory(url: str, loc: Any, fetch: Any) -> bool:
+    """Whether `url`, no object, is a directory: objects are listed under it, or (over
+    plain HTTP, which lists nothing) it holds a dataset's `manifest.json`."""
+    try:
+        if loc.kind != "http":
+            return bool(fetch.list_prefix(loc, limit=1))
+        manifest = dataclasses.replace(loc, path=loc.path.rstrip("/") + "/manifest.json")
+        return not isinstance(fetch.read_first([(manifest, 1)])[0], BaseException)
+    except Exception:  # the listing failed: the object is missing, as the read said
+        return False
 
 
 def _match(url: str, loc: Any, fetch: Any) -> list[str]:
