@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_doc_has_its_examples() -> None:
-    assert len(BLOCKS) == 4
+    assert len(BLOCKS) == 5
     assert "DataflowRunner" in DOC.read_text()  # shown as shell, not run
 
 

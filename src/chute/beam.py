@@ -1,8 +1,9 @@
 """Conversion and preprocessing on Apache Beam (the `beam` extra): `pip install 'chute[beam]'`.
 
 `ReadRecords` reads any format chute reads as `(position, record)` pairs, optionally
-preprocessed with chute's own transformations; `WriteShards` writes them as `.crec` or
-ArrayRecord shards with a manifest, deterministically; `ConvertRecords` does both, and
+preprocessed with chute's own transformations; `WriteShards` writes a PCollection of
+records (or of those pairs) as `.crec` or ArrayRecord shards with a manifest,
+deterministically; `ConvertRecords` does both, and
 `convert` runs it as one job (what `chute convert --runner beam` does). See docs/beam.md.
 Importing this module imports Apache Beam; `import chute` does not.
 """

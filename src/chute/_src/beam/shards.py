@@ -4,6 +4,10 @@ Nothing here imports Beam: a `ShardSpec` (small, picklable) is what every worker
 Shard `k` of `S` holds the records of positions `[k*n//S, (k+1)*n//S)` of the input's
 global order (files in order, records in order), sorted by position, so the same input
 gives the same shards byte for byte however many workers ran and in whatever order.
+Records without positions (a plain PCollection, `num_positions=None`) are placed by their
+content instead: a record's 8-byte BLAKE2b digest picks its shard (`digest % S`) and its
+place in the shard (records sorted by digest, then bytes), so the same records give the
+same shards byte for byte too, in whatever order the runner delivers them.
 
 The output directory, through `records.outputs`:
 
@@ -24,6 +28,7 @@ and trailer (`.crec`) or a download (ArrayRecord).
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import os
 import re
@@ -40,7 +45,7 @@ from chute._src.records.manifest import MANIFEST_NAME, ShardEntry
 from chute._src.records.shard_files import shard_entry, tail_crc32c
 from chute._src.remote.urls import StorageOptions, is_url
 
-__all__ = ["JOB_FILE", "ShardSpec", "finish", "prepare_output", "write_shard"]
+__all__ = ["JOB_FILE", "ShardSpec", "content_key", "finish", "prepare_output", "write_shard"]
 
 JOB_FILE = ".chute-job.json"
 _JOB_FORMAT = "chute-shard-job"
@@ -53,7 +58,7 @@ class ShardSpec:
 
     output: str
     num_shards: int
-    num_positions: int
+    num_positions: int | None  # None: records without positions, placed by content
     job_id: str
     shard_format: str = "crec"
     metadata_json: str = "{}"
@@ -66,14 +71,26 @@ class ShardSpec:
     def __post_init__(self) -> None:
         if self.num_shards < 1:
             raise ValueError(f"num_shards={self.num_shards} is invalid; give 1 or more")
+        if self.num_positions is not None and self.num_positions < 0:
+            raise ValueError(
+                f"num_positions={self.num_positions} is invalid; give the number of input "
+                "records (0 or more), or leave it out for records without positions"
+            )
         if self.shard_format not in SUFFIXES:
             raise ValueError(
                 f"shard format {self.shard_format!r} is unknown; chute writes "
                 f"{' or '.join(SUFFIXES)} shards"
             )
 
+    @property
+    def positioned(self) -> bool:
+        """Whether records come as `(position, record)` and shards hold position ranges."""
+        return self.num_positions is not None
+
     def bounds(self, k: int) -> tuple[int, int]:
         """The positions `[lo, hi)` shard `k` holds."""
+        if self.num_positions is None:
+            raise ValueError("shards of records without positions hold no position range")
         n, s = self.num_positions, self.num_shards
         return k * n // s, (k + 1) * n // s
 
@@ -82,7 +99,8 @@ class ShardSpec:
 
     def shard_of(self, index: int, starts: Sequence[int] | None = None) -> int:
         """The shard holding position `index`."""
-        if not 0 <= index < self.num_positions:
+        n = self.num_positions
+        if n is None or not 0 <= index < n:
             raise ValueError(
                 f"record position {index} is outside [0, {self.num_positions}): the records "
                 "a shard writer gets are keyed by their position in the input"
@@ -97,14 +115,23 @@ class ShardSpec:
         return outputs.join(self.output, self.name(k))
 
     def metadata(self, k: int) -> dict[str, Any]:
-        lo, hi = self.bounds(k)
         meta = json.loads(self.metadata_json)
-        return {**meta, "job": self.job_id, "shard": [k, self.num_shards], "positions": [lo, hi]}
+        meta = {**meta, "job": self.job_id, "shard": [k, self.num_shards]}
+        if self.positioned:
+            meta["positions"] = list(self.bounds(k))
+        return meta
 
     def name_pattern(self) -> re.Pattern[str]:
         return re.compile(
             rf"part-\d{{5}}-of-{self.num_shards:05d}{re.escape(SUFFIXES[self.shard_format])}"
         )
+
+
+def content_key(record: bytes, num_shards: int) -> tuple[int, bytes]:
+    """The shard of a record without a position, and its sort key within the shard (its
+    8-byte BLAKE2b digest): fixed by the record's bytes alone."""
+    digest = hashlib.blake2b(record, digest_size=8).digest()
+    return int.from_bytes(digest, "big") % num_shards, digest
 
 
 def _not_ours(path: str, why: str) -> FileExistsError:
@@ -121,7 +148,6 @@ def complete_entry(spec: ShardSpec, k: int) -> ShardEntry | None:
     so = spec.storage_options
     if not outputs.exists(path, so):
         return None
-    lo, hi = spec.bounds(k)
     meta: dict[str, Any] | None = None  # a `.crec` shard's: it names its job and number
     try:
         if spec.shard_format == "crec":
@@ -136,8 +162,10 @@ def complete_entry(spec: ShardSpec, k: int) -> ShardEntry | None:
         [k, spec.num_shards],
     ):
         raise _not_ours(path, f"its metadata names job {meta.get('job')!r}")
-    if (spec.exact_counts and entry.num_records != hi - lo) or entry.num_records > hi - lo:
-        raise _not_ours(path, f"it holds {entry.num_records} records, not {hi - lo}")
+    if spec.positioned:
+        lo, hi = spec.bounds(k)
+        if (spec.exact_counts and entry.num_records != hi - lo) or entry.num_records > hi - lo:
+            raise _not_ours(path, f"it holds {entry.num_records} records, not {hi - lo}")
     return entry
 
 

@@ -14,7 +14,7 @@ try:
 except ImportError as e:  # pragma: no cover - the [beam] extra is in the test extra
     raise ImportError("chute.beam needs Apache Beam: pip install 'chute[beam]'") from e
 
-from chute._src.beam.shards import ShardSpec, finish, prepare_output, write_shard
+from chute._src.beam.shards import ShardSpec, content_key, finish, prepare_output, write_shard
 from chute._src.records.inputs import Format, detect_format, open_source
 from chute._src.records.manifest import ShardEntry
 from chute._src.records.prepare import RecordJob, check_transforms
@@ -161,19 +161,49 @@ class _WriteShard(beam.DoFn):
     def __init__(self, spec: ShardSpec) -> None:
         self._spec = spec
 
-    def process(self, element: tuple[int, Iterable[tuple[int, bytes]]]) -> Iterator[Any]:
-        k, pairs = element
-        records = sorted(pairs, key=lambda p: p[0])
+    def process(self, element: tuple[int, Iterable[tuple[Any, bytes]]]) -> Iterator[Any]:
+        k, keyed = element
+        # By position, or for records without one by (digest, bytes): a total order.
+        records = sorted(keyed)
         yield k, write_shard(self._spec, k, (r for _, r in records))
 
 
-def _key_by_shard(spec: ShardSpec) -> Any:
+def _positioned_key(spec: ShardSpec) -> Any:
     starts = spec.starts()
 
     def key(pair: tuple[int, bytes]) -> tuple[int, tuple[int, bytes]]:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], int)):
+            raise TypeError(
+                f"WriteShards(num_positions=...) takes (position, record) pairs, got "
+                f"{type(pair).__name__} {_short(pair)}; for a PCollection of records leave "
+                "num_positions out"
+            )
         return spec.shard_of(pair[0], starts), pair
 
     return key
+
+
+def _content_key(spec: ShardSpec) -> Any:
+    def key(record: bytes) -> tuple[int, tuple[bytes, bytes]]:
+        if not isinstance(record, bytes):
+            hint = (
+                "for (position, record) pairs give num_positions= (ReadRecords tells it)"
+                if isinstance(record, tuple)
+                else "encode each element to bytes first (a beam.Map before WriteShards)"
+            )
+            raise TypeError(
+                f"WriteShards takes records as bytes, got {type(record).__name__} "
+                f"{_short(record)}; {hint}"
+            )
+        k, digest = content_key(record, spec.num_shards)
+        return k, (digest, record)
+
+    return key
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _finish(spec: ShardSpec) -> Any:
@@ -190,7 +220,7 @@ def _commit(written: Any, spec: ShardSpec) -> Any:
 def _write(pcoll: Any, spec: ShardSpec) -> Any:
     written = (
         pcoll
-        | "KeyByShard" >> beam.Map(_key_by_shard(spec))
+        | "KeyByShard" >> beam.Map(_positioned_key(spec) if spec.positioned else _content_key(spec))
         | "GroupByShard" >> beam.GroupByKey()
         | "WriteShard" >> beam.ParDo(_WriteShard(spec))
     )
@@ -198,11 +228,18 @@ def _write(pcoll: Any, spec: ShardSpec) -> Any:
 
 
 class WriteShards(beam.PTransform):
-    """Writes a PCollection of `(position, record)` as `num_shards` shards and a manifest.
+    """Writes a PCollection of records (bytes) as `num_shards` shards and a manifest.
 
-    Shard `k` holds the records whose positions lie in `[k*n//S, (k+1)*n//S)` (`n` =
-    `num_positions`), sorted by position: the same records give the same files byte for
-    byte whatever the runner's parallelism. Files are named `part-00003-of-00016.crec`
+    As `WriteToArrayRecord` or `WriteToText` take it: a PCollection of unknown size, in
+    no order. A record's shard and its place there are fixed by its bytes (an 8-byte
+    BLAKE2b digest picks the shard, records are sorted by digest within it), so the same
+    records give the same files byte for byte whatever the runner's parallelism and the
+    order it delivers them in; shards are balanced by the hash, not exactly.
+
+    With `num_positions` the input is instead `(position, record)` pairs (`ReadRecords`
+    gives them, and tells `num_positions`): shard `k` holds the records whose positions
+    lie in `[k*n//S, (k+1)*n//S)` (`n` = `num_positions`), sorted by position, so the
+    shards hold the input's order. Files are named `part-00003-of-00016.crec`
     (or `.array_record` with `format="arrayrecord"`), each written atomically; the
     manifest (counts, sizes, checksums) is written once every shard is committed, and
     the output is a PCollection holding its path. The output directory is checked and
@@ -219,7 +256,7 @@ class WriteShards(beam.PTransform):
         output: str,
         *,
         num_shards: int,
-        num_positions: int,
+        num_positions: int | None = None,
         format: str = "crec",
         compression: str = "none",
         level: int = 3,
@@ -239,7 +276,7 @@ class WriteShards(beam.PTransform):
             job_id=job_id or f"{crc32c(key.encode()):08x}",
             shard_format=Format(format).value,
             metadata_json=json.dumps(metadata or {}, sort_keys=True),
-            exact_counts=exact_counts,
+            exact_counts=exact_counts and num_positions is not None,
             compression=compression,
             level=level,
             storage_options=storage_options,
