@@ -6,7 +6,10 @@ A checkpoint file is one JSON object: a small header and the iterator's state,
 
 The state itself records what fixes the pipeline's positions (its stages, sources'
 lengths, seeds, batch sizes), so `set_state` rejects a file of another pipeline, naming
-the first difference. Files are written atomically: a
+the first difference, and carries a checksum of its values (`_src/state_checks.py`), so a
+state changed after it was saved is rejected too. Reading is bounded: only a regular file
+of at most `MAX_FILE_BYTES` is read, and its JSON is checked for depth, long strings and
+repeated keys before it is restored. Files are written atomically: a
 temporary file in the same directory, flushed and fsynced, then `os.replace`d over the
 target and the directory fsynced, so a reader sees the old file or the new one, never a
 part. The iterator's state itself is a black box here: whatever `get_state()` returns,
@@ -18,10 +21,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from typing import TYPE_CHECKING, Any
 
 from chute._src.errors import CheckpointError
+from chute._src.state_checks import (
+    MAX_FILE_BYTES,
+    check_bounds,
+    duplicated_error,
+    duplicated_key,
+    parse_json,
+    quote,
+    verify,
+)
 
 if TYPE_CHECKING:
     from chute._src.iterator import DatasetIterator
@@ -41,29 +54,29 @@ def encode(state: Any) -> str:
 
 
 def decode(text: str | bytes, where: str) -> Any:
-    """The state in a checkpoint file's text; `CheckpointError` naming `where` if the text
-    is not one."""
+    """The state in a checkpoint file's text, checked for bounds and against its checksum;
+    `CheckpointError` naming `where` if the text is not one."""
     fix = (
         "restore from a complete file written by chute.checkpoint.save (or chute's Orbax "
         "handler) for this pipeline; a file cut short by a crash is never left by chute, so "
         "this one was changed or copied incompletely: use an earlier checkpoint"
     )
-    try:
-        doc = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(
-            f"{where} is not a chute checkpoint: it is not JSON ({e}); {fix}."
-        ) from None
+    doc = parse_json(text, where, levels=1, fix=fix)
+    if (key := duplicated_key(doc)) is not None:
+        raise duplicated_error(where, key)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         kind = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise CheckpointError(
-            f"{where} is not a chute checkpoint: its format is {kind!r}, not {FORMAT!r}; {fix}."
+            f"{where} is not a chute checkpoint: its format is {quote(kind)}, not "
+            f"{FORMAT!r}; {fix}."
         )
     if doc.get("version") != VERSION or "state" not in doc:
         raise CheckpointError(
-            f"{where} is a chute checkpoint of version {doc.get('version')!r}, but this chute "
-            f"reads version {VERSION}: load it with the chute version that wrote it."
+            f"{where} is a chute checkpoint of version {quote(doc.get('version'))}, but this "
+            f"chute reads version {VERSION}: load it with the chute version that wrote it."
         )
+    check_bounds(doc["state"], f"{where}: ")
+    verify(doc["state"], where)
     return doc["state"]
 
 
@@ -99,21 +112,51 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
             os.close(dir_fd)
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """The text of a checkpoint file, or `CheckpointError` naming it when it cannot be read."""
+def read_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a checkpoint file, or `CheckpointError` naming it when it cannot be read,
+    is not a regular file (a FIFO, a device: never waited on or read) or is too large."""
+    where = repr(os.fspath(path))
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise CheckpointError(
-            f"{os.fspath(path)!r} does not exist: give the path a checkpoint was saved to "
+            f"{where} does not exist: give the path a checkpoint was saved to "
             "(chute.checkpoint.save(path, iterator))."
         ) from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise CheckpointError(
-            f"{os.fspath(path)!r} cannot be read as a chute checkpoint ({e}): give the path "
+            f"{where} cannot be read as a chute checkpoint ({e.strerror}): give the path "
             "of a file written by chute.checkpoint.save."
         ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(
+                f"{where} is not a regular file (it is a {_kind(st.st_mode)}): chute reads a "
+                "checkpoint only from a file chute.checkpoint.save wrote; give that path."
+            )
+        if st.st_size > MAX_FILE_BYTES:
+            raise CheckpointError(
+                f"{where} is {st.st_size} bytes, over the limit of {MAX_FILE_BYTES} for a "
+                "chute checkpoint (a state is a few kB): give the path of a file written by "
+                "chute.checkpoint.save."
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_FILE_BYTES + 1)  # a file that grew meanwhile: parse_json says so
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
 
 
 def save(path: str | os.PathLike[str], iterator: DatasetIterator[Any]) -> None:
@@ -139,7 +182,7 @@ def load(path: str | os.PathLike[str], iterator: DatasetIterator[Any]) -> Datase
     chute checkpoint, or of another pipeline; the iterator is then unchanged.
     """
     where = repr(os.fspath(path))
-    restore_from(iterator, decode(read_text(path), where), where)
+    restore_from(iterator, decode(read_file(path), where), where)
     return iterator
 
 
@@ -148,26 +191,27 @@ def to_state_dict(state: Any) -> dict[str, str]:
 
 
 def from_state_dict(state_dict: Any) -> Any:
-    """The state in what `state_dict()` returned (after a trip through torch)."""
+    """The state in what `state_dict()` returned (after a trip through torch), checked for
+    bounds and against its checksum."""
     if not isinstance(state_dict, dict) or set(state_dict) != {STATE_DICT_KEY}:
-        keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
+        keys = (
+            quote(sorted(map(str, state_dict)))
+            if isinstance(state_dict, dict)
+            else type(state_dict).__name__
+        )
         raise CheckpointError(
             f"load_state_dict: got {keys}, expected a dict with the one key "
             f"{STATE_DICT_KEY!r}: pass what state_dict() returned (for a dict from "
             "get_state(), call set_state instead)."
         )
     text = state_dict[STATE_DICT_KEY]
-    if isinstance(text, bytes):
-        text = text.decode()
-    if not isinstance(text, str):
+    where = f"load_state_dict: state_dict[{STATE_DICT_KEY!r}]"
+    if not isinstance(text, str | bytes):
         raise CheckpointError(
-            f"load_state_dict: state_dict[{STATE_DICT_KEY!r}] is a {type(text).__name__}, "
-            "not the JSON text state_dict() wrote: pass what state_dict() returned."
+            f"{where} is a {type(text).__name__}, not the JSON text state_dict() wrote: pass "
+            "what state_dict() returned."
         )
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise CheckpointError(
-            f"load_state_dict: state_dict[{STATE_DICT_KEY!r}] is not JSON ({e}): pass what "
-            "state_dict() returned, unchanged."
-        ) from None
+    state = parse_json(text, where)
+    check_bounds(state, f"{where}: ")
+    verify(state, where)
+    return state

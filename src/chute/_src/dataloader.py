@@ -15,6 +15,7 @@ from chute._src.options import MultiprocessingOptions, ReadOptions
 from chute._src.samplers import IndexSampler
 from chute._src.seeding import derive_seed
 from chute._src.sharding import NoSharding, ShardOptions
+from chute._src.state_checks import seal
 from chute._src.transforms import (
     Batch,
     FilterTransform,
@@ -164,7 +165,7 @@ class DataLoaderIterator(DatasetIterator[Any]):
 
     For one thread at a time: `next` from a second thread while one is running raises
     `RuntimeError` (see `ThreadGuardedIterator`). Its state is that of `loader.dataset`'s
-    iterator: the two APIs share one state format.
+    iterator, sealed with the same checksum: the two APIs share one state format.
     """
 
     stage = "data_loader"
@@ -194,6 +195,11 @@ class DataLoaderIterator(DatasetIterator[Any]):
             return self._parent._next_many(n)
         finally:
             self._give(None)
+
+    def get_state(self) -> dict[str, Any]:
+        # `set_state` (DatasetIterator's) checks the checksum and takes it off.
+        state: dict[str, Any] = seal(super().get_state())
+        return state
 
 
 def _with_shard_options(sampler: Any, shard_options: ShardOptions | None) -> Any:

@@ -12,7 +12,9 @@ different numbers of indices for the same number of batches, so one host's state
 say where the others are; `merge_states` takes the states of all old hosts and returns
 their union, the remaining indices, in the same compact form (an explicit list for the
 indices between the slowest and the fastest host, then everything from a watermark on),
-which any number of new hosts deal out round-robin. See docs/elastic.md.
+which any number of new hosts deal out round-robin. See docs/elastic.md. A merged state is
+sealed with a checksum as host states are, and holds at most `MAX_MERGED_PENDING` explicit
+indices: `merge_states` counts them before it lists them.
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ from chute._src.iterator import DatasetIterator, ThreadGuardedIterator, check_in
 from chute._src.options import MultiprocessingOptions, ReadOptions
 from chute._src.seeding import same_params
 from chute._src.sharding import ShardOptions
+from chute._src.state_checks import quote, seal, unseal
 
 STAGE = "elastic"
+MAX_MERGED_PENDING = 1 << 22
+"""The most indices a merged state lists explicitly (those between the slowest and the
+fastest old host): hosts of one run at one step are never that far apart."""
 _RESTORE_FIX = (
     "restore each host from its own state when the host count is unchanged; with another "
     "host count, read the states of all old hosts and restore every new host from "
@@ -273,56 +279,80 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "the old run (one per process, e.g. the files process_{i}-of-{n}.json)."
         )
     for i, s in enumerate(states):
+        s = states[i] = unseal(s, root=f"states[{i}]")
         if not isinstance(s, dict) or s.get("stage") != STAGE or "merged_from" in s:
             raise CheckpointError(
                 f"states[{i}] is not one host's ElasticIterator state: pass the states that "
                 "each old host's ElasticIterator.get_state() returned."
             )
         _check_host(s, f"states[{i}]")
+        if not isinstance(s["pending"], list):
+            raise CheckpointError(
+                f"states[{i}]['pending'] = {quote(s['pending'])} is not a list of indices: "
+                "the state is corrupt; pass the states each old host's "
+                "ElasticIterator.get_state() returned."
+            )
     first = states[0]
     m = first["shard_count"]
     for i, s in enumerate(states):
         for key in ("pipeline", "stop", "shard_count", "step", "layout"):
             if s.get(key) != first.get(key):
                 raise CheckpointError(
-                    f"states[{i}][{key!r}] = {s.get(key)!r} differs from states[0]'s "
-                    f"{first.get(key)!r}: the states must come from one checkpoint of one "
+                    f"states[{i}][{key!r}] = {quote(s.get(key))} differs from states[0]'s "
+                    f"{quote(first.get(key))}: the states must come from one checkpoint of one "
                     "run (same dataset, host count and step); pass the states all old hosts "
                     "saved at the same step."
                 )
     seen = sorted(s["shard_index"] for s in states)
-    if seen != list(range(m)):
-        missing = sorted(set(range(m)) - set(seen))
+    # Compared with the count of states first: `m` is never expanded beyond them.
+    if m != len(states) or seen != list(range(m)):
+        shown = range(min(m, len(states) + 8))
+        missing = f"{[j for j in shown if j not in seen]}"
+        if m > len(shown):
+            missing = f"{missing[:-1]}, ...] ({m - len(set(seen))} in all)"
         repeated = sorted({j for j in seen if seen.count(j) > 1})
         raise CheckpointError(
-            f"ElasticIterator.merge_states: the states are of hosts {seen} of {m}, "
-            f"missing {missing}, repeated {repeated}: every old host's state is needed "
-            "exactly once (each host knows only what it has read itself); pass all "
-            f"{m} states of the checkpoint."
+            f"ElasticIterator.merge_states: the states are of hosts {quote(seen)} of {m} "
+            f"(states[0]['shard_count']), missing {missing}, repeated {repeated}: every old "
+            "host's state is needed exactly once (each host knows only what it has read "
+            f"itself); pass all {m} states of the checkpoint."
         )
-    stop = first["stop"]
+    stop = check_int(first, "stop", "states[0]", hi=INFINITE)
+    for i, s in enumerate(states):
+        check_int(s, "next_index", f"states[{i}]", hi=INFINITE)
     starts = [min(s["next_index"], stop) for s in states]
     if sorted(a % m for a in starts if a < stop) != sorted({a % m for a in starts if a < stop}):
         raise CheckpointError(
             "ElasticIterator.merge_states: two hosts read the same indices "
-            f"(next_index {starts}); the states are corrupt or from different runs: pass "
-            "the states all old hosts saved at the same step."
+            f"(next_index {quote(starts)}); the states are corrupt or from different runs: "
+            "pass the states all old hosts saved at the same step."
         )
     high = max(starts)
+    listed = sum(len(s["pending"]) + -(-(high - a) // m) for s, a in zip(states, starts))
+    if listed > MAX_MERGED_PENDING:
+        raise CheckpointError(
+            f"ElasticIterator.merge_states: the hosts' next_index values {quote(starts)} are "
+            f"{high - min(starts)} indices apart, so the merged state would list {listed} "
+            f"indices, more than {MAX_MERGED_PENDING}: hosts of one run at one step are never "
+            "that far apart, so the states are corrupt or from different runs; pass the "
+            "states all old hosts saved at the same step (or restore with the same host count)."
+        )
     explicit: list[int] = []
     for s, a in zip(states, starts):
         explicit.extend(s["pending"])
         explicit.extend(range(a, high, m))
     explicit.sort()
-    return {
-        "stage": STAGE,
-        "pipeline": first["pipeline"],
-        "stop": stop,
-        "merged_from": m,
-        "step": first["step"],
-        "pending": explicit,
-        "next_index": high,
-    }
+    return seal(
+        {
+            "stage": STAGE,
+            "pipeline": first["pipeline"],
+            "stop": stop,
+            "merged_from": m,
+            "step": first["step"],
+            "pending": explicit,
+            "next_index": high,
+        }
+    )
 
 
 class ElasticIterator(IterDataset[Any]):

@@ -4,6 +4,10 @@ A state is a plain JSON-serialisable dict shaped like the pipeline: each iterato
 its stage name, its own few integers, and its parent's state under "parent". `set_state`
 walks the same shape and rejects a state whose stages do not match, naming the path.
 
+The state a user gets (`iter(ds).get_state()`, a `DataLoader`'s) carries a checksum of its
+values (`state_checks.seal`); `set_state` checks it and the state's bounds (depth, string
+lengths) before anything else, so a state edited after it was saved is rejected.
+
 Every integer of a state is checked against what its stage can hold (`check_int`), and
 against the position of the stage's parent where both say how many elements were handed
 out (`_count_at`), before any replay starts; a state that is rejected, even by a check that
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from chute._src.checkpointing import from_state_dict, to_state_dict
 from chute._src.errors import CheckpointError
+from chute._src.state_checks import clip_message, quote, seal, unseal
 
 if TYPE_CHECKING:
     from chute._src.autotune import Tuning
@@ -146,8 +151,10 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues from `state`, taken by `get_state` of an identical pipeline.
 
-        Raises `CheckpointError` naming the path of a value that does not fit; the iterator
-        is then where it was before the call."""
+        Raises `CheckpointError` naming the path of a value that does not fit, or for a
+        state changed after it was saved (its checksum); the iterator is then where it was
+        before the call."""
+        state = unseal(state)
         try:
             before: dict[str, Any] | None = self.get_state()
         except Exception:  # a closed or failed iterator: nothing to return to
@@ -155,6 +162,7 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         try:
             self._restore(state, "state")
         except CheckpointError as e:
+            clip_message(e)
             if before is not None:
                 try:
                     self._restore(before, "state")
@@ -187,7 +195,7 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         check_state(state, self.stage, {"stage", *own_keys} | links, path)
         if self.stage_params and state["params"] != self.stage_params:
             raise CheckpointError(
-                f"{path}['params'] = {state['params']!r}, but this pipeline's {self.stage!r} "
+                f"{path}['params'] = {quote(state['params'])}, but this pipeline's {self.stage!r} "
                 f"stage there has {self.stage_params!r}: the state was taken from a pipeline "
                 "built with other parameters, which put elements at other positions; rebuild "
                 "the pipeline as it was when the state was taken (threads, workers, prefetching "
@@ -287,12 +295,12 @@ def check_state(state: Any, stage: str, keys: set[str], path: str) -> None:
         )
     if state.get("stage") != stage:
         raise CheckpointError(
-            f"{path} is the state of a {state.get('stage')!r} stage, but this pipeline has a "
+            f"{path} is the state of a {quote(state.get('stage'))} stage, but this pipeline has a "
             f"{stage!r} stage there: the state is from a different pipeline; {fix}."
         )
     if set(state) != keys:
         raise CheckpointError(
-            f"{path} has keys {sorted(state)}, expected {sorted(keys)} for a {stage!r} "
+            f"{path} has keys {quote(sorted(map(str, state)))}, expected {sorted(keys)} for a {stage!r} "
             f"stage: the state is corrupt or from another version; {fix}."
         )
 
@@ -312,7 +320,7 @@ def check_int(
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         because = f" ({why})" if why else ""
         raise CheckpointError(
-            f"{path}[{key!r}] = {value!r} is invalid: it must be an int in [{lo}, {hi}]"
+            f"{path}[{key!r}] = {quote(value)} is invalid: it must be an int in [{lo}, {hi}]"
             f"{because}; {_FIX}."
         )
     return value
@@ -320,7 +328,7 @@ def check_int(
 
 def bad_value(path: str, key: str, value: Any, rule: str) -> CheckpointError:
     """The error for `state[key]` that is an int in range but breaks `rule`."""
-    return CheckpointError(f"{path}[{key!r}] = {value!r} is invalid: {rule}; {_FIX}.")
+    return CheckpointError(f"{path}[{key!r}] = {quote(value)} is invalid: {rule}; {_FIX}.")
 
 
 def int_at(state: Any, key: str) -> int | None:
@@ -346,8 +354,9 @@ def concurrent_next_error(it: object) -> RuntimeError:
 class ThreadGuardedIterator(DatasetIterator[T]):
     """What `iter(ds)` returns: the pipeline's top iterator, for one thread at a time.
 
-    Transparent otherwise: its state is the top iterator's, and other attributes are the
-    top iterator's. A call takes the one token from a list and puts it back after
+    Transparent otherwise: its state is the top iterator's, sealed with a checksum of its
+    values (`state_checks.seal`; `set_state` checks it), and other attributes are the top
+    iterator's. A call takes the one token from a list and puts it back after
     (`list.pop` and `list.append` are atomic), so the guard never makes a thread wait and
     costs two C calls per `next` (a `threading.Lock` costs several times more).
     """
@@ -383,7 +392,7 @@ class ThreadGuardedIterator(DatasetIterator[T]):
         except IndexError:
             raise concurrent_next_error(self._parent) from None
         try:
-            return self._parent.get_state()
+            return cast("dict[str, Any]", seal(self._parent.get_state()))
         finally:
             self._give(None)
 
@@ -393,7 +402,11 @@ class ThreadGuardedIterator(DatasetIterator[T]):
         except IndexError:
             raise concurrent_next_error(self._parent) from None
         try:
-            self._parent.set_state(state)
+            # Checked and unsealed here: a stage with a `set_state` of its own (Grain's
+            # way) gets the state it returned, without the checksum.
+            self._parent.set_state(unseal(state))
+        except CheckpointError as e:
+            raise clip_message(e) from None
         finally:
             self._give(None)
 

@@ -11,6 +11,10 @@ Restoring with another process count works for `chute.experimental.ElasticIterat
 when this run's file is missing and the directory holds the files of all processes of
 one other count, each process reads them all and restores the merge of their states
 (`ElasticIterator.merge_states`). Any other iterator needs the same process count.
+
+Reading is bounded as `chute.checkpoint.load`'s is (`_src/checkpointing.py`): process
+counts in file names count only when that many files are there, and a file is read only
+when it is a regular file of at most `MAX_FILE_BYTES`.
 """
 
 from __future__ import annotations
@@ -19,8 +23,12 @@ import os
 import re
 from typing import Any
 
-from chute._src.checkpointing import decode, encode, read_text, restore_from, write_atomic
+from chute._src.checkpointing import decode, encode, read_file, restore_from, write_atomic
 from chute._src.errors import CheckpointError
+from chute._src.state_checks import MAX_FILE_BYTES
+
+_FILE_NAME = re.compile(r"process_(\d{1,18})-of-(\d{1,18})\.json")
+"""A process's file; counts of more than 18 digits are no process count of a real run."""
 
 
 def process_index_and_count() -> tuple[int, int]:
@@ -68,7 +76,7 @@ class CheckpointHandler:
                 raise CheckpointError(_missing(directory, name, count))
             restore_from(item, merged, f"the checkpoint files in {str(directory)!r}")
         else:
-            text = read_text(path) if isinstance(path, str) else path.read_text()
+            text = read_file(path) if isinstance(path, str) else _read_remote(path)
             where = repr(str(path))
             restore_from(item, decode(text, where), where)
         item.start_prefetch()
@@ -103,6 +111,14 @@ def _local(directory: Any, name: str) -> Any:
     return os.fspath(joined)
 
 
+def _read_remote(path: Any) -> bytes:
+    """The bytes of a remote file (an `etils.epath` path), read no further than the limit
+    (`decode` rejects a file that reaches it)."""
+    with path.open("rb") as f:
+        data: bytes = f.read(MAX_FILE_BYTES + 1)
+    return data
+
+
 def _merged_elastic_state(directory: Any, count: int) -> dict[str, Any] | None:
     """The merge of the `ElasticIterator` states that all processes of one other count
     saved in `directory` (a local one), or None when that is not what it holds."""
@@ -114,16 +130,20 @@ def _merged_elastic_state(directory: Any, count: int) -> dict[str, Any] | None:
         return None
     by_count: dict[int, set[int]] = {}
     for n in names:
-        if m := re.fullmatch(r"process_(\d+)-of-(\d+)\.json", n):
+        if m := _FILE_NAME.fullmatch(n):
             by_count.setdefault(int(m[2]), set()).add(int(m[1]))
-    complete = [n for n, seen in by_count.items() if n != count and seen == set(range(n))]
+    # A count is complete when that many files are there (checked first: a file name's
+    # count is never expanded into a range beyond the files that exist).
+    complete = [
+        n for n, seen in by_count.items() if n != count and len(seen) == n and seen == set(range(n))
+    ]
     if len(complete) != 1:
         return None
     old = complete[0]
     states = []
     for i in range(old):
         path = os.path.join(os.fspath(directory), state_file_name(i, old))
-        states.append(decode(read_text(path), repr(path)))
+        states.append(decode(read_file(path), repr(path)))
     if not all(isinstance(s, dict) and s.get("stage") == STAGE for s in states):
         return None  # not an ElasticIterator's: only its states merge
     return merge_states(states)
@@ -134,9 +154,7 @@ def _missing(directory: Any, name: str, count: int) -> str:
         names = os.listdir(os.fspath(directory))
     except (OSError, TypeError):
         names = []
-    counts = sorted(
-        {int(m[1]) for n in names if (m := re.fullmatch(r"process_\d+-of-(\d+)\.json", n))}
-    )
+    counts = sorted({int(m[2]) for n in names if (m := _FILE_NAME.fullmatch(n))})
     why = (
         f"it was saved by {' or '.join(map(str, counts))} processes, and this run has {count}: "
         "restore with the same number of processes (only chute.experimental.ElasticIterator restores with another)"

@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from chute._src.checkpointing import from_state_dict
 from chute._src.dataset import INFINITE, MapDataset
 from chute._src.errors import CheckpointError
 from chute._src.options import ReadOptions
 from chute._src.sharding import NoSharding, ShardOptions
+from chute._src.state_checks import CHECKSUM_KEY, quote, seal, unseal
 from chute._src.torch_tensors import to_tensors
 
 try:
@@ -209,32 +211,43 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             position = self._pending["iterator"]
         else:
             position = None
-        return {
-            "epoch": self._epoch,
-            "shard": self._shard_key(worker, num_workers),
-            "iterator": position,
-        }
+        state: dict[str, Any] = seal(
+            {
+                "epoch": self._epoch,
+                "shard": self._shard_key(worker, num_workers),
+                "iterator": position,
+            }
+        )
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The next iteration continues where `state_dict()` was taken."""
-        if not isinstance(state_dict, dict) or set(state_dict) != {"epoch", "shard", "iterator"}:
+        """The next iteration continues where `state_dict()` was taken.
+
+        Raises `CheckpointError` for a state changed after it was saved (its checksum; one
+        without a checksum is restored unchecked) or one that is not a state."""
+        keys = {"epoch", "shard", "iterator"}
+        if not isinstance(state_dict, dict) or set(state_dict) - {CHECKSUM_KEY} != keys:
             raise CheckpointError(
-                f"chute.torch.IterableDataset.load_state_dict: got {state_dict!r}, expected "
-                "the dict state_dict() returns (keys 'epoch', 'shard', 'iterator')."
+                f"chute.torch.IterableDataset.load_state_dict: got {quote(state_dict)}, "
+                "expected the dict state_dict() returns (keys 'epoch', 'shard', 'iterator', "
+                "'checksum')."
             )
+        state_dict = unseal(state_dict, "chute.torch.IterableDataset.load_state_dict", "state_dict")
         epoch, shard = state_dict["epoch"], state_dict["shard"]
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise CheckpointError(
-                f"chute.torch.IterableDataset.load_state_dict: epoch={epoch!r} is invalid: it "
+                f"chute.torch.IterableDataset.load_state_dict: epoch={quote(epoch)} is invalid: it "
                 "must be an int >= 0; pass what state_dict() returned."
             )
         if not (
             isinstance(shard, list) and len(shard) == 4 and all(isinstance(x, int) for x in shard)
         ):
             raise CheckpointError(
-                f"chute.torch.IterableDataset.load_state_dict: shard={shard!r} is invalid: it "
+                f"chute.torch.IterableDataset.load_state_dict: shard={quote(shard)} is invalid: it "
                 "must be [rank, world size, worker, workers]; pass what state_dict() returned."
             )
+        if state_dict["iterator"] is not None:
+            from_state_dict(state_dict["iterator"])  # checked now, restored by __iter__
         self._epoch = epoch
         self._pending = {"shard": list(shard), "iterator": state_dict["iterator"]}
 
