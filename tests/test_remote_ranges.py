@@ -190,9 +190,11 @@ def test_sources_opened_and_closed_leave_nothing_behind(tmp_path: Path) -> None:
         for _ in range(10):
             once()
         gc.collect()
-        # The store's pool is reused, not grown, and no thread is left per source.
-        assert {t.name for t in threading.enumerate()} <= threads
-        assert _fds() <= fds + 4
+        # The store's pool is reused, not grown per source (a few more connections may
+        # open when reads overlap more), and no thread is left per source (the remote
+        # pool's threads are shared and bounded).
+        assert {t.name for t in threading.enumerate()} <= threads | {"chute-remote"}
+        assert _fds() <= fds + 8
 
 
 def test_server_gone_after_open_names_the_url(
