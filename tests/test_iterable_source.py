@@ -24,7 +24,9 @@ def test_a_list_and_a_factory_resume_by_counting() -> None:
     made = chute.IterDataset.source(sh.Rows(7, 12))
     it = iter(made)
     assert [next(it)["row"] for _ in range(5)] == [0, 1, 2, 3, 4]
-    assert it.get_state() == {"stage": "source", "count": 5}
+    state = it.get_state()
+    del state["checksum"]
+    assert state == {"stage": "source", "count": 5}
     assert_equal_output_after_checkpoint(made)
 
 
@@ -34,6 +36,7 @@ def test_hf_like_streaming_dataset_resumes_from_its_own_state() -> None:
     it = iter(ds)
     assert [next(it) for _ in range(4)] == ["A", "B", "C", "D"]
     state = json.loads(json.dumps(it.get_state()))
+    del state["checksum"]
     assert state == {"stage": "map", "parent": {"stage": "source", "state": {"shard": 1, "row": 1}}}
     assert list(it) == ["E", "F"]
     fresh = iter(ds)

@@ -67,7 +67,9 @@ def test_user_stream_under_map_and_batch_restores() -> None:
 def test_user_stream_state_sits_where_its_stage_is() -> None:
     it = iter(Counting(5).map(lambda x: x).batch(2))
     next(it)
-    assert it.get_state() == {
+    state = it.get_state()
+    del state["checksum"]
+    assert state == {
         "stage": "batch",
         "params": "batch_size=2, drop_remainder=False",
         "parent": {"stage": "map", "parent": {"position": [2]}},

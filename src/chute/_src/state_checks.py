@@ -13,7 +13,9 @@ sealed state gives the same state back. `unseal` checks it, so a state edited af
 saved (a counter moved by one is a plausible value no range check can catch) raises
 `CheckpointError`. A state without the key is restored unchecked: states saved before
 chute sealed them, and states a user edited on purpose and unsealed by deleting the key.
-A state that is not a JSON dict (a Grain-style stage may keep any) carries no checksum.
+Only chute's own states are sealed (a dict with a "stage"): the state of a user's
+Grain-style iterator at the top of a pipeline is handed out as the user's iterator made
+it, as Grain does, and a state that is not JSON carries no checksum.
 """
 
 from __future__ import annotations
@@ -222,9 +224,18 @@ def checksum(state: dict[str, Any]) -> str | None:
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:16]
 
 
-def seal(state: Any) -> Any:
-    """`state` with its checksum (a dict of JSON values; anything else as it is)."""
-    if not isinstance(state, dict):
+def _sealed_kind(state: Any, any_dict: bool) -> bool:
+    """Whether `state` is one chute seals: the state of a chute stage (a dict with a
+    "stage"), or with `any_dict` any dict (the few dicts of chute's own that are no stage's
+    state, such as chute.torch's)."""
+    return isinstance(state, dict) and (any_dict or "stage" in state)
+
+
+def seal(state: Any, *, any_dict: bool = False) -> Any:
+    """`state` with its checksum, if it is a state chute seals (`_sealed_kind`) and JSON;
+    anything else as it is (a user iterator's own state at the top of a pipeline is
+    handed out unchanged, as Grain does)."""
+    if not _sealed_kind(state, any_dict):
         return state
     digest = checksum(state)
     if digest is None:
@@ -232,9 +243,10 @@ def seal(state: Any) -> Any:
     return {**{k: v for k, v in state.items() if k != CHECKSUM_KEY}, CHECKSUM_KEY: digest}
 
 
-def verify(state: Any, where: str, root: str = "state") -> None:
-    """Raises `CheckpointError` when `state` has a checksum its values do not give."""
-    if not isinstance(state, dict) or CHECKSUM_KEY not in state:
+def verify(state: Any, where: str, root: str = "state", *, any_dict: bool = False) -> None:
+    """Raises `CheckpointError` when `state` (one chute seals) has a checksum its values do
+    not give."""
+    if not _sealed_kind(state, any_dict) or CHECKSUM_KEY not in state:
         return
     recorded = state[CHECKSUM_KEY]
     actual = checksum(state)
@@ -250,11 +262,11 @@ def verify(state: Any, where: str, root: str = "state") -> None:
     )
 
 
-def unseal(state: Any, where: str = "", root: str = "state") -> Any:
+def unseal(state: Any, where: str = "", root: str = "state", *, any_dict: bool = False) -> Any:
     """`state` checked (bounds, checksum) and without its checksum key: what the pipeline's
     iterators restore."""
     check_bounds(state, _prefix(where), root)
-    verify(state, where, root)
-    if isinstance(state, dict) and CHECKSUM_KEY in state:
+    verify(state, where, root, any_dict=any_dict)
+    if _sealed_kind(state, any_dict) and CHECKSUM_KEY in state:
         return {k: v for k, v in state.items() if k != CHECKSUM_KEY}
     return state

@@ -216,7 +216,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
                 "epoch": self._epoch,
                 "shard": self._shard_key(worker, num_workers),
                 "iterator": position,
-            }
+            },
+            any_dict=True,
         )
         return state
 
@@ -232,7 +233,9 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
                 "expected the dict state_dict() returns (keys 'epoch', 'shard', 'iterator', "
                 "'checksum')."
             )
-        state_dict = unseal(state_dict, "chute.torch.IterableDataset.load_state_dict", "state_dict")
+        state_dict = unseal(
+            state_dict, "chute.torch.IterableDataset.load_state_dict", "state_dict", any_dict=True
+        )
         epoch, shard = state_dict["epoch"], state_dict["shard"]
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise CheckpointError(
