@@ -53,7 +53,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -230,7 +230,7 @@ class Jax:
         return f"jax.device_put {nbytes / 1e6:.1f} MB numpy: {nbytes / statistics.median(times) / 1e6:,.0f} MB/s"
 
     def feeds(
-        self, pipeline: Callable[[int], Any], workers: int, torch_peer: Any
+        self, pipeline: Callable[[int], Any], workers: int, torch_peer: Any, more: bool
     ) -> dict[str, Any]:
         def loop_put(it: Any) -> Callable[[], Any]:
             return lambda: self.put(next(it))
@@ -238,7 +238,7 @@ class Jax:
         def chute_put(it: Any) -> Callable[[], Any]:
             return lambda: self.ready(next(it))
 
-        return {
+        feeds = {
             "(a) no prefetch": (
                 lambda: iter(pipeline(0)),
                 loop_put,
@@ -255,6 +255,17 @@ class Jax:
                 "loop thread: jax.device_put (pipeline in workers)",
             ),
         }
+        if more:
+            feeds["(b) device_put 16/4"] = (
+                lambda: iter(
+                    chute.experimental.device_put(
+                        pipeline(workers), self.device, cpu_buffer_size=16, device_buffer_size=4
+                    )
+                ),
+                chute_put,
+                "chute's transfer thread, 4 batches ahead",
+            )
+        return feeds
 
 
 class Torch:
@@ -336,7 +347,7 @@ class Torch:
         return f"torch .to(device) {nbytes / 1e6:.1f} MB: " + ", ".join(out)
 
     def feeds(
-        self, pipeline: Callable[[int], Any], workers: int, torch_peer: Any
+        self, pipeline: Callable[[int], Any], workers: int, torch_peer: Any, more: bool
     ) -> dict[str, Any]:
         def loop_put(it: Any) -> Callable[[], Any]:
             return lambda: self.put(next(it))
@@ -344,7 +355,7 @@ class Torch:
         def pinned(it: Any) -> Callable[[], Any]:
             return lambda: self.ready(next(it))
 
-        return {
+        feeds = {
             "(a) no prefetch": (
                 lambda: iter(pipeline(0)),
                 loop_put,
@@ -361,6 +372,13 @@ class Torch:
                 "pinned on DataLoader's pin thread; .to(non_blocking) by the loop",
             ),
         }
+        if more:
+            feeds["(b) pin_memory(ds, 8)"] = (
+                lambda: iter(chute.torch.pin_memory(pipeline(workers), buffer_size=8)),
+                pinned,
+                "pinned on chute's thread, 8 ahead; .to(non_blocking) by the loop",
+            )
+        return feeds
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -392,11 +410,17 @@ def calibrate(fw: Any, batch: Any, target: float, quick: bool) -> tuple[int, flo
     return k, seconds(k, 3 if quick else 7)
 
 
-def run_loop(
-    fw: Any, get: Callable[[], Any], k: int, steps: int, warmup_s: float
-) -> tuple[float, float, float, float, str]:
-    """(waiting share, wait ms per step, ms per step, H2D MB/s, threads seen mid-run) over
-    `steps` steps, after a warm-up of at least 5 steps and `warmup_s` seconds from the
+class Run(NamedTuple):
+    share: float  # of the loop's time spent waiting for batches
+    wait_ms: float  # per step, mean
+    step_ms: float  # per step, waiting included
+    h2d_mb_s: float  # bytes moved to the device / loop time
+    waits_ms: list[float]  # each step's wait
+    threads: str  # the threads beside the loop's, mid-run
+
+
+def run_loop(fw: Any, get: Callable[[], Any], k: int, steps: int, warmup_s: float) -> Run:
+    """`steps` steps after a warm-up of at least 5 steps and `warmup_s` seconds from the
     first batch (workers started, buffers filled)."""
     fw.step(get(), k)
     warm_until = time.perf_counter() + warmup_s
@@ -404,7 +428,8 @@ def run_loop(
         fw.step(get(), k)
     while time.perf_counter() < warm_until:
         fw.step(get(), k)
-    waited = total = 0.0
+    waits = []
+    total = 0.0
     moved = 0
     threads = ""
     for i in range(steps):
@@ -413,7 +438,7 @@ def run_loop(
         t1 = time.perf_counter()
         fw.step(batch, k)
         t2 = time.perf_counter()
-        waited += t1 - t0
+        waits.append(t1 - t0)
         total += t2 - t0
         moved += fw.nbytes(batch)
         if i == steps // 2:
@@ -421,7 +446,15 @@ def run_loop(
                 t.name for t in threading.enumerate() if t is not threading.main_thread()
             )
             threads = ", ".join(f"{n} x{names.count(n)}" for n in dict.fromkeys(names)) or "none"
-    return waited / total, 1000 * waited / steps, 1000 * total / steps, moved / total / 1e6, threads
+    waited = sum(waits)
+    return Run(
+        waited / total,
+        1000 * waited / steps,
+        1000 * total / steps,
+        moved / total / 1e6,
+        [1000 * w for w in waits],
+        threads,
+    )
 
 
 def close(it: Any) -> None:
@@ -469,6 +502,10 @@ def main() -> None:
     )
     p.add_argument("--frameworks", default="jax,torch")
     p.add_argument("--pipelines", default="text,image")
+    p.add_argument(
+        "--more", action="store_true", help="also (b) with larger buffers than the defaults"
+    )
+    p.add_argument("--seconds", type=float, default=4.0, help="measured seconds per contender")
     p.add_argument(
         "--budget-s", type=float, default=0, help="start no contender after this (0: none)"
     )
@@ -546,6 +583,7 @@ def main() -> None:
                         "feed",
                         "waiting",
                         "wait ms",
+                        "p50/p99/max",
                         "ms/step",
                         "H2D MB/s",
                         "copy runs on",
@@ -574,7 +612,7 @@ def main() -> None:
             f"# {pname}: one batch ({nbytes / 1e6:.2f} MB) takes {1000 * batch_s:.1f} ms on one thread"
         )
         runs: dict[tuple[str, str], Any] = {}
-        steps = 5 if quick else max(10, min(100, int(4.0 / batch_s)))
+        steps = 5 if quick else max(10, min(400, int(args.seconds / batch_s)))
         for fw in fws:
             k, step_s = calibrate(fw, fw.put(host_batch), batch_s, quick)
             notes.append(
@@ -582,11 +620,9 @@ def main() -> None:
                 f"{fw.copy_rates(nbytes)}"
             )
             log(notes[-1])
-            for feed, spec in fw.feeds(chute_pipe, args.workers, torch_pipe).items():
+            for feed, spec in fw.feeds(chute_pipe, args.workers, torch_pipe, args.more).items():
                 runs[(fw.name, feed)] = (fw, k, spec)
-        results: dict[tuple[str, str], list[tuple[float, float, float, float, str]]] = {
-            key: [] for key in runs
-        }
+        results: dict[tuple[str, str], list[Run]] = {key: [] for key in runs}
         for r in range(rounds):
             for key, (fw, k, (make, getter, _)) in runs.items():
                 if args.budget_s and time.perf_counter() - started > args.budget_s:
@@ -597,25 +633,27 @@ def main() -> None:
                     results[key].append(run_loop(fw, getter(it), k, steps, 0.2 if quick else 2.0))
                 finally:
                     close(it)
-                log(f"{pname} {key} round {r + 1}: {100 * results[key][-1][0]:.2f}% waiting")
+                log(f"{pname} {key} round {r + 1}: {100 * results[key][-1].share:.2f}% waiting")
         for key, rs in results.items():
             if not rs:
                 continue
             fw, k, (_, _, where) = runs[key]
-            med = [statistics.median(float(r[i]) for r in rs) for i in range(4)]
+            waits = np.array([w for r in rs for w in r.waits_ms])
+            p50, p99 = np.percentile(waits, [50, 99])
             rows.append(
                 [
                     pname,
                     key[0],
                     key[1],
-                    f"{100 * med[0]:.2f}%",
-                    f"{med[1]:.2f}",
-                    f"{med[2]:.1f}",
-                    f"{med[3]:,.0f}",
+                    f"{100 * statistics.median(r.share for r in rs):.2f}%",
+                    f"{statistics.median(r.wait_ms for r in rs):.2f}",
+                    f"{p50:.2f}/{p99:.2f}/{waits.max():.1f}",
+                    f"{statistics.median(r.step_ms for r in rs):.1f}",
+                    f"{statistics.median(r.h2d_mb_s for r in rs):,.0f}",
                     where,
                 ]
             )
-            threads_seen.append(f"#   {pname} {key[0]} {key[1]}: {rs[-1][4]}")
+            threads_seen.append(f"#   {pname} {key[0]} {key[1]}: {rs[-1].threads}")
         write()
     write()
     print(args.out.read_text(), end="")
