@@ -202,6 +202,19 @@ def test_a_state_nested_100000_lists_deep_in_memory() -> None:
     assert next(it).shape == (4,)  # the iterator is unharmed
 
 
+def test_brackets_inside_strings_are_no_nesting(tmp_path: Path) -> None:
+    it = pipeline()
+    next(it)
+    state = {k: v for k, v in it.get_state().items() if k != "checksum"}
+    path = tmp_path / "state.json"
+    path.write_text(HEADER + json.dumps({**state, "params": "[{" * 2000}) + "}")
+    with pytest.raises(chute.CheckpointError, match=r"\['params'\] = '\[\{\[\{.*other parameters"):
+        chute.checkpoint.load(path, pipeline())
+    escaped = json.dumps({**state, "params": '\\"[' * 2000})  # escaped quotes end no string
+    with pytest.raises(chute.CheckpointError, match=r"\['params'\] = .*other parameters"):
+        pipeline().load_state_dict({"chute_state": escaped})
+
+
 def test_state_dict_bytes_that_are_not_utf8() -> None:
     it = pipeline()
     with pytest.raises(chute.CheckpointError, match=r"state_dict\['chute_state'\].*UTF-8"):
@@ -264,11 +277,11 @@ def test_duplicate_keys_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(chute.CheckpointError, match=r"state\['parent'\].*'next_index'.*twice") as e:
         chute.checkpoint.load(path, pipeline())
     assert str(path) in str(e.value)
-    with pytest.raises(chute.CheckpointError, match="'next_index'.*twice"):
+    with pytest.raises(chute.CheckpointError, match=r"'next_index'.*twice"):
         pipeline().load_state_dict({"chute_state": text})
     top = HEADER + json.dumps(state) + ', "state": {}}'
     path.write_text(top)
-    with pytest.raises(chute.CheckpointError, match="'state'.*twice"):
+    with pytest.raises(chute.CheckpointError, match=r"'state'.*twice"):
         chute.checkpoint.load(path, pipeline())
 
 

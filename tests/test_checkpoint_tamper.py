@@ -224,14 +224,16 @@ def test_chute_torch_rejects_an_edited_epoch_or_position() -> None:
 
 
 def test_stateful_dataloader_state_is_checked() -> None:
-    torch = pytest.importorskip("torch")
-    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    pytest.importorskip("torch")
+    pytest.importorskip("torchdata")
+    import torch
+    from torchdata.stateful_dataloader import StatefulDataLoader
 
-    class ChuteIterable(torch.utils.data.IterableDataset):  # type: ignore[misc]
+    class ChuteIterable(torch.utils.data.IterableDataset[Any]):
         def __iter__(self) -> Any:
             return iter(PIPELINES["mix"]())
 
-    loader = sdl.StatefulDataLoader(ChuteIterable(), batch_size=None)
+    loader = StatefulDataLoader(ChuteIterable(), batch_size=None)
     batches = iter(loader)
     for _ in range(STEP):
         next(batches)
@@ -249,10 +251,10 @@ def test_stateful_dataloader_state_is_checked() -> None:
     def move(text: str) -> str:
         return json.dumps(edited(json.loads(text), ("index",), -1))
 
-    good = sdl.StatefulDataLoader(ChuteIterable(), batch_size=None)
+    good = StatefulDataLoader(ChuteIterable(), batch_size=None)
     good.load_state_dict(state)
     assert [int(x) for x in good] == expected
-    bad = sdl.StatefulDataLoader(ChuteIterable(), batch_size=None)
+    bad = StatefulDataLoader(ChuteIterable(), batch_size=None)
     bad.load_state_dict(with_chute_state(state, move))
     with pytest.raises(chute.CheckpointError, match=CHANGED):
         next(iter(bad))

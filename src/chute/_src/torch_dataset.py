@@ -203,7 +203,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """This copy's position: its epoch, which part it reads, and its chute iterator's
-        state after the last element it yielded (None at the start of an epoch)."""
+        state after the last element it yielded (None at the start of an epoch), with a
+        checksum of them (`load_state_dict` rejects a state changed after it was saved)."""
         worker, num_workers = self._where()
         if self._live is not None:
             position: Any = self._live.state_dict()
