@@ -342,3 +342,49 @@ def test_dataloader_enable_profiling(capsys: pytest.CaptureFixture[str]) -> None
     assert capsys.readouterr().err.count("chute execution summary") == 1
     with pytest.raises(TypeError, match=r"enable_profiling='yes' is invalid: pass True"):
         chute.MultiprocessingOptions(enable_profiling="yes")  # type: ignore[arg-type]
+
+
+def test_the_summary_knows_the_threads_workers_cores_and_the_consumers_clock(
+    debug_mode: None,
+) -> None:
+    import os
+
+    from chute._src.executors import Parallelism
+
+    threaded = iter(
+        chute.MapDataset.range(400)
+        .map(mpp.double)
+        .to_iter_dataset(chute.ReadOptions(num_threads=3))
+    )
+    assert len(list(threaded)) == 400
+    s = chute.stats(threaded)
+    reader = next(st for st in s.stages if st.name.startswith("PrefetchIterDataset"))
+    assert reader.parallelism == Parallelism(threads=3)
+    assert s.usable_cores == len(os.sched_getaffinity(0))
+    assert s.consumer is not None and s.consumer.elements == 399
+    assert 0 < s.consumer.waited_s <= s.consumer.elapsed_s
+    inline = iter(chute.MapDataset.range(50).to_iter_dataset(chute.ReadOptions(num_threads=0)))
+    list(inline)
+    reader = next(st for st in chute.stats(inline).stages if st.name.startswith("Prefetch"))
+    assert not reader.boundary and reader.parallelism is None  # on the consumer's thread
+    workers = iter(
+        chute.MapDataset.range(64)
+        .map(mpp.double)
+        .to_iter_dataset()
+        .mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+    )
+    list(workers)
+    mp_stage = next(st for st in chute.stats(workers).stages if st.name.startswith("Multiprocess"))
+    assert mp_stage.parallelism == Parallelism(processes=2)
+
+
+def test_a_consumer_that_works_more_than_it_waits_hears_of_no_bottleneck(
+    debug_mode: None,
+) -> None:
+    it = iter(chute.MapDataset.range(40).map(python_work).to_iter_dataset().prefetch(4))
+    for _ in it:
+        time.sleep(0.02)  # a training step far longer than an element's preparation
+    s = chute.stats(it)
+    assert s.waiting_percent is not None and s.waiting_percent < 5, s.summary()
+    assert s.bottleneck is None and s.recommendation is None
+    assert s.advice().startswith("No bottleneck: the consumer waited for data")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import dataclasses
 import time
 import weakref
 from concurrent import futures
@@ -43,6 +44,17 @@ read, a future, the GIL handed over) stay small beside it."""
 PREFETCH_BYTES = 256 << 20
 """At most this many bytes of arrays are computed ahead by the threads (besides the
 element count of `ReadOptions.prefetch_buffer_size`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Parallelism:
+    """What computes a stage's elements besides the consumer's thread, as configured (or
+    chosen by AUTOTUNE) now: `threads` of this process, or worker `processes`; both 0 on
+    the consumer's thread. Iterators that compute elsewhere say so with a `parallelism()`
+    method: the debug summary compares it with the usable cores."""
+
+    threads: int = 0
+    processes: int = 0
 
 
 class ChunkExecutor(abc.ABC):
@@ -82,6 +94,10 @@ class ChunkExecutor(abc.ABC):
     def tuning(self) -> autotune.Tuning | None:
         """What AUTOTUNE chose for this executor, and why; None when nothing is tuned."""
         return None
+
+    def parallelism(self) -> Parallelism:
+        """The threads or processes computing the chunks now."""
+        return Parallelism()
 
 
 def getitems_exact(ds: Any, start: int, k: int) -> tuple[list[Any], bool]:
@@ -208,6 +224,9 @@ class Threads(ChunkExecutor):
                 moved.append((start, k, fut))
             self._pending = moved
             _shutdown(old, cancel=False)
+
+    def parallelism(self) -> Parallelism:
+        return Parallelism(threads=self._threads)
 
     def _ensure_pool(self) -> futures.ThreadPoolExecutor:
         if self._executor is None:
@@ -507,6 +526,9 @@ class Autotuned(ChunkExecutor):
 
     def tuning(self) -> autotune.Tuning:
         return self._tuning
+
+    def parallelism(self) -> Parallelism:
+        return Parallelism(threads=self._threads if self._uses_threads else 0)
 
 
 def nbytes(elements: Any) -> int:

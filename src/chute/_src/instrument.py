@@ -84,6 +84,11 @@ def _cpu_times_ns() -> tuple[int, int]:
     return time.thread_time_ns(), queued
 
 
+def thread_times_ns() -> tuple[int, int]:
+    """(on a CPU, queued for one): nanoseconds the calling thread has spent in each."""
+    return _cpu_times_ns()
+
+
 class StageRecord:
     """Figures of one stage, accumulated where it runs (picklable, merged from workers)."""
 
@@ -323,7 +328,9 @@ class TimedIterator(DatasetIterator[Any]):
         super().__init__(inner)
         self._inner = inner
         self.record = record
-        self.top: Any = None  # set on the outermost proxy: what prints summaries
+        # Set on the outermost proxy: what prints summaries; it gets `last_ns` (when the
+        # consumer got its latest element) and `tick()` calls.
+        self.top: Any = None
 
     @property
     def inner(self) -> DatasetIterator[Any]:
@@ -361,8 +368,11 @@ class TimedIterator(DatasetIterator[Any]):
             record.add_cpu(wall, c1 - c0, q1 - q0)
         if record.spec is None:
             record.spec = element_spec(x)
-        if self.top is not None and (record.calls == 1 or not record.calls & 63):
-            self.top.tick()
+        top = self.top
+        if top is not None:
+            top.last_ns = t0 + wall  # the consumer's clock: when it got its latest element
+            if record.calls == 1 or not record.calls & 63:
+                top.tick()
         return x
 
     def _next_many(self, n: int) -> list[Any]:
@@ -426,7 +436,8 @@ _view_factory: Callable[[TimedIterator], Any] | None = None
 
 def attach_view(factory: Callable[[TimedIterator], Any]) -> None:
     """Where the debug summary plugs in: `factory(top)` is built for the outermost timed
-    iterator and kept as `top.top` (it gets `tick()` and `finished()` calls)."""
+    iterator and kept as `top.top` (it gets `tick()` and `finished()` calls, and its
+    `last_ns` is set to when the consumer got each element)."""
     global _view_factory
     _view_factory = factory
 

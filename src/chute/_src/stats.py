@@ -15,14 +15,17 @@ any excess `W - S` (its own overhead). Time a thread spent queued for a CPU (a l
 machine) is left out of every figure, and the shares are of what remains. A pass-through stage (`mp_prefetch` with 0 workers)
 is never named the bottleneck.
 
-How the advice is chosen, the same way run after run and on an idle or a loaded machine:
-the bottleneck's CPU share is its time on a CPU over its own wall time less the time its
-thread was queued for a CPU (Linux's per-thread schedstat), so a busy machine does not make
-CPU-bound work look like waiting. At most 50% (a clear margin either way: a CPU-bound
-Python stage measures ~100%, a stage that sleeps or reads a few %) means it mostly waits:
-more threads. Above, it is CPU-bound: worker processes (or threads too, when the GIL
-samples show it was mostly free: native code). During a run, periodic summaries keep their verdict unless the
-figure moves 15 points past the threshold.
+How the advice is chosen (`_src/diagnosis.py`), the same way run after run and on an idle
+or a loaded machine: first whether the consumer waits at all (under 5% of its time since
+its first element: no bottleneck); then what the bottleneck does with its time, less the
+time its thread was queued for a CPU (Linux's per-thread schedstat): on a CPU over half of
+it, CPU-bound (worker processes; threads too when the GIL samples show it mostly free);
+off a CPU with the GIL mostly held, waiting for the GIL (worker processes, not threads);
+else waiting for I/O (more threads). Then whether its threads or workers help: fewer when
+they exceed the usable cores or the run was measurably slower than the same work on the
+consumer's thread; and whether other processes take the cores (its threads queued a
+quarter of their time or more). During a run, periodic summaries keep their verdict unless
+the figure moves 15 points past the threshold.
 """
 
 from __future__ import annotations
@@ -36,26 +39,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chute._src import config
-from chute._src.autotune import Decision
+from chute._src import config, diagnosis
+from chute._src.autotune import Decision, usable_cores
+from chute._src.diagnosis import FEWER, FREE_CORES, PROCESSES, THREADS, THREADS_OR_PROCESSES
+from chute._src.executors import Parallelism
 from chute._src.instrument import (
     StageRecord,
     TimedIterator,
     attach_view,
     nearest_records,
     stage_records,
+    thread_times_ns,
 )
 from chute._src.iterator import DatasetIterator
 
 WIDTH = 100  # the summary's lines are at most this wide
-_CPU_BOUND = 50.0  # % CPU above which a stage is CPU-bound
-_GIL_FREE = 35.0  # % GIL held below which CPU-bound work released it (native code)
-_HYSTERESIS = 15.0  # points a figure must move past a threshold to change a verdict
-
-# What the advice recommends, as `PipelineStats.recommendation` gives it.
-THREADS = "threads"
-PROCESSES = "processes"
-THREADS_OR_PROCESSES = "threads_or_processes"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +61,9 @@ class StageStats:
     """The figures of one stage (times in seconds; per-element figures for blocks).
 
     `cpu_percent`: time on a CPU over the stage's own wall time less the time its thread
-    was queued for a CPU. `pass_through`: the stage does no work of its own (never named
-    the bottleneck).
+    was queued for a CPU (`queued_s`, part of `self_s`). `pass_through`: the stage does no
+    work of its own (never named the bottleneck). `parallelism`: for a stage that computes
+    elsewhere (`boundary`), the threads or worker processes doing it, where it says.
     """
 
     id: int
@@ -87,6 +86,22 @@ class StageStats:
     spec: Any
     boundary: bool = False
     pass_through: bool = False
+    queued_s: float = 0.0
+    parallelism: Parallelism | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerTime:
+    """The consumer's clock from its first element to its latest (the start of threads
+    and workers left out): `elapsed_s`, of which `waited_s` inside the pipeline's
+    `next()`; its thread's time on a CPU and queued for one over that span; `elements`
+    taken after the first."""
+
+    elapsed_s: float
+    waited_s: float
+    on_cpu_s: float
+    queued_s: float
+    elements: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +123,8 @@ class PipelineStats:
     consumer_wait_s: float
     previous: str | None = None  # the verdict of the last summary of the same run
     tuned: tuple[TunedStage, ...] = ()  # what AUTOTUNE chose, stage by stage
+    consumer: ConsumerTime | None = None  # None before its second element
+    usable_cores: int | None = None  # os.sched_getaffinity's count
 
     def gil_held_percent(self, stage: StageStats) -> float | None:
         """Sampled share of `stage`'s time during which the GIL was held.
@@ -130,54 +147,33 @@ class PipelineStats:
         return 100.0 * busy / samples if samples >= 10 else None
 
     @property
+    def waiting_percent(self) -> float | None:
+        """The consumer's share of time waiting for data since its first element (None
+        before its second)."""
+        return diagnosis.waiting_percent(self)
+
+    @property
     def bottleneck(self) -> StageStats | None:
-        """The stage the consumer waited on most (never a pass-through stage), or None
-        before any element."""
+        """The stage the consumer waited on most (never a pass-through stage); None before
+        any element, and when the consumer waited under 5% of its time (it keeps up)."""
         ranked = [s for s in self.stages if s.wait_percent > 0 and not s.pass_through]
-        return max(ranked, key=lambda s: s.wait_percent) if ranked else None
+        if not ranked or diagnosis.keeps_up(self):
+            return None
+        return max(ranked, key=lambda s: s.wait_percent)
 
     @property
     def recommendation(self) -> str | None:
-        """What the advice recommends for the bottleneck: "threads", "processes" or
-        "threads_or_processes" (CPU-bound, but the GIL was often free); None before any
-        element or when the CPU time is unknown."""
-        b = self.bottleneck
-        if b is None or b.cpu_percent is None:
-            return None
-        return _verdict(b.cpu_percent, self.gil_held_percent(b), self.previous)
+        """What the advice recommends: "threads", "processes" or "threads_or_processes"
+        (CPU-bound, but the GIL was often free) for the bottleneck; "fewer" threads or
+        workers (they exceed the usable cores or slow the run); "free_cores" (other
+        processes take the cores: more workers would queue too). None before any element,
+        when there is no bottleneck, or when the CPU time is unknown."""
+        return diagnosis.diagnose(self).recommendation
 
     def advice(self) -> str:
-        """What to change, from where the waiting went and the bottleneck's CPU share (see
-        the module docstring); the GIL samples only refine it."""
-        b = self.bottleneck
-        if b is None:
-            return "No element has been produced yet: iterate first, then ask again."
-        head = f"Bottleneck: stage {b.id} {_label(b.name)}, {b.wait_percent:.0f}% of the consumer's wait"
-        cpu, gil = b.cpu_percent, self.gil_held_percent(b)
-        if cpu is None:
-            return f"{head}; its CPU time is unknown."
-        measured = f"on a CPU {cpu:.0f}% of its time" + (
-            f", GIL held {gil:.0f}%" if gil is not None else ""
-        )
-        verdict = self.recommendation
-        if verdict == THREADS:
-            return (
-                f"{head}, {measured}: it mostly waits (I/O, sleeps), so more threads help, "
-                "e.g. to_iter_dataset(chute.ReadOptions(num_threads=N))."
-            )
-        if verdict == THREADS_OR_PROCESSES:
-            return (
-                f"{head}, {measured}: CPU-bound, and the GIL was often free meanwhile (native "
-                "code such as numpy or tokenizers releases it), so threads may help "
-                "(ReadOptions(num_threads=N)); worker processes help in any case: "
-                ".mp_prefetch(chute.MultiprocessingOptions(num_workers=N))."
-            )
-        return (
-            f"{head}, {measured}: CPU-bound Python code holds the GIL, so "
-            "threads cannot speed it up; use (more) worker processes, e.g. .mp_prefetch("
-            "chute.MultiprocessingOptions(num_workers=N)), or move the work into a library "
-            "that releases the GIL."
-        )
+        """What to change, from where the waiting went, the bottleneck's CPU and GIL
+        shares, its threads or workers and the usable cores (`_src/diagnosis.py`)."""
+        return diagnosis.diagnose(self).text
 
     def summary(self) -> str:
         """The execution summary: a table at most 100 columns wide, the advice beneath."""
@@ -186,6 +182,8 @@ class PipelineStats:
     def to_dict(self) -> dict[str, Any]:
         return {
             "consumer_wait_s": self.consumer_wait_s,
+            "consumer": dataclasses.asdict(self.consumer) if self.consumer else None,
+            "usable_cores": self.usable_cores,
             "stages": [dataclasses.asdict(s) for s in self.stages],
             "autotune": [
                 {
@@ -207,18 +205,6 @@ class PipelineStats:
         return to_svg(self)
 
 
-def _verdict(cpu: float, gil: float | None, previous: str | None) -> str:
-    """THREADS, PROCESSES or THREADS_OR_PROCESSES; `previous` shifts each threshold by
-    `_HYSTERESIS` in its own favour, so a figure near a threshold does not flip it."""
-    cpu_bound = _CPU_BOUND + (_HYSTERESIS if previous == THREADS else 0.0)
-    cpu_bound -= _HYSTERESIS if previous in (PROCESSES, THREADS_OR_PROCESSES) else 0.0
-    if cpu <= cpu_bound:
-        return THREADS
-    gil_free = _GIL_FREE + (_HYSTERESIS if previous == THREADS_OR_PROCESSES else 0.0)
-    gil_free -= _HYSTERESIS if previous == PROCESSES else 0.0
-    return THREADS_OR_PROCESSES if gil is not None and gil < gil_free else PROCESSES
-
-
 # -- the table -------------------------------------------------------------------------------
 
 _NOTE = (
@@ -228,10 +214,7 @@ _NOTE = (
 )
 
 
-def _label(name: str) -> str:
-    """A stage's name as the table shows it: a keyword before an options object
-    (`read_options=ReadOptions(...)`) dropped, the value says it."""
-    return re.sub(r"\b[a-z_]+=(?=[A-Z]\w*\()", "", name)
+_label = diagnosis.label
 
 
 def _wrap(text: str, width: int, max_lines: int = 3) -> list[str]:
@@ -362,6 +345,11 @@ class PipelineView:
         self._printed_final = False
         self._printed_at = -1  # elements produced when the summary was last printed
         self._verdict: str | None = None  # the last summary's recommendation
+        # The consumer's clock: `last_ns` is set by the outermost proxy at every element;
+        # at the first, its time, the wait so far and its thread's CPU figures are kept.
+        self.last_ns = 0
+        self._first: tuple[int, int, int, int] | None = None  # (ns, waited ns, cpu, queued)
+        self._thread_times = (0, 0)  # the consumer thread's (on a CPU, queued) at last look
         self._debug = bool(config.get("py_debug_mode"))
         self._viz_dir = config.get("py_dataset_visualization_output_dir")
         self._interval = float(config.get("py_debug_summary_interval_s"))
@@ -440,6 +428,7 @@ class PipelineView:
         stages = []
         for r in records.values():
             buffered = _buffer_info(iters[r.id])
+            probe = getattr(iters[r.id], "parallelism", None)  # stages that compute elsewhere
             mean = r.wall_ns / r.elements / 1e9 if r.elements else None
             stages.append(
                 StageStats(
@@ -463,6 +452,8 @@ class PipelineView:
                     buffered_elements=buffered[0] if buffered else None,
                     buffered_bytes=buffered[1] if buffered else None,
                     spec=r.spec,
+                    queued_s=self_queued_ns(r) / 1e9,
+                    parallelism=probe() if probe is not None and r.boundary else None,
                 )
             )
         internal = {r.id for r in records.values() if r.internal}
@@ -474,12 +465,32 @@ class PipelineView:
                     TunedStage(r.id, r.name, dict(tuning.current), tuple(tuning.decisions))
                 )
         return PipelineStats(
-            _fold(stages, internal), top.wall_ns / 1e9, self._verdict, tuple(tuned)
+            _fold(stages, internal),
+            top.wall_ns / 1e9,
+            self._verdict,
+            tuple(tuned),
+            self._consumer(),
+            usable_cores(),
+        )
+
+    def _consumer(self) -> ConsumerTime | None:
+        if self._first is None or self._top.record.elements < 2:
+            return None
+        at, waited, cpu, queued = self._first
+        return ConsumerTime(
+            elapsed_s=(self.last_ns - at) / 1e9,
+            waited_s=(self._top.record.wall_ns - waited) / 1e9,
+            on_cpu_s=(self._thread_times[0] - cpu) / 1e9,
+            queued_s=(self._thread_times[1] - queued) / 1e9,
+            elements=self._top.record.elements - 1,
         )
 
     # -- called by the outermost proxy --------------------------------------------------
 
     def tick(self) -> None:
+        self._thread_times = thread_times_ns()  # on the consumer's thread
+        if self._first is None:
+            self._first = (self.last_ns, self._top.record.wall_ns, *self._thread_times)
         if self._viz_dir is not None and not self._printed_graph:
             self._printed_graph = True
             self._emit_graph()
@@ -490,6 +501,8 @@ class PipelineView:
     def finished(self) -> None:
         """The iterator ended or was closed: the summary once, unless the last periodic
         one already showed these figures."""
+        if self._first is not None:
+            self._thread_times = thread_times_ns()
         if self._debug and not self._printed_final:
             self._printed_final = True
             if self._top.record.elements != self._printed_at:
@@ -593,4 +606,17 @@ def stats(iterator: Any) -> PipelineStats:
 
 attach_view(PipelineView)  # the summary plugs into the instrumentation
 
-__all__ = ["PipelineStats", "StageStats", "TunedStage", "graph_text", "nearest_records", "stats"]
+__all__ = [
+    "FEWER",
+    "FREE_CORES",
+    "PROCESSES",
+    "THREADS",
+    "THREADS_OR_PROCESSES",
+    "ConsumerTime",
+    "PipelineStats",
+    "StageStats",
+    "TunedStage",
+    "graph_text",
+    "nearest_records",
+    "stats",
+]

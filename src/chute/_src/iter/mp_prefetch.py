@@ -32,7 +32,7 @@ import numpy as np
 from chute._src import autotune, config, observe, pipeline_pickle
 from chute._src.autotune import AUTOTUNE
 from chute._src.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
-from chute._src.executors import ChunkExecutor, getitems_exact, nbytes
+from chute._src.executors import ChunkExecutor, Parallelism, getitems_exact, nbytes
 from chute._src.iter.mp_shards import (
     DropHoles,
     ShardReader,
@@ -207,6 +207,10 @@ class _MultiprocessIterator(DatasetIterator[T]):
     def tuning(self) -> autotune.Tuning | None:
         return self._service.tuning if self._service is not None else None
 
+    def parallelism(self) -> Parallelism:
+        """The worker processes computing the elements (0: none, a pass-through)."""
+        return Parallelism(processes=self._service.active if self._service is not None else 0)
+
 
 # -- rewriting the pipeline: leaves fed by workers, element-wise stages moved into them ------
 
@@ -337,6 +341,9 @@ class WorkerChunks(ChunkExecutor):
 
     concurrent = True
     bound_to_thread = True  # the service's channels belong to the consumer's thread
+
+    def parallelism(self) -> Parallelism:
+        return Parallelism(processes=self._service.active)
 
     def __init__(self, leaf: MapDataset[Any], leaf_id: int, service: _ChunkService) -> None:
         super().__init__(leaf)  # what the workers compute: the MapDataset plus moved stages
@@ -771,6 +778,11 @@ class _ChunkService:
     def started(self) -> bool:
         """Whether the workers are started (so `submit` does not wait for them)."""
         return self._starter is None or not self._starter.is_alive()
+
+    @property
+    def active(self) -> int:
+        """The workers given chunks now (AUTOTUNE may use fewer than it started)."""
+        return self._active
 
     def observe(self, elements: int) -> None:
         """The consumer took `elements` more: AUTOTUNE's measure of the rate."""

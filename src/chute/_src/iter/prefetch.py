@@ -16,7 +16,14 @@ from chute._src import observe
 from chute._src.autotune import AUTOTUNE, Tuning
 from chute._src.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.errors import CheckpointError
-from chute._src.executors import Autotuned, ChunkExecutor, InProcess, Threads, nbytes
+from chute._src.executors import (
+    Autotuned,
+    ChunkExecutor,
+    InProcess,
+    Parallelism,
+    Threads,
+    nbytes,
+)
 from chute._src.filter_check import SkipCounter
 from chute._src.iterator import MAX_POSITION, DatasetIterator, check_int, int_at
 from chute._src.options import ReadOptions
@@ -233,6 +240,10 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
 
     def tuning(self) -> Tuning | None:
         return self._executor.tuning()
+
+    def parallelism(self) -> Parallelism:
+        """The threads or worker processes computing this reader's chunks."""
+        return self._executor.parallelism()
 
     def __repr__(self) -> str:
         return f"PrefetchDatasetIterator(next_index={self._buf_start + self._pos})"

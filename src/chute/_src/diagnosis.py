@@ -1,0 +1,268 @@
+"""What the execution summary advises: a diagnosis read from the run's measurements.
+
+`diagnose(stats)` reads a `PipelineStats` (`_src/stats.py`) in this order:
+
+1. Does the consumer wait at all? Its share of time waiting for data, from its first
+   element on (the start of worker processes left out): under `KEEPS_UP` (5%) no stage is
+   a bottleneck, and nothing is advised but fewer worker processes where they exceed the
+   usable cores.
+2. What is the bottleneck (the stage the consumer waited on most) doing with its time,
+   leaving out the time its threads were queued for a CPU:
+   - on a CPU over half of it: CPU-bound; Python code holding the GIL wants worker
+     processes, code that leaves the GIL free (GIL held under 35%) threads or processes;
+   - off a CPU while the GIL was mostly held (50% of the samples or more): waiting for
+     the GIL that Python code holds, not for I/O: worker processes, not threads;
+   - off a CPU with the GIL mostly free: waiting for I/O or sleeps: more threads.
+3. Do its threads or workers (`Parallelism`, the nearest stage above it that computes
+   elsewhere) help? Fewer are advised when worker processes exceed the usable cores
+   (`os.sched_getaffinity`), when threads do and the work is not waiting for I/O, or when
+   the consumer got its elements measurably (`SLOWER`, 15%) slower than the same work
+   would take on its own thread: its own time plus the stages' own times added up, as
+   they measured them (time queued for a CPU included: a CPU-bound thread on this
+   machine queues as much now). The estimate errs towards keeping them (time waiting for
+   I/O or for the GIL counts as work, and workers queue for each other's cores too), so
+   what it catches is handing elements over costing more than the work.
+4. Is the machine busy? When the bottleneck's threads spent `STARVED` (25%) or more of
+   their time queued for a CPU, other processes take the cores: with threads or workers
+   that fit the cores, more would queue too ("free_cores"); on the consumer's thread,
+   the advice says that workers would queue too.
+
+Periodic summaries of one run pass the last verdict as `previous`: each threshold of
+step 2 moves `HYSTERESIS` points in its favour, so a figure near it does not flip it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING
+
+from chute._src.executors import Parallelism
+
+if TYPE_CHECKING:
+    from chute._src.stats import PipelineStats, StageStats
+
+CPU_BOUND = 50.0  # % CPU above which a stage is CPU-bound
+GIL_FREE = 35.0  # % GIL held below which CPU-bound work released it (native code)
+GIL_WAIT = 50.0  # % GIL held from which a stage off a CPU waits for the GIL, not for I/O
+HYSTERESIS = 15.0  # points a figure must move past a threshold to change a verdict
+KEEPS_UP = 5.0  # % of the consumer's time waiting under which nothing is a bottleneck
+STARVED = 25.0  # % of a stage's own time queued for a CPU from which the machine is busy
+SLOWER = 1.15  # the run took this much longer than the work would on one thread: fewer
+MIN_ELAPSED_S = 0.5  # the consumer's time a comparison with one thread needs
+
+# What the advice recommends, as `PipelineStats.recommendation` gives it.
+THREADS = "threads"
+PROCESSES = "processes"
+THREADS_OR_PROCESSES = "threads_or_processes"
+FEWER = "fewer"  # fewer threads or worker processes
+FREE_CORES = "free_cores"  # other processes take the cores: more workers would queue too
+
+_THREADS_HINT = "to_iter_dataset(chute.ReadOptions(num_threads=N))"
+_WORKERS_HINT = ".mp_prefetch(chute.MultiprocessingOptions(num_workers=N))"
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    """The recommendation (one of the constants above, or None) and the advice's text."""
+
+    recommendation: str | None
+    text: str
+
+
+def classify(cpu: float, gil: float | None, previous: str | None) -> tuple[str, bool]:
+    """THREADS, PROCESSES or THREADS_OR_PROCESSES from the bottleneck's CPU and GIL
+    shares, and whether it waits for the GIL (off a CPU while Python code holds it);
+    `previous` shifts each threshold by `HYSTERESIS` in its own favour."""
+    cpu_bound = CPU_BOUND + (HYSTERESIS if previous == THREADS else 0.0)
+    cpu_bound -= HYSTERESIS if previous in (PROCESSES, THREADS_OR_PROCESSES, FEWER) else 0.0
+    if cpu <= cpu_bound:
+        gil_wait = GIL_WAIT + (HYSTERESIS if previous == THREADS else 0.0)
+        gil_wait -= HYSTERESIS if previous in (PROCESSES, FEWER) else 0.0
+        if gil is not None and gil >= gil_wait:
+            return PROCESSES, True
+        return THREADS, False
+    gil_free = GIL_FREE + (HYSTERESIS if previous == THREADS_OR_PROCESSES else 0.0)
+    gil_free -= HYSTERESIS if previous == PROCESSES else 0.0
+    return (THREADS_OR_PROCESSES if gil is not None and gil < gil_free else PROCESSES), False
+
+
+def waiting_percent(stats: PipelineStats) -> float | None:
+    """The consumer's share of time waiting for data since its first element; None
+    before a second element."""
+    c = stats.consumer
+    if c is None or c.elapsed_s <= 0:
+        return None
+    return min(100.0, 100.0 * c.waited_s / c.elapsed_s)
+
+
+def keeps_up(stats: PipelineStats) -> bool:
+    waiting = waiting_percent(stats)
+    return waiting is not None and waiting < KEEPS_UP
+
+
+def parallelism_of(stats: PipelineStats, stage: StageStats) -> Parallelism | None:
+    """What computes `stage`: the parallelism of the nearest stage at or above it that
+    computes elsewhere (None on the consumer's thread, or when that stage does not say)."""
+    frontier, seen = [stage], {stage.id}
+    while frontier:
+        s = frontier.pop(0)
+        if s.boundary:
+            return s.parallelism
+        for consumer in stats.stages:
+            if s.id in consumer.inputs and consumer.id not in seen:
+                seen.add(consumer.id)
+                frontier.append(consumer)
+    return None
+
+
+def _one_thread_s(stats: PipelineStats) -> float | None:
+    """About how long the consumer's run (since its first element) would take with every
+    stage on its own thread: its own time plus the stages' own times as they measured
+    them (queued for a CPU included: a CPU-bound thread on this machine now queues so
+    much), one after another; None when too short to tell."""
+    c = stats.consumer
+    if c is None or c.elapsed_s < MIN_ELAPSED_S:
+        return None
+    return (c.elapsed_s - c.waited_s) + sum(s.self_s for s in stats.stages if not s.boundary)
+
+
+def _workers(p: Parallelism) -> tuple[int, str, str]:
+    """(how many, what, the option that sets them)."""
+    if p.processes:
+        return p.processes, "worker processes", "MultiprocessingOptions(num_workers=...)"
+    return p.threads, "threads", "ReadOptions(num_threads=...)"
+
+
+def _rate(per_s: float) -> str:
+    return f"{per_s:,.0f}" if per_s >= 100 else f"{per_s:.3g}"
+
+
+def _queued_percent(stage: StageStats) -> float:
+    return 100.0 * stage.queued_s / stage.self_s if stage.self_s > 0 else 0.0
+
+
+def diagnose(stats: PipelineStats) -> Diagnosis:
+    """The recommendation and the advice for `stats` (see the module docstring)."""
+    cores = stats.usable_cores
+    ranked = [s for s in stats.stages if s.wait_percent > 0 and not s.pass_through]
+    if not ranked:
+        return Diagnosis(None, "No element has been produced yet: iterate first, then ask again.")
+    waiting = waiting_percent(stats)
+    if waiting is not None and waiting < KEEPS_UP:
+        c = stats.consumer
+        assert c is not None
+        text = (
+            f"No bottleneck: the consumer waited for data {waiting:.1f}% of its time "
+            f"({c.waited_s:.2f} s of {c.elapsed_s:.1f} s since its first element), under "
+            f"{KEEPS_UP:.0f}%: the pipeline keeps up, more threads or workers would not "
+            "make it faster."
+        )
+        over = [
+            s.parallelism.processes
+            for s in stats.stages
+            if s.parallelism is not None and cores and s.parallelism.processes > cores
+        ]
+        if over:
+            text += (
+                f" Its {max(over)} worker processes exceed the {cores} usable cores: fewer "
+                "would do, and leave the cores to the rest of the program."
+            )
+        return Diagnosis(None, text)
+    b = max(ranked, key=lambda s: s.wait_percent)
+    head = f"Bottleneck: stage {b.id} {label(b.name)}, {b.wait_percent:.0f}% of the consumer's wait"
+    if waiting is not None:
+        head += f" (it waited {waiting:.0f}% of its time)"
+    cpu, gil = b.cpu_percent, stats.gil_held_percent(b)
+    if cpu is None:
+        return Diagnosis(None, f"{head}; its CPU time is unknown.")
+    measured = f"on a CPU {cpu:.0f}% of its time" + (
+        f", GIL held {gil:.0f}%" if gil is not None else ""
+    )
+    v, waits_for_gil = classify(cpu, gil, stats.previous)
+    par = parallelism_of(stats, b) or Parallelism()
+    n, what, option = _workers(par)
+    queued = _queued_percent(b)
+    busy = (
+        f"other processes keep the {cores} usable cores busy"
+        if cores
+        else "other processes keep the cores busy"
+    )
+
+    # Too many threads or workers, or measurably slower than none.
+    if cores and n > cores and (par.processes or v != THREADS):
+        why = {
+            THREADS_OR_PROCESSES: "CPU-bound",
+            PROCESSES: "waiting for the GIL that Python code holds, not for I/O"
+            if waits_for_gil
+            else "CPU-bound Python code holding the GIL",
+        }.get(v, "CPU-bound")
+        alternative = (
+            f"; worker processes run Python code in parallel: {_WORKERS_HINT}"
+            if par.threads and v == PROCESSES
+            else ""
+        )
+        return Diagnosis(
+            FEWER,
+            f"{head}, {measured}: {n} {what} on {cores} usable cores, {why}: they queue for "
+            f"the cores{' and the GIL' if par.threads else ''}, so fewer run faster; use at "
+            f"most {cores} ({option}; fewer on a busy machine){alternative}.",
+        )
+    alone = _one_thread_s(stats)
+    c = stats.consumer
+    if n and alone is not None and c is not None and c.elapsed_s > SLOWER * alone:
+        rate, could = _rate(c.elements / c.elapsed_s), _rate(c.elements / alone)
+        load = (
+            f", queued for a CPU {queued:.0f}% of their time: {busy}" if queued >= STARVED else ""
+        )
+        return Diagnosis(
+            FEWER,
+            f"{head}, {measured}. With {n} {what} the consumer got {rate} elements/s, "
+            f"while the work its stages measured would give about {could}/s on its own "
+            f"thread: the {what} cost more than they bring (starting them, handing elements "
+            f"over{load}). Use fewer ({option}, 0 for none) and compare the rates.",
+        )
+    if n and queued >= STARVED and v != THREADS:
+        return Diagnosis(
+            FREE_CORES,
+            f"{head}, {measured}, but its {n} {what} were queued for a CPU {queued:.0f}% of "
+            f"their time: {busy}, so more {what} would queue too rather than run sooner; keep "
+            f"{n} or fewer until cores are free.",
+        )
+
+    if v == THREADS:
+        text = (
+            f"{head}, {measured}: it mostly waits (I/O, sleeps), so more threads help, "
+            f"e.g. {_THREADS_HINT}."
+        )
+    elif v == THREADS_OR_PROCESSES:
+        text = (
+            f"{head}, {measured}: CPU-bound, and the GIL was often free meanwhile (native "
+            "code such as numpy or tokenizers releases it), so threads may help "
+            f"(ReadOptions(num_threads=N)); worker processes help in any case: {_WORKERS_HINT}."
+        )
+    elif waits_for_gil:
+        text = (
+            f"{head}, {measured}: it waits for the GIL, which Python code holds (this stage's "
+            "or another's on the same threads), not for I/O, so more threads cannot help; use "
+            f"worker processes, e.g. {_WORKERS_HINT}, or fewer threads."
+        )
+    else:
+        text = (
+            f"{head}, {measured}: CPU-bound Python code holds the GIL, so "
+            "threads cannot speed it up; use (more) worker processes, e.g. .mp_prefetch("
+            "chute.MultiprocessingOptions(num_workers=N)), or move the work into a library "
+            "that releases the GIL."
+        )
+    if queued >= STARVED and v != THREADS:
+        text += (
+            f" Its thread was queued for a CPU {queued:.0f}% of its time: {busy}, so worker "
+            "processes would queue too: compare the rates before adding them."
+        )
+    return Diagnosis(v, text)
+
+
+def label(name: str) -> str:
+    """A stage's name as the summary shows it: a keyword before an options object
+    (`read_options=ReadOptions(...)`) dropped, the value says it."""
+    return re.sub(r"\b[a-z_]+=(?=[A-Z]\w*\()", "", name)
