@@ -240,6 +240,14 @@ def test_a_100_mb_string_gives_a_short_error(tmp_path: Path) -> None:
     assert len(str(e.value)) < 600 and str(path) in str(e.value)
 
 
+def test_a_long_key_gives_a_short_error() -> None:
+    it = pipeline()
+    state = it.get_state()
+    with pytest.raises(chute.CheckpointError, match=r"state\['parent'\] has a key of 2000000") as e:
+        it.set_state({**state, "parent": {**state["parent"], "k" * 2_000_000: 1}})
+    assert len(str(e.value)) < 600
+
+
 @pytest.mark.parametrize(
     "edit",
     [

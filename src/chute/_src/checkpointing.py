@@ -75,7 +75,7 @@ def decode(text: str | bytes, where: str) -> Any:
             f"{where} is a chute checkpoint of version {quote(doc.get('version'))}, but this "
             f"chute reads version {VERSION}: load it with the chute version that wrote it."
         )
-    check_bounds(doc["state"], f"{where}: ")
+    check_bounds(doc["state"], where)
     verify(doc["state"], where)
     return doc["state"]
 
@@ -212,6 +212,6 @@ def from_state_dict(state_dict: Any) -> Any:
             "what state_dict() returned."
         )
     state = parse_json(text, where)
-    check_bounds(state, f"{where}: ")
+    check_bounds(state, where)
     verify(state, where)
     return state

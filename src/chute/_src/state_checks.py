@@ -35,9 +35,9 @@ MAX_FILE_BYTES = 64 << 20
 the pending indices of many hosts a few MB)."""
 
 MAX_DEPTH = 256
-"""How deeply lists and dicts may nest in a state: one level per iterator stage, and a few
-within a stage (a pipeline this deep cannot be restored anyway: Python's recursion limit
-stops it first)."""
+"""How deeply lists and dicts may nest in a state: a state nests one level per iterator
+stage and a few within a stage, so this is far beyond any pipeline's (and within what
+Python's JSON reader and writer handle without hitting the recursion limit)."""
 
 MAX_STRING = 1 << 20
 """The longest string in a state (stage names, parameters, identities are short)."""
@@ -125,9 +125,10 @@ def parse_json(text: str | bytes, where: str, levels: int = 0, fix: str = _FIX) 
     against the bounds before it is parsed; `CheckpointError` naming `where`, and ending in
     `fix`, otherwise."""
     if len(text) > MAX_FILE_BYTES:
+        unit = "bytes" if isinstance(text, bytes) else "characters"
         raise CheckpointError(
-            f"{where} is {len(text)} bytes, over the limit of {MAX_FILE_BYTES} for a chute "
-            f"state (a state is a few kB): it is not a chute checkpoint; {fix}."
+            f"{where} is {len(text)} {unit} or more, over the limit of {MAX_FILE_BYTES} for "
+            f"a chute state (a state is a few kB): it is not a chute checkpoint; {fix}."
         )
     if isinstance(text, bytes):
         try:
@@ -162,7 +163,9 @@ def _path(root: str, keys: list[Any]) -> str:
 def check_bounds(state: Any, where: str, root: str = "state") -> None:
     """Raises `CheckpointError` for a state nested deeper than `MAX_DEPTH`, with a string
     longer than `MAX_STRING`, or (parsed by `parse_json`) with a key twice in an object.
-    Walks the state without recursion; `where` names where it came from, `root` it."""
+    Walks the state without recursion; `where` names where it came from ("" for a state
+    given in memory), `root` the state itself."""
+    where = _prefix(where)
     if isinstance(state, str):
         _check_string(state, where, root, [])
     if not isinstance(state, dict | list | tuple):
@@ -178,6 +181,14 @@ def check_bounds(state: Any, where: str, root: str = "state") -> None:
             )
         if isinstance(node, _Duplicated):
             raise duplicated_error(f"{where}{_path(root, keys)}", node.key)
+        if isinstance(node, dict):
+            for k in node:
+                if isinstance(k, str) and len(k) > MAX_STRING:
+                    raise CheckpointError(
+                        f"{where}{_path(root, keys)} has a key of {len(k)} characters "
+                        f"({quote(k)}), over the limit of {MAX_STRING} for a chute state: it "
+                        f"is corrupt or not a chute state; {_FIX}."
+                    )
         items = node.items() if isinstance(node, dict) else enumerate(node)
         for k, v in items:
             if isinstance(v, str):
@@ -265,7 +276,7 @@ def verify(state: Any, where: str, root: str = "state", *, any_dict: bool = Fals
 def unseal(state: Any, where: str = "", root: str = "state", *, any_dict: bool = False) -> Any:
     """`state` checked (bounds, checksum) and without its checksum key: what the pipeline's
     iterators restore."""
-    check_bounds(state, _prefix(where), root)
+    check_bounds(state, where, root)
     verify(state, where, root, any_dict=any_dict)
     if _sealed_kind(state, any_dict) and CHECKSUM_KEY in state:
         return {k: v for k, v in state.items() if k != CHECKSUM_KEY}
