@@ -169,8 +169,8 @@ def test_resume_keeps_complete_shards_of_the_same_job(
     assert main(args) == 0
     # What a run killed while writing shard 2 leaves: shards 0 and 1, a partial, no manifest.
     (out / "manifest.json").unlink()
-    (out / "part-00002.crec").rename(out / ".part-00002.crec.1234abcd.partial")
-    (out / "part-00003.crec").unlink()
+    (out / "part-00002-of-00004.crec").rename(out / ".part-00002-of-00004.crec.1234abcd.partial")
+    (out / "part-00003-of-00004.crec").unlink()
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.crec")}
     capsys.readouterr()
     assert main([*args, "--resume"]) == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._src.records import outputs
-from chute._src.records.convert import ConvertResult, check_overlap, output_format
+from chute._src.records.convert import ConvertResult, check_overlap, input_bytes, output_format
 from chute._src.records.inputs import Format
 from chute._src.records.manifest import MANIFEST_NAME, read_manifest, read_remote_manifest
 from chute._src.records.shard_files import dataset_paths
@@ -104,7 +104,7 @@ def convert(
         entries = [e for _, e in read_manifest(Path(manifest), to.value)]
         dataset_paths(output, to.value, "chute convert")  # every shard is the one listed
     records = sum(e.num_records for e in entries)
-    bytes_in = sum(Path(p).stat().st_size for p in convert_.job.paths if Path(p).is_file())
+    bytes_in = input_bytes(list(convert_.job.paths), storage_options)  # as `chute convert`
     manifest_size = len(outputs.read_bytes(manifest, storage_options))
     bytes_out = sum(e.size for e in entries) + manifest_size
     return ConvertResult(records, bytes_in, bytes_out, seconds, [output], kept)

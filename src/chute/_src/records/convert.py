@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import re
 import tempfile
@@ -33,7 +32,14 @@ from chute._src.remote.calls import call
 from chute._src.remote.urls import StorageOptions, filesystem, is_url, local_path
 from chute._src.sources._paths import expand_paths
 
-__all__ = ["ConvertResult", "check_overlap", "convert", "crec_options", "output_format"]
+__all__ = [
+    "ConvertResult",
+    "check_overlap",
+    "convert",
+    "crec_options",
+    "input_bytes",
+    "output_format",
+]
 
 COMPRESSIONS = ("none", "zstd", "zstd-dict")
 
@@ -184,7 +190,12 @@ class _ArrayRecordOut:
     """Writes ArrayRecord files atomically (temporary name, then rename)."""
 
     def __init__(
-        self, output: Path, shards: int, per_shard: int, compression: str, inputs: frozenset[str]
+        self,
+        output: Path,
+        shards: int,
+        sizes: list[int] | None,
+        compression: str,
+        inputs: frozenset[str],
     ) -> None:
         from chute._src.sources.array_record import _module
 
@@ -192,7 +203,7 @@ class _ArrayRecordOut:
         self._options = "group_size:1," + ("uncompressed" if compression == "none" else "zstd:3")
         self._output = output
         self._shards = shards
-        self._per_shard = per_shard
+        self._sizes = sizes  # the records of each shard; None: the caller cuts (end_shard)
         self._writer: Any = None
         self._count = 0
         self._done: list[tuple[Path, Path]] = []
@@ -211,7 +222,9 @@ class _ArrayRecordOut:
         return self._output / f"part-{k:05d}-of-{self._shards:05d}.array_record"
 
     def write(self, record: bytes) -> None:
-        if self._writer is None or (self._shards > 1 and self._count % self._per_shard == 0):
+        while self._writer is None or (
+            self._sizes is not None and self._count == self._sizes[len(self._done)]
+        ):
             self._finish()
             self._open(self._target(len(self._done)))
         self._writer.write(record)
@@ -222,11 +235,19 @@ class _ArrayRecordOut:
             self._writer.close()
             self._writer = None
             self._done.append(self._current)
+            self._count = 0
 
-    def close(self) -> None:
-        if self._writer is None and not self._done:
+    def end_shard(self) -> None:
+        """Ends the current shard (an empty one if no record went to it)."""
+        if self._writer is None:
             self.write_empty()
         self._finish()
+
+    def close(self) -> None:
+        self._finish()
+        while len(self._done) < self._shards:  # every shard is there, empty or not
+            self.write_empty()
+            self._finish()
         for tmp, target in self._done:
             os.replace(tmp, target)
             self.outputs.append(str(target))
@@ -238,7 +259,7 @@ class _ArrayRecordOut:
         self._locks = []
 
     def write_empty(self) -> None:
-        self._open(self._target(0))
+        self._open(self._target(len(self._done)))
 
     def _open(self, target: Path) -> None:
         tmp = staging.temp_name(target)
@@ -352,21 +373,26 @@ def convert(
     source = record_job.open()
     metadata = source.metadata
     n = len(source)
-    per_shard = max(1, math.ceil(n / shards))
+    # Shards as chute.beam lays them out: shard k holds positions [k*n//S, (k+1)*n//S),
+    # named part-00003-of-00016. Without a Filter the writer cuts them by record count
+    # (which lets --resume check the shards it keeps); with one, records are fewer than
+    # positions, so the loop below cuts each shard where its positions end.
+    layout = None if record_job.filters else n
+    count = 1 if single_file else shards
+    cuts = count > 1 and layout is None
     if not single_file and to_format is Format.CREC:
         job = [
             [p] if is_url(p) else [os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns]
             for p in paths
         ]
-        parts: list[Any] = [job, from_format.value, compression, level, per_shard]
+        parts: list[Any] = [job, from_format.value, compression, level, [shards, n]]
         if transforms:
             parts.append(record_job.fingerprint())
         metadata = {**metadata, "job": f"{crc32c(json.dumps(parts).encode()):08x}"}
     writer: Any
     if to_format is Format.ARRAY_RECORD:
-        writer = _ArrayRecordOut(
-            out, 1 if single_file else shards, per_shard, compression, _read_set(paths)
-        )
+        sizes = None if cuts else _layout(n, count)
+        writer = _ArrayRecordOut(out, count, sizes, compression, _read_set(paths))
     elif single_file:
         pattern = staging.temp_pattern(re.escape(out.name))
         staging.sweep_temps(out.parent, pattern, (HEADER_MAGIC,), _read_set(paths))
@@ -374,24 +400,27 @@ def convert(
     else:
         writer = ShardedRecordWriter(
             out,
-            records_per_shard=per_shard,
+            num_shards=shards,
+            num_records=layout,
             metadata=metadata,
             resume=resume,
             **crec_options(compression, level),
         )
     skip = len(writer) if isinstance(writer, ShardedRecordWriter) else 0
     start = time.perf_counter()
-    bytes_in = 0
     bar: Progress[Any] = Progress(total=n, desc="convert", force=progress)
     bar.update(skip)
+    segments = [(k * n // count, (k + 1) * n // count) for k in range(count)] if cuts else []
     try:
-        for count, block in source.blocks(skip, n):
-            nbytes = 0
-            for record in block:
-                writer.write(record)
-                nbytes += len(record)
-            bytes_in += nbytes
-            bar.update(count, nbytes)
+        for lo, hi in segments or [(skip, n)]:
+            for positions, block in source.blocks(lo, hi):
+                nbytes = 0
+                for record in block:
+                    writer.write(record)
+                    nbytes += len(record)
+                bar.update(positions, nbytes)
+            if cuts:
+                writer.end_shard()
         writer.close()
     except BaseException as e:
         if isinstance(writer, ShardedRecordWriter):
@@ -413,7 +442,31 @@ def convert(
         outputs = [str(out)]
         written = [out / name for name in [*writer.shards, MANIFEST_NAME]]
     bytes_out = sum(p.stat().st_size for p in written)
-    return ConvertResult(n, bytes_in, bytes_out, seconds, outputs, skip)
+    return ConvertResult(n, input_bytes(paths, so), bytes_out, seconds, outputs, skip)
+
+
+def _layout(n: int, shards: int) -> list[int]:
+    """The records of each shard: positions `[k*n//S, (k+1)*n//S)`, as `chute.beam`'s."""
+    return [(k + 1) * n // shards - k * n // shards for k in range(shards)]
+
+
+def input_bytes(paths: list[str], storage_options: StorageOptions = None) -> int:
+    """What `bytes in` counts, for every runner: the size of every file the conversion
+    reads (a dataset directory's manifest and the shards it lists; a URL's object)."""
+    total = 0
+    for p in paths:
+        if is_url(p):  # one request per input: the object's size, or a directory's total
+            fs, fspath = filesystem(p, storage_options)
+            info = call(p, "find its size", functools.partial(fs.info, fspath))
+            if info.get("type") == "directory":
+                total += int(call(p, "find its size", functools.partial(fs.du, fspath)))
+            else:
+                total += int(info.get("size") or 0)
+    files, _ = _read_paths(paths)
+    for f in dict.fromkeys(files):
+        with contextlib.suppress(OSError):  # a listed shard that is missing: the read said so
+            total += os.path.getsize(f)
+    return total
 
 
 def _convert_to_url(

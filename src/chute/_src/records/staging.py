@@ -151,7 +151,8 @@ class Journal:
     """The lock file of one sharded write: `.PREFIX.TOKEN.writing`.
 
     Its JSON names the shard-name suffix the write uses (`""` for `part-00000.crec`, or
-    `".TOKEN"` for `part-00000.TOKEN.crec` when plain names are taken). It is locked while
+    `".TOKEN"` for `part-00000.TOKEN.crec` when plain names are taken; a write with a fixed
+    shard count names them `part-00000-of-00004.crec`, `part-00000-of-00004.TOKEN.crec`). It is locked while
     the writer lives and removed when the write commits or is aborted.
     """
 
@@ -214,7 +215,9 @@ class Journal:
         return dead, live
 
     def shard_pattern(self, prefix: str) -> re.Pattern[str]:
-        return re.compile(rf"{re.escape(prefix)}-\d{{5}}{re.escape(self.suffix)}\.crec")
+        # `part-00003.crec`, or `part-00003-of-00016.crec` (a write with a fixed shard count).
+        of = r"(?:-of-\d{5})?"
+        return re.compile(rf"{re.escape(prefix)}-\d{{5}}{of}{re.escape(self.suffix)}\.crec")
 
     def remove_files(self, directory: Path, prefix: str, keep: set[str]) -> None:
         """Removes the shards of this (dead or own) write, except those named in `keep`."""

@@ -293,7 +293,10 @@ class ShardedRecordWriter:
     """Writes records to a directory of `.crec` shards plus a `manifest.json`.
 
     A new shard starts every `records_per_shard` records (or once a shard holds
-    `bytes_per_shard` input bytes). Each shard is written atomically, and the manifest
+    `bytes_per_shard` input bytes). With `num_shards=S` the write has exactly `S` shards,
+    named `part-00003-of-00016.crec` as `chute.beam` names them (empty ones added at the
+    end), and `num_records=n` lays them out as `chute.beam` does: shard `k` holds records
+    `[k*n//S, (k+1)*n//S)`. Each shard is written atomically, and the manifest
     (shard names, record counts, sizes and checksums) is written last: a directory
     without a manifest is an interrupted write, and readers refuse it. A dictionary
     trained for the first shard is reused by the others.
@@ -307,12 +310,12 @@ class ShardedRecordWriter:
     Other files in the directory are never touched, and a `manifest.json` that is not
     chute's is refused (FileExistsError).
 
-    With `resume=True` (and `records_per_shard`), complete shards left by an interrupted
-    run are kept: consecutive shards from the first that open cleanly, hold exactly
-    `records_per_shard` records and carry the same `metadata`. `len(writer)` is then the
-    number of records they hold; the caller skips that many and writes the rest. Without
-    it, the shards of an interrupted run (proved by its journal, see `staging.py`) are
-    removed.
+    With `resume=True` (and `records_per_shard` or `num_records`), complete shards left by
+    an interrupted run are kept: consecutive shards from the first that open cleanly, hold
+    exactly the records the layout gives them and carry the same `metadata`. `len(writer)`
+    is then the number of records they hold; the caller skips that many and writes the
+    rest. Without it, the shards of an interrupted run (proved by its journal, see
+    `staging.py`) are removed.
 
     >>> import tempfile
     >>> out = tempfile.mkdtemp()
@@ -331,13 +334,24 @@ class ShardedRecordWriter:
         *,
         records_per_shard: int | None = None,
         bytes_per_shard: int | None = None,
+        num_shards: int | None = None,
+        num_records: int | None = None,
         prefix: str = "part",
         resume: bool = False,
         **writer_options: Any,
     ) -> None:
         if records_per_shard is not None and records_per_shard < 1:
             raise ValueError(f"records_per_shard={records_per_shard} must be >= 1")
-        if resume and records_per_shard is None:
+        if num_shards is not None and num_shards < 1:
+            raise ValueError(f"num_shards={num_shards} must be >= 1")
+        if num_records is not None and (
+            num_shards is None or num_records < 0 or records_per_shard or bytes_per_shard
+        ):
+            raise ValueError(
+                f"num_records={num_records} lays out num_shards shards: give it (>= 0) with "
+                "num_shards, and without records_per_shard or bytes_per_shard"
+            )
+        if resume and records_per_shard is None and num_records is None:
             raise ValueError("resume=True needs records_per_shard, so shards line up")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -345,6 +359,9 @@ class ShardedRecordWriter:
         self._listed = {e.name for e in old or []}
         self._records_per_shard = records_per_shard
         self._bytes_per_shard = bytes_per_shard
+        self._num_shards = num_shards
+        self._num_records = num_records
+        self._of = "" if num_shards is None else f"-of-{num_shards:05d}"
         self._prefix = prefix
         self._options = writer_options
         self._shards: list[_manifest.ShardEntry] = []
@@ -357,7 +374,7 @@ class ShardedRecordWriter:
         """Cleans up after killed writers, adopts an interrupted run's shards if asked,
         and claims shard names no manifest, file or live writer uses."""
         d, prefix = self.directory, self._prefix
-        shard_names = rf"{re.escape(prefix)}-\d{{5}}(?:\.[0-9a-f]{{8}})?\.crec"
+        shard_names = rf"{re.escape(prefix)}-\d{{5}}(?:-of-\d{{5}})?(?:\.[0-9a-f]{{8}})?\.crec"
         staging.sweep_temps(d, staging.temp_pattern(shard_names), (HEADER_MAGIC,))
         manifest_temps = staging.temp_pattern(re.escape(_manifest.MANIFEST_NAME))
         staging.sweep_temps(d, manifest_temps, (staging.MANIFEST_MAGIC,))
@@ -377,14 +394,21 @@ class ShardedRecordWriter:
         for j in dead:
             j.remove_files(d, prefix, keep=self._listed)
         if journal is None:
-            plain = re.compile(rf"{re.escape(prefix)}-\d{{5}}\.crec")
+            plain = re.compile(rf"{re.escape(prefix)}-\d{{5}}{self._of}\.crec")
             taken = "" in live or any(plain.fullmatch(e.name) for e in os.scandir(d))
             token = "." + os.urandom(4).hex() if taken else ""
             journal = staging.Journal.create(d, prefix, token)
         return journal
 
     def _name(self, k: int, suffix: str) -> str:
-        return f"{self._prefix}-{k:05d}{suffix}.crec"
+        return f"{self._prefix}-{k:05d}{self._of}{suffix}.crec"
+
+    def _size(self, k: int) -> int | None:
+        """The records shard `k` holds when full (None: no count limit)."""
+        if self._num_records is not None and self._num_shards is not None:
+            n, s = self._num_records, self._num_shards
+            return (k + 1) * n // s - k * n // s
+        return self._records_per_shard
 
     def _adopt(self, suffix: str) -> bool:
         from chute._src.errors import DataError
@@ -401,7 +425,7 @@ class ShardedRecordWriter:
             except DataError:
                 break
             try:
-                ok = f.num_records == self._records_per_shard and f.metadata == wanted
+                ok = f.num_records == self._size(len(self._shards)) and f.metadata == wanted
                 entry = _manifest.ShardEntry(name, f.num_records, f.size, f.trailer_crc())
                 dictionary = f.dictionary
             finally:
@@ -419,13 +443,34 @@ class ShardedRecordWriter:
 
     def _roll(self) -> RecordWriter:
         w = self._writer
+        if w is not None and not self._full(w):
+            return w
         if w is not None:
-            full = self._records_per_shard is not None and len(w) >= self._records_per_shard
-            big = self._bytes_per_shard is not None and w.bytes_in >= self._bytes_per_shard
-            if not (full or big):
-                return w
             self._finish_shard()
-        path = self.directory / self._name(len(self._shards), self._journal.suffix)
+        w = self._open_shard()
+        while self._size(len(self._shards)) == 0:  # a layout's empty shard: the next one
+            self._finish_shard()
+            w = self._open_shard()
+        return w
+
+    def _full(self, w: RecordWriter) -> bool:
+        size = self._size(len(self._shards))
+        full = size is not None and len(w) >= size
+        return full or (self._bytes_per_shard is not None and w.bytes_in >= self._bytes_per_shard)
+
+    def _open_shard(self) -> RecordWriter:
+        k = len(self._shards)
+        if self._num_shards is not None and k >= self._num_shards:
+            most = self._num_records
+            if most is None and self._records_per_shard is not None:
+                most = self._num_shards * self._records_per_shard
+            raise ValueError(
+                f"{self.directory}: a write past the {self._num_shards} shards of "
+                f"num_shards={self._num_shards} (they hold {self._count:,} records"
+                + ("" if most is None else f"; the layout holds {most:,}")
+                + "); give a num_shards or num_records that counts every record"
+            )
+        path = self.directory / self._name(k, self._journal.suffix)
         if os.path.lexists(path) or path.name in self._listed:
             raise FileExistsError(
                 f"{path} exists and is not a shard of this write; chute will not replace it; "
@@ -457,6 +502,16 @@ class ShardedRecordWriter:
         self._count += 1
         return self._count - 1
 
+    def end_shard(self) -> None:
+        """Ends the current shard, an empty one if no record went to it since the last
+        cut; the next record starts the next shard. For a caller that cuts shards itself
+        (`chute convert` cuts where a shard's input positions end)."""
+        if self._closed:
+            raise ValueError(f"ShardedRecordWriter({str(self.directory)!r}) is closed")
+        if self._writer is None:
+            self._open_shard()
+        self._finish_shard()
+
     @property
     def shards(self) -> list[str]:
         """The names of the shards written (or kept) so far, in order."""
@@ -467,8 +522,11 @@ class ShardedRecordWriter:
         if self._closed:
             return
         if self._writer is None and not self._shards:
-            self._roll()  # an empty dataset is one empty shard, so it reads as empty
+            self._open_shard()  # an empty dataset is one empty shard, so it reads as empty
         if self._writer is not None:
+            self._finish_shard()
+        while len(self._shards) < (self._num_shards or 0):  # num_shards: every one is there
+            self._open_shard()
             self._finish_shard()
         self._closed = True
         try:
