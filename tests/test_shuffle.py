@@ -192,20 +192,7 @@ LEGACY: dict[str, tuple[Callable[[], chute.IterDataset[Any]], int, str]] = {
 }
 
 
-def _legacy_case(name: str) -> Any:
-    if name == "iter_random_map":  # its "params" are compared in DatasetIterator._restore
-        return pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="DatasetIterator._restore (iterator.py) compares a stage's params "
-                "with !=; it must use chute._src.seeding.same_params",
-            ),
-        )
-    return name
-
-
-@pytest.mark.parametrize("name", [_legacy_case(n) for n in LEGACY])
+@pytest.mark.parametrize("name", list(LEGACY))
 def test_a_state_saved_with_the_derived_seed_alone_still_restores(name: str) -> None:
     make, k, saved = LEGACY[name]
     expected = list(make())[k:]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from chute._src.checkpointing import from_state_dict, to_state_dict
 from chute._src.errors import CheckpointError
+from chute._src.exiting import park_if_abandoned
 from chute._src.state_checks import clip_message, quote, seal, unseal
 
 if TYPE_CHECKING:
@@ -193,7 +194,11 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
             own_keys.add("params")
         links = {"parent"} if len(children) == 1 else {"parents"} if children else set()
         check_state(state, self.stage, {"stage", *own_keys} | links, path)
-        if self.stage_params and state["params"] != self.stage_params:
+        if (
+            self.stage_params
+            and state["params"] != self.stage_params
+            and not _same_params(state["params"], self.stage_params)
+        ):
             raise CheckpointError(
                 f"{path}['params'] = {quote(state['params'])}, but this pipeline's {self.stage!r} "
                 f"stage there has {self.stage_params!r}: the state was taken from a pipeline "
@@ -342,6 +347,14 @@ def int_at(state: Any, key: str) -> int | None:
     return value
 
 
+def _same_params(recorded: Any, now: str) -> bool:
+    """Whether a state's "params" name this stage's parameters (also in the form states
+    saved before seeds were shown as given take: `seeding.same_params`)."""
+    from chute._src.seeding import same_params
+
+    return same_params(recorded, now)
+
+
 def concurrent_next_error(it: object) -> RuntimeError:
     return RuntimeError(
         f"next() was called on {it!r} from two threads at once: a chute iterator is used "
@@ -373,6 +386,11 @@ class ThreadGuardedIterator(DatasetIterator[T]):
             raise concurrent_next_error(self._parent) from None
         try:
             return self._next()
+        except StopIteration:
+            raise
+        except BaseException:
+            park_if_abandoned()  # a daemon thread at interpreter exit: no traceback
+            raise
         finally:
             self._give(None)
 
@@ -383,6 +401,11 @@ class ThreadGuardedIterator(DatasetIterator[T]):
             raise concurrent_next_error(self._parent) from None
         try:
             return self._parent._next_many(n)
+        except StopIteration:
+            raise
+        except BaseException:
+            park_if_abandoned()
+            raise
         finally:
             self._give(None)
 
