@@ -20,7 +20,7 @@ The servers run in a process of their own. Contenders, each reading every line o
   a process with the chute reads being timed.
 Contenders alternate within each round; medians of `--rounds` rounds. Every chute read
 from a bucket starts cold, as in a fresh process: the block cache emptied and no
-presigned URL kept from an earlier round.
+client (connection pool) kept from an earlier round.
 
     python benchmarks/bench_streams_remote.py [--records 100000] [--large-records 400000]
         [--rounds 3] [--tf-rounds R] [--tf-remote-lines 20000] [--latency-ms 20]
@@ -143,16 +143,15 @@ def count(it: Iterator[Any], batched: bool) -> int:
 
 
 def cold_remote_caches() -> None:
-    """Forgets what an earlier read left in this process (cached blocks, presigned URLs),
-    so each timed read from a bucket costs what it costs a fresh process."""
-    from chute._src.remote import blocks, file, ranges
+    """Forgets what an earlier read left in this process (cached blocks, objects found and
+    not opened, the clients and their pooled connections), so each timed read from a
+    bucket costs what it costs a fresh process."""
+    from chute._src.remote import blocks, file, stores
 
     blocks.cache().clear()
-    with ranges._signed_lock:
-        ranges._signed.clear()
     with file._found_lock:
         file._found.clear()
-        file._held.clear()
+    stores._stores.clear()
 
 
 def main() -> None:
@@ -211,7 +210,7 @@ def main() -> None:
         f"to shard i % {SHARDS}), interleave cycle_length={CYCLE}, default settings; the "
         "whole stream read (time includes building the dataset, which finds every object, "
         "and opening; each reader warmed up once on one shard untimed; every chute read "
-        "from a bucket starts with an empty block cache and no presigned URL kept); "
+        "from a bucket starts with an empty block cache and a new client); "
         f"{args.rounds} rounds (tf.data: {args.tf_rounds or args.rounds}), contenders "
         "alternated, medians",
         f"'moto {ms}': moto's S3 server behind a proxy adding {ms} per request (it closes the "
