@@ -32,6 +32,7 @@ PUBLIC_MODULES = [
     "chute.records",
     "chute.torch",
     "chute.beam",
+    "chute.metrics",
 ]
 
 

@@ -109,4 +109,15 @@ def instrumented() -> bool:
         bool(_values["py_debug_mode"])
         or getattr(_here, "debug", False)
         or _values["py_dataset_visualization_output_dir"] is not None
+        or _exports > 0
     )
+
+
+_exports = 0  # metrics exports open (`chute.metrics.export`): they read the same figures
+
+
+def exporting(delta: int) -> None:
+    """A metrics export opens (+1) or closes (-1); while one is open, iterators created
+    record the figures it sends (`_src/metrics/export.py`)."""
+    global _exports
+    _exports += delta

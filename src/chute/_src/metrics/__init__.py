@@ -1,0 +1,1 @@
+"""Per-stage metrics export: the hook (`export.py`) and a Prometheus exporter."""
