@@ -16,12 +16,13 @@
 3. Do its threads or workers (`Parallelism`, the nearest stage above it that computes
    elsewhere) help? Fewer are advised when worker processes exceed the usable cores
    (`os.sched_getaffinity`), when threads do and the work is not waiting for I/O, or when
-   the consumer got its elements measurably (`SLOWER`, 15%) slower than the same work
-   would take on its own thread: its own time plus the stages' own times added up, as
-   they measured them (time queued for a CPU included: a CPU-bound thread on this
-   machine queues as much now). The estimate errs towards keeping them (time waiting for
-   I/O or for the GIL counts as work, and workers queue for each other's cores too), so
-   what it catches is handing elements over costing more than the work.
+   the bottleneck is the stage that hands their elements over (the consumer waits on the
+   hand-over more than on their work), or when the consumer got its elements measurably
+   (`SLOWER`, 15%) slower than the same work would take on its own thread: its own time,
+   the stages' own times added up as they measured them (time queued for a CPU included:
+   a CPU-bound thread on this machine queues as much now) and the time on a CPU of the
+   stages that hand elements over. The estimate errs towards keeping them (time waiting
+   for I/O or for the GIL counts as work, and workers queue for each other's cores too).
 4. Is the machine busy? When the bottleneck's threads spent `STARVED` (25%) or more of
    their time queued for a CPU, other processes take the cores: with threads or workers
    that fit the cores, more would queue too ("free_cores"); on the consumer's thread,
@@ -118,13 +119,20 @@ def parallelism_of(stats: PipelineStats, stage: StageStats) -> Parallelism | Non
 
 def _one_thread_s(stats: PipelineStats) -> float | None:
     """About how long the consumer's run (since its first element) would take with every
-    stage on its own thread: its own time plus the stages' own times as they measured
-    them (queued for a CPU included: a CPU-bound thread on this machine now queues so
-    much), one after another; None when too short to tell."""
+    stage on its own thread: its own time, the stages' own times as they measured them
+    (queued for a CPU included: a CPU-bound thread on this machine now queues so much),
+    and the time on a CPU of the stages that compute elsewhere (handing elements out
+    stays), one after another; None when too short to tell."""
     c = stats.consumer
     if c is None or c.elapsed_s < MIN_ELAPSED_S:
         return None
-    return (c.elapsed_s - c.waited_s) + sum(s.self_s for s in stats.stages if not s.boundary)
+    work = sum(s.self_s for s in stats.stages if not s.boundary)
+    work += sum(
+        (s.cpu_percent or 0.0) / 100 * max(0.0, s.self_s - s.queued_s)
+        for s in stats.stages
+        if s.boundary
+    )
+    return (c.elapsed_s - c.waited_s) + work
 
 
 def _workers(p: Parallelism) -> tuple[int, str, str]:
@@ -172,7 +180,7 @@ def diagnose(stats: PipelineStats) -> Diagnosis:
     b = max(ranked, key=lambda s: s.wait_percent)
     head = f"Bottleneck: stage {b.id} {label(b.name)}, {b.wait_percent:.0f}% of the consumer's wait"
     if waiting is not None:
-        head += f" (it waited {waiting:.0f}% of its time)"
+        head += f" (the consumer waited for data {waiting:.0f}% of its time)"
     cpu, gil = b.cpu_percent, stats.gil_held_percent(b)
     if cpu is None:
         return Diagnosis(None, f"{head}; its CPU time is unknown.")
@@ -191,12 +199,21 @@ def diagnose(stats: PipelineStats) -> Diagnosis:
 
     # Too many threads or workers, or measurably slower than none.
     if cores and n > cores and (par.processes or v != THREADS):
-        why = {
-            THREADS_OR_PROCESSES: "CPU-bound",
-            PROCESSES: "waiting for the GIL that Python code holds, not for I/O"
-            if waits_for_gil
-            else "CPU-bound Python code holding the GIL",
-        }.get(v, "CPU-bound")
+        if par.processes:
+            why = (
+                f"at most {cores} compute at once: on a machine shared with other processes "
+                "more only take a larger share of the cores from them, and each holds its "
+                "memory"
+            )
+        elif waits_for_gil:
+            why = (
+                "waiting for the GIL that Python code holds, not for I/O: one of them runs "
+                "Python code at a time"
+            )
+        elif v == PROCESSES:
+            why = "CPU-bound Python code holding the GIL: one of them runs at a time"
+        else:
+            why = f"CPU-bound: at most {cores} compute at once"
         alternative = (
             f"; worker processes run Python code in parallel: {_WORKERS_HINT}"
             if par.threads and v == PROCESSES
@@ -204,9 +221,17 @@ def diagnose(stats: PipelineStats) -> Diagnosis:
         )
         return Diagnosis(
             FEWER,
-            f"{head}, {measured}: {n} {what} on {cores} usable cores, {why}: they queue for "
-            f"the cores{' and the GIL' if par.threads else ''}, so fewer run faster; use at "
-            f"most {cores} ({option}; fewer on a busy machine){alternative}.",
+            f"{head}, {measured}: {n} {what} on {cores} usable cores, {why}. Use at most "
+            f"{cores} ({option}), fewer on a busy machine{alternative}.",
+        )
+    if n and b.boundary:
+        return Diagnosis(
+            FEWER,
+            f"{head}, {measured}: the consumer waits on the {n} {what} handing elements over "
+            "more than on the work they do (starting them, moving elements, or their time "
+            f"queued for a CPU), so more {what} cannot help. Use fewer ({option}, 0 for "
+            "none) and compare the rates, or give them more work per element handed over "
+            "(batch before the stage).",
         )
     alone = _one_thread_s(stats)
     c = stats.consumer
