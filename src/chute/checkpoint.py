@@ -2,18 +2,18 @@
 
 `save(path, it)`/`load(path, it)` write and read one JSON file, atomically.
 `CheckpointHandler`, `CheckpointSave`, `CheckpointRestore` are Grain's Orbax handler and
-its arguments; the two argument classes import Orbax when first used, never before.
+its arguments: the first use of any of the three imports Orbax and registers them
+together, so every Orbax style works whatever is touched first.
 Every iterator also has `state_dict()`/`load_state_dict()` (torch's `Stateful`).
 """
 
-import importlib
 import typing
 
 from chute._src.checkpointing import load as load
 from chute._src.checkpointing import save as save
-from chute._src.orbax_handler import CheckpointHandler as CheckpointHandler
 
 if typing.TYPE_CHECKING:
+    from chute._src.orbax_args import CheckpointHandler as CheckpointHandler
     from chute._src.orbax_args import CheckpointRestore as CheckpointRestore
     from chute._src.orbax_args import CheckpointSave as CheckpointSave
 
@@ -21,6 +21,8 @@ __all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave", "load", "
 
 
 def __getattr__(name: str) -> typing.Any:
-    if name in ("CheckpointSave", "CheckpointRestore"):
-        return getattr(importlib.import_module("chute._src.orbax_args"), name)
+    if name in ("CheckpointHandler", "CheckpointSave", "CheckpointRestore"):
+        from chute._src.orbax_handler import orbax_class
+
+        return orbax_class(name)
     raise AttributeError(f"module 'chute.checkpoint' has no attribute {name!r}")

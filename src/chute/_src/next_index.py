@@ -14,6 +14,7 @@ import copy
 from typing import Any
 
 from chute._src.iterator import DatasetIterator
+from chute._src.state_checks import seal
 
 _ONE_FOR_ONE = ("map", "indexed_map")
 
@@ -76,4 +77,4 @@ def set_next_index(ds_iter: DatasetIterator[Any], index: int) -> None:
                 )
             node["index"] = index
     reader["next_index"] = index
-    ds_iter.set_state(state)
+    ds_iter.set_state(seal(state))  # an edit of chute's own: sealed anew

@@ -1,7 +1,11 @@
-"""Orbax's argument classes for `CheckpointHandler`, registered with it on import.
+"""`CheckpointHandler` as a real Orbax handler, and its argument classes registered with it.
 
-Imported only when `chute.checkpoint.CheckpointSave` or `CheckpointRestore` is first
-used: it imports Orbax (and so JAX).
+Imported when `chute.checkpoint.CheckpointHandler`, `CheckpointSave` or
+`CheckpointRestore` is first used (whichever comes first: the three are made and
+registered together, so every Orbax style works in any order): it imports Orbax (and so
+JAX). The handler subclasses `orbax.checkpoint.CheckpointHandler`, so that Orbax takes it
+as one of its own (`item_handlers=`, `Checkpointer(handler)`), not as a legacy handler it
+wraps; its behaviour is `_src/orbax_handler.py`'s.
 """
 
 from __future__ import annotations
@@ -9,15 +13,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from chute._src.orbax_handler import CheckpointHandler
+from chute._src import orbax_handler
 
 try:
     import orbax.checkpoint as ocp
 except ImportError as e:
     raise ImportError(
-        "chute.checkpoint.CheckpointSave/CheckpointRestore need Orbax, which is not "
-        "installed: pip install 'chute[orbax]'."
+        "chute.checkpoint.CheckpointHandler/CheckpointSave/CheckpointRestore are for "
+        "Orbax, which is not installed: pip install 'chute[orbax]' (chute.checkpoint.save "
+        "and load need nothing)."
     ) from e
+
+
+class CheckpointHandler(orbax_handler.CheckpointHandler, ocp.CheckpointHandler):
+    """Orbax `CheckpointHandler` for chute iterators (Grain's name and behaviour): see
+    `chute._src.orbax_handler.CheckpointHandler`."""
 
 
 @ocp.args.register_with_handler(CheckpointHandler, for_save=True)

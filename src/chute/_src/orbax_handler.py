@@ -31,6 +31,22 @@ _FILE_NAME = re.compile(r"process_(\d{1,18})-of-(\d{1,18})\.json")
 """A process's file; counts of more than 18 digits are no process count of a real run."""
 
 
+def orbax_class(name: str) -> Any:
+    """`CheckpointHandler`, `CheckpointSave` or `CheckpointRestore` as Orbax takes them
+    (`_src/orbax_args.py`, which imports Orbax and registers the three together). Without
+    Orbax the handler is this module's plain class, and the argument classes raise an
+    `ImportError` naming the extra to install."""
+    import importlib
+
+    try:
+        module = importlib.import_module("chute._src.orbax_args")
+    except ImportError:
+        if name == "CheckpointHandler":
+            return CheckpointHandler
+        raise
+    return getattr(module, name)
+
+
 def process_index_and_count() -> tuple[int, int]:
     """`(jax.process_index(), jax.process_count())`, or `(0, 1)` without JAX."""
     try:

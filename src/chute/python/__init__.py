@@ -8,7 +8,6 @@ them, though grain 0.2.18 lacks those names), `InMemoryDataSource` the
 accepted by `DataLoader(operations=...)`.
 """
 
-import importlib
 import typing
 
 from chute import config as config
@@ -26,7 +25,6 @@ from chute._src.operations import Operation as Operation
 from chute._src.operations import RandomMapOperation as RandomMapOperation
 from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
 from chute._src.options import ReadOptions as ReadOptions
-from chute._src.orbax_handler import CheckpointHandler as PyGrainCheckpointHandler
 from chute._src.record import Record as Record
 from chute._src.sampler_protocol import Sampler as Sampler
 from chute._src.samplers import IndexSampler as IndexSampler
@@ -57,12 +55,14 @@ from chute.transforms import Transformation as Transformation
 from chute.transforms import Transformations as Transformations
 
 if typing.TYPE_CHECKING:
+    from chute._src.orbax_args import CheckpointHandler as PyGrainCheckpointHandler
     from chute._src.orbax_args import CheckpointRestore as GrainCheckpointRestore
     from chute._src.orbax_args import CheckpointRestore as PyGrainCheckpointRestore
     from chute._src.orbax_args import CheckpointSave as GrainCheckpointSave
     from chute._src.orbax_args import CheckpointSave as PyGrainCheckpointSave
 
 _ORBAX_ARGS = {
+    "PyGrainCheckpointHandler": "CheckpointHandler",
     "PyGrainCheckpointSave": "CheckpointSave",
     "GrainCheckpointSave": "CheckpointSave",
     "GrainCheckpointRestore": "CheckpointRestore",
@@ -123,5 +123,7 @@ __all__ = [
 
 def __getattr__(name: str) -> typing.Any:
     if name in _ORBAX_ARGS:  # imports Orbax, so only when asked for
-        return getattr(importlib.import_module("chute._src.orbax_args"), _ORBAX_ARGS[name])
+        from chute._src.orbax_handler import orbax_class
+
+        return orbax_class(_ORBAX_ARGS[name])
     raise AttributeError(f"module 'chute.python' has no attribute {name!r}")
