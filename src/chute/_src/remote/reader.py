@@ -18,9 +18,11 @@ __all__ = ["RemoteReader"]
 class RemoteReader(io.RawIOBase):
     """A raw, seekable, read-only file over a `RemoteFile` (for pyarrow, numpy, streams).
 
-    With `ahead` (bytes; 0: off), reads are sequential: once a read ends at `p`, the
-    next `ahead` bytes from `p` are fetched in the background (one request on a daemon
-    thread), so a stream consuming one window finds the next one there, or on the way.
+    With `ahead` (bytes; 0: off), reads are sequential: the first window (past the
+    cached first block) is asked for when the reader is made, and once a read ends at
+    `p`, the next `ahead` bytes from `p` are fetched in the background (one request on a
+    daemon thread), so a stream consuming one window finds the next one there, or on the
+    way.
     A read that finds its first bytes in the block cache (the first block, read when
     the object was opened) returns those at once and starts the read-ahead. At most one
     window is held or in flight per reader; a seek elsewhere drops it. Windows pass the
@@ -36,6 +38,14 @@ class RemoteReader(io.RawIOBase):
         self._held: tuple[int, bytes] | None = None  # (start, bytes) fetched ahead
         self._next: tuple[int, int, Future[bytes]] | None = None  # (start, end, fetch)
         self._pid = os.getpid()  # a fetch in flight belongs to this process's threads
+        if ahead:
+            # The first window past what the block cache holds (the first block, read
+            # when the object was found or opened) is asked for now: a stream opened
+            # ahead of its turn (the next cycle of an interleave) finds it there.
+            a = len(f.cached(0, f.size))
+            z = min(a + ahead, f.size)
+            if a < z:
+                self._next = (a, z, f.read_later(a, z))
 
     def readable(self) -> bool:
         return True
@@ -93,6 +103,10 @@ class RemoteReader(io.RawIOBase):
                 self._next = None
                 self._held = (a, fut.result())
                 return self._read_ahead(pos, end)
+            if pos < a:  # before the window on its way: from the cache, if it holds it
+                cached = self._f.cached(pos, min(end, a))
+                if cached:
+                    return cached
             fut.cancel()
             self._next = None
         return self._f.cached(pos, end) or None
