@@ -506,6 +506,13 @@ def main() -> None:
         "--more", action="store_true", help="also (b) with larger buffers than the defaults"
     )
     p.add_argument("--seconds", type=float, default=4.0, help="measured seconds per contender")
+    p.add_argument("--feeds", default="", help="only the feeds starting so, e.g. '(b),(c)'")
+    p.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0,
+        help="also each feed with sys.setswitchinterval(this) (seconds; Python's default 0.005)",
+    )
     p.add_argument(
         "--budget-s", type=float, default=0, help="start no contender after this (0: none)"
     )
@@ -621,23 +628,32 @@ def main() -> None:
             )
             log(notes[-1])
             for feed, spec in fw.feeds(chute_pipe, args.workers, torch_pipe, args.more).items():
-                runs[(fw.name, feed)] = (fw, k, spec)
+                if args.feeds and not feed.startswith(tuple(args.feeds.split(","))):
+                    continue
+                runs[(fw.name, feed)] = (fw, k, spec, None)
+                if args.switch_interval:
+                    twin = f"{feed}, switch {1000 * args.switch_interval:g} ms"
+                    runs[(fw.name, twin)] = (fw, k, spec, args.switch_interval)
         results: dict[tuple[str, str], list[Run]] = {key: [] for key in runs}
         for r in range(rounds):
-            for key, (fw, k, (make, getter, _)) in runs.items():
+            for key, (fw, k, (make, getter, _), interval) in runs.items():
                 if args.budget_s and time.perf_counter() - started > args.budget_s:
                     log(f"budget spent: {key} round {r + 1} skipped")
                     continue
+                default_interval = sys.getswitchinterval()
+                if interval:
+                    sys.setswitchinterval(interval)
                 it = make()
                 try:
                     results[key].append(run_loop(fw, getter(it), k, steps, 0.2 if quick else 2.0))
                 finally:
                     close(it)
+                    sys.setswitchinterval(default_interval)
                 log(f"{pname} {key} round {r + 1}: {100 * results[key][-1].share:.2f}% waiting")
         for key, rs in results.items():
             if not rs:
                 continue
-            fw, k, (_, _, where) = runs[key]
+            fw, k, (_, _, where), _ = runs[key]
             waits = np.array([w for r in rs for w in r.waits_ms])
             p50, p99 = np.percentile(waits, [50, 99])
             rows.append(
