@@ -18,9 +18,10 @@ for `--seconds` after its first batch, with the rate the consumer got and the su
 advice beside it:
 - threads: `ReadOptions(num_threads=0)` and `num_threads=24` (the seed's "GIL-free"
   advice; tokenize holds the GIL, so the threads wait for it);
-- prefetch: `num_threads=0` then `.prefetch(2)` (`ThreadPrefetchIterDataset`) under a
-  training loop whose step (a sleep, as a step on an accelerator) takes three times the
-  batch's preparation at the best rate measured without threads (the load varies): the loop hardly waits, so no stage is a bottleneck;
+- prefetch: `num_threads=0` then `.prefetch(4)` (`ThreadPrefetchIterDataset`) under a
+  training loop whose step (a sleep, as a step on an accelerator) takes four times the
+  batch's preparation at the best rate measured without threads (the load varies), for
+  three times `--seconds`: the loop hardly waits, so no stage is a bottleneck;
 - workers: `mp_prefetch` with 0, 2 and 16 workers: on a machine with 2 cores shared with
   other processes, workers can be slower than none, and 16 exceed the cores;
 - cheap elements (range, +1, batch 512) with 0 and 2 workers: handing elements over costs
@@ -189,9 +190,9 @@ def advice(args: argparse.Namespace) -> None:
     report("threads: to_iter_dataset(ReadOptions(num_threads=...))", threads)
 
     zero_rate = max(rate for rate, _ in threads["num_threads=0"])
-    step = 3 * BATCH / zero_rate  # the training step: three times the batch's preparation
-    fed = rounds({".prefetch(2)": lambda: text(0).prefetch(2)}, n, s, step_s=step)
-    report(f"prefetch: .prefetch(2), a training step of {step * 1e3:.0f} ms per batch", fed)
+    step = 4 * BATCH / zero_rate  # the training step: four times the batch's preparation
+    fed = rounds({".prefetch(4)": lambda: text(0).prefetch(4)}, n, 3 * s, step_s=step)
+    report(f"prefetch: .prefetch(4), a training step of {step * 1e3:.0f} ms per batch", fed)
 
     def with_workers(k: int) -> Any:
         options = chute.MultiprocessingOptions(num_workers=k)

@@ -17,7 +17,8 @@
    elsewhere) help? Fewer are advised when worker processes exceed the usable cores
    (`os.sched_getaffinity`), when threads do and the work is not waiting for I/O, or when
    the bottleneck is the stage that hands their elements over (the consumer waits on the
-   hand-over more than on their work), or when the consumer got its elements measurably
+   hand-over more than on their work: that stage busy on a CPU, `HAND_OVER_CPU`, or the
+   workers not starved, see 4), or when the consumer got its elements measurably
    (`SLOWER`, 15%) slower than the same work would take on its own thread: its own time,
    the stages' own times added up as they measured them (time queued for a CPU included:
    a CPU-bound thread on this machine queues as much now) and the time on a CPU of the
@@ -25,8 +26,9 @@
    for I/O or for the GIL counts as work, and workers queue for each other's cores too).
 4. Is the machine busy? When the bottleneck's threads spent `STARVED` (25%) or more of
    their time queued for a CPU, other processes take the cores: with threads or workers
-   that fit the cores, more would queue too ("free_cores"); on the consumer's thread,
-   the advice says that workers would queue too.
+   that fit the cores, more would queue too ("free_cores"), and so when the consumer waits
+   on idle hand-over while the workers behind it queue; on the consumer's thread, the
+   advice says that workers would queue too.
 
 Periodic summaries of one run pass the last verdict as `previous`: each threshold of
 step 2 moves `HYSTERESIS` points in its favour, so a figure near it does not flip it.
@@ -51,6 +53,7 @@ KEEPS_UP = 5.0  # % of the consumer's time waiting under which nothing is a bott
 STARVED = 25.0  # % of a stage's own time queued for a CPU from which the machine is busy
 SLOWER = 1.15  # the run took this much longer than the work would on one thread: fewer
 MIN_ELAPSED_S = 0.5  # the consumer's time a comparison with one thread needs
+HAND_OVER_CPU = 25.0  # % CPU from which a stage handing elements over is busy doing so
 
 # What the advice recommends, as `PipelineStats.recommendation` gives it.
 THREADS = "threads"
@@ -146,6 +149,24 @@ def _rate(per_s: float) -> str:
     return f"{per_s:,.0f}" if per_s >= 100 else f"{per_s:.3g}"
 
 
+def _queued_behind(stats: PipelineStats, boundary: StageStats) -> float:
+    """The share of their own time the stages behind `boundary` (computed by its threads
+    or workers) spent queued for a CPU."""
+    by_id = {s.id: s for s in stats.stages}
+    stack, seen = list(boundary.inputs), set()
+    own = queued = 0.0
+    while stack:
+        i = stack.pop()
+        if i in seen or i not in by_id:
+            continue
+        seen.add(i)
+        s = by_id[i]
+        if not s.boundary:
+            own, queued = own + s.self_s, queued + s.queued_s
+        stack.extend(s.inputs)
+    return 100.0 * queued / own if own > 0 else 0.0
+
+
 def _queued_percent(stage: StageStats) -> float:
     return 100.0 * stage.queued_s / stage.self_s if stage.self_s > 0 else 0.0
 
@@ -225,6 +246,14 @@ def diagnose(stats: PipelineStats) -> Diagnosis:
             f"{cores} ({option}), fewer on a busy machine{alternative}.",
         )
     if n and b.boundary:
+        behind = _queued_behind(stats, b)
+        if (cpu or 0.0) < HAND_OVER_CPU and behind >= STARVED:
+            return Diagnosis(
+                FREE_CORES,
+                f"{head}, {measured}: the consumer waits on its {n} {what}, which were "
+                f"queued for a CPU {behind:.0f}% of their time: {busy}, so more {what} would "
+                f"queue too rather than run sooner; keep {n} or fewer until cores are free.",
+            )
         return Diagnosis(
             FEWER,
             f"{head}, {measured}: the consumer waits on the {n} {what} handing elements over "
@@ -270,7 +299,7 @@ def diagnose(stats: PipelineStats) -> Diagnosis:
         text = (
             f"{head}, {measured}: it waits for the GIL, which Python code holds (this stage's "
             "or another's on the same threads), not for I/O, so more threads cannot help; use "
-            f"worker processes, e.g. {_WORKERS_HINT}, or fewer threads."
+            f"worker processes, e.g. {_WORKERS_HINT}{', or fewer threads' if par.threads else ''}."
         )
     else:
         text = (
