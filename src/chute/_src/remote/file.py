@@ -73,13 +73,18 @@ def open_concurrently(open_one: Callable[[int], T], paths: Sequence[str]) -> lis
     return out
 
 
-def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[bool]:
+def find_objects(
+    urls: Sequence[str],
+    storage_options: StorageOptions,
+    errors: dict[str, BaseException] | None = None,
+) -> list[bool]:
     """For each URL, whether it is known to name an object: those obstore reads are asked
     for their first block, all at once (one round trip for the lot, no HEAD), and an
     object found so is opened already: its first block goes to the block cache and its
     identity is kept until this process opens it (`RemoteFile`), which then costs no
     request; a read that finds it replaced since is a `DataError`. False means not known
-    (fsspec's objects, or a failure: the caller asks `fs.info`, which names it)."""
+    (fsspec's objects, or a failure: the caller asks `fs.info`, which names it); the
+    failures obstore met go to `errors` (by URL), so the caller need not ask again."""
     from chute._src.remote import fetch
 
     found = [False] * len(urls)
@@ -98,6 +103,8 @@ def find_objects(urls: Sequence[str], storage_options: StorageOptions) -> list[b
     store = blocks.cache()
     for (k, _), end, answer in zip(asked, ends, got):
         if isinstance(answer, BaseException):
+            if errors is not None:
+                errors[urls[k]] = answer
             continue
         data, ident = answer
         found[k] = True

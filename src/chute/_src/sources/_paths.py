@@ -40,9 +40,12 @@ def _check_item(item: Any, who: str) -> str:
     raise TypeError(f"{who}: {item!r} is not a path or URL; pass a str or os.PathLike")
 
 
-def _expand_url(p: str, who: str, storage_options: StorageOptions) -> list[str]:
+def _expand_url(
+    p: str, who: str, storage_options: StorageOptions, failed: BaseException | None = None
+) -> list[str]:
     """The objects a URL names: a pattern's matches (sorted), or the URL itself (an
-    object, or a directory, which the reader names as such or opens as a dataset)."""
+    object, or a directory, which the reader names as such or opens as a dataset).
+    `failed`: how asking for its first block just ended (not asked again)."""
     from chute._src.remote import fetch
     from chute._src.remote.calls import call, obstore_failure
     from chute._src.remote.stores import display_url, located
@@ -59,7 +62,7 @@ def _expand_url(p: str, who: str, storage_options: StorageOptions) -> list[str]:
                     "the bucket and the storage options"
                 )
             return files
-        got = fetch.read_first([(loc, 1)])[0]
+        got = failed if failed is not None else fetch.read_first([(loc, 1)])[0]
         if not isinstance(got, BaseException):
             return [p]
         err = obstore_failure(shown, got, "find it")
@@ -189,9 +192,13 @@ def expand_paths(paths: PathsArg, who: str, storage_options: StorageOptions = No
         from chute._src.remote.file import find_objects, open_concurrently
 
         plain = [p for p in urls if not glob.has_magic(p)]
-        expanded = {p: [p] for p, ok in zip(plain, find_objects(plain, storage_options)) if ok}
+        failed: dict[str, BaseException] = {}
+        found_now = find_objects(plain, storage_options, failed)
+        expanded = {p: [p] for p, ok in zip(plain, found_now) if ok}
         rest = [p for p in urls if p not in expanded]
-        found = open_concurrently(lambda k: _expand_url(rest[k], who, storage_options), rest)
+        found = open_concurrently(
+            lambda k: _expand_url(rest[k], who, storage_options, failed.get(rest[k])), rest
+        )
         expanded.update(zip(rest, found))
     out: list[str] = []
     for p in checked:
