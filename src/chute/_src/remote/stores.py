@@ -172,7 +172,16 @@ def located(url: str, storage_options: StorageOptions) -> Located | None:
     with _lock:
         store = _stores.get(cache_key)
     if store is None:
-        store = _make(kind, base, opts, auth, deadline, retries)
+        try:
+            store = _make(kind, base, opts, auth, deadline, retries)
+        except Exception as e:  # obstore refused the configuration (a bad key file, ...)
+            from chute._src.errors import DataError
+
+            first = str(e).strip().split("\n", 1)[0][:300]
+            raise DataError(
+                f"{display_url(url)}: cannot configure the client for it "
+                f"({type(e).__name__}: {first}); check the storage options"
+            ) from e
         if store is None:
             return None
         with _lock:
