@@ -166,7 +166,14 @@ def test_url_credentials_are_sent_and_never_shown(caplog: pytest.LogCaptureFixtu
         srv.mode = "silent"
         with pytest.raises(chute.DataError, match=f"{shown}: cannot") as info:
             _read(srv.url("/d.jsonl", "alice:hunter2pass@"))
-    for text in [str(info.value), caplog.text]:
+        # A bad record names its object the same way.
+        srv.mode = "normal"
+        srv.files["/bad.jsonl"] = b'{"i": 0}\n{"i": \n'
+        bad = sources.JsonlDataSource(srv.url("/bad.jsonl", "alice:hunter2pass@"))
+        with pytest.raises(chute.DataError) as bad_info:
+            bad[1]
+        assert str(bad_info.value).startswith(srv.url("/bad.jsonl", "alice@") + ": record 1")
+    for text in [str(info.value), str(bad_info.value), caplog.text]:
         assert "hunter2pass" not in text and "wrongpass" not in text
 
 

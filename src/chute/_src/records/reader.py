@@ -22,7 +22,7 @@ from chute._src.records.layout import (
     VERSION,
     Codec,
 )
-from chute._src.remote.urls import StorageOptions
+from chute._src.remote.urls import StorageOptions, display_url
 from chute._src.sources._open import open_data
 
 __all__ = ["CrecFile"]
@@ -49,7 +49,7 @@ class CrecFile:
         base: int = 0,
         storage_options: StorageOptions = None,
     ) -> None:
-        self.path = path
+        self.path = display_url(path)  # in messages: no password
         self.verify = verify
         self.base = base
         # A local file is mapped; a remote one (a URL) is read by ranges, the same slices.

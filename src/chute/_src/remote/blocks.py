@@ -1,7 +1,7 @@
 """A process-wide LRU cache of fixed-size blocks of remote objects, bounded in bytes.
 
-Blocks are keyed by the object's URL, its identity (size and ETag, version or mtime) and
-the block number, so a replaced object never serves stale blocks. Sizes come from the
+Blocks are keyed by the object's URL, its identity (size and tags: ETag, Last-Modified,
+version) and the block number, so a replaced object never serves stale blocks. Sizes come from the
 environment, which worker processes inherit: `CHUTE_REMOTE_BLOCK_BYTES` (default 32 KiB:
 a random read of a small record fetches little more than the record, and neighbours come
 with it) and `CHUTE_REMOTE_CACHE_BYTES` (default: an eighth of the memory available when

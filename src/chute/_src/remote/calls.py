@@ -1,5 +1,8 @@
 """Calls to a remote store: bounded retries of transient failures, and clear errors.
 
+`obstore_failure` names what a request obstore gave up on ended with (obstore retries on
+its own, within the deadline); the rest of this module serves fsspec's calls:
+
 A transient failure (a connection refused or reset, a timeout, a 5xx or 429 answer) is retried
 `CHUTE_REMOTE_RETRIES` times (default 3) with exponential backoff from 0.1 s, each retry
 logged as a warning on the `chute` logger; then `DataError` names the URL, the attempts and

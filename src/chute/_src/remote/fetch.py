@@ -19,6 +19,7 @@ the old one's index. obstore itself checks that a ranged answer is the range ask
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import threading
@@ -141,7 +142,8 @@ def _drop_all_at_exit() -> None:
 # concurrent.futures' own hook is registered first (when its module is imported), so
 # that this one runs before it.
 importlib.import_module("concurrent.futures.thread")
-threading._register_atexit(_drop_all_at_exit)  # type: ignore[attr-defined]
+with contextlib.suppress(RuntimeError):  # imported while the interpreter exits: too late
+    threading._register_atexit(_drop_all_at_exit)  # type: ignore[attr-defined]
 
 
 def _after_fork_in_child() -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from chute._src.remote.urls import StorageOptions, options_key
+from chute._src.remote.urls import StorageOptions, display_url, options_key
 
 __all__ = ["Located", "deadline_s", "display_url", "located", "max_retries_for_store"]
 
@@ -103,25 +103,6 @@ def max_retries_for_store() -> int:
     from chute._src.remote.calls import max_retries
 
     return max_retries()
-
-
-def display_url(url: str) -> str:
-    """`url` without the password of its credentials (for messages and logs).
-
-    >>> display_url("http://alice:secret@h:80/a b.jsonl")
-    'http://alice@h:80/a b.jsonl'
-    >>> display_url("s3://bucket/key")
-    's3://bucket/key'
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc, slash, path = rest.partition("/")
-    if "@" not in netloc:
-        return url
-    userinfo, _, host = netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}://{user + '@' if user else ''}{host}{slash}{path}"
 
 
 _warned = False

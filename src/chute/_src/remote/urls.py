@@ -1,8 +1,9 @@
 """Which paths are URLs, and the fsspec file system that serves one.
 
-A path with a scheme (`s3://`, `gs://`, `memory://`, ...) is read through fsspec (the
-`remote` extra), imported only when such a path is met. A local path and a `file://` URL
-are plain files: chute maps them as before, with no fsspec involved.
+A path with a scheme (`s3://`, `gs://`, `memory://`, ...) is a URL: read through obstore
+where `stores.py` says so (s3, gs, az, http(s)), else through fsspec (the `remote`
+extra), imported only when such a path is met. A local path and a `file://` URL are
+plain files: chute maps them as before, with neither client involved.
 
 Storage options (credentials, endpoints, ...) reach fsspec two ways: the
 `storage_options=` argument of every chute API that takes a path (kept with the source,
@@ -18,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["StorageOptions", "filesystem", "is_url", "local_path", "options_key"]
+__all__ = ["StorageOptions", "display_url", "filesystem", "is_url", "local_path", "options_key"]
 
 StorageOptions = Mapping[str, Any] | None
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
@@ -50,6 +51,25 @@ def local_path(path: str | os.PathLike[str]) -> str:
     if m is not None and m.group(1).lower() in ("file", "local"):
         return p[m.end() :] or "/"
     return p
+
+
+def display_url(url: str) -> str:
+    """`url` without the password of its credentials (for messages and logs).
+
+    >>> display_url("http://alice:secret@h:80/a b.jsonl")
+    'http://alice@h:80/a b.jsonl'
+    >>> display_url("s3://bucket/key")
+    's3://bucket/key'
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    if "@" not in netloc:
+        return url
+    userinfo, _, host = netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user + '@' if user else ''}{host}{slash}{path}"
 
 
 def fsspec_module() -> Any:

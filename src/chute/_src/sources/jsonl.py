@@ -10,7 +10,7 @@ import numpy as np
 
 from chute._src.errors import DataError
 from chute._src.remote.file import RemoteFile
-from chute._src.remote.urls import StorageOptions
+from chute._src.remote.urls import StorageOptions, display_url
 from chute._src.sources._concat import MultiFileSource
 from chute._src.sources._file_guard import open_error
 from chute._src.sources._index_cache import cached_index, cached_remote_index
@@ -103,7 +103,7 @@ def _line_index(path: str) -> np.ndarray:
 
 class _File:
     def __init__(self, path: str, use_cache: bool, storage: StorageOptions) -> None:
-        self.path = path
+        self.path = display_url(path)  # in messages: no password
         self.guard = open_data(path, "a JSON Lines file", storage)
         self.fd, self.size = self.guard.fd, self.guard.size
         if isinstance(self.guard, RemoteFile):  # indexed by one sequential read, cached

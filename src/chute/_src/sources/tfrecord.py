@@ -11,7 +11,7 @@ import numpy as np
 from chute._src.errors import DataError
 from chute._src.records.checksum import crc32c
 from chute._src.remote.file import RemoteFile
-from chute._src.remote.urls import StorageOptions
+from chute._src.remote.urls import StorageOptions, display_url
 from chute._src.sources._concat import MultiFileSource
 from chute._src.sources._index_cache import cached_index, cached_remote_index
 from chute._src.sources._open import open_data
@@ -67,7 +67,7 @@ def _scan_stream(g: RemoteFile) -> np.ndarray:
 
 class _File:
     def __init__(self, path: str, use_cache: bool, storage: StorageOptions) -> None:
-        self.path = path
+        self.path = display_url(path)  # in messages: no password
         self.guard = open_data(path, "a TFRecord file", storage)
         self.fd, self.size = self.guard.fd, self.guard.size
         self.remote = isinstance(self.guard, RemoteFile)
