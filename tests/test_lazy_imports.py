@@ -30,7 +30,7 @@ def test_import_chute_loads_no_layer_until_a_name_is_used(tmp_path: Path) -> Non
         """
         import chute
         before = [m for m in sorted(sys.modules) if m.startswith("chute._src.")]
-        heavy = [m for m in ("numpy", "ssl", "chute._src.remote.ranges") if m in sys.modules]
+        heavy = [m for m in ("numpy", "ssl", "obstore", "fsspec") if m in sys.modules]
         ds = chute.MapDataset.range(4).map(lambda x: x + 1)
         print(before, heavy, list(ds), "chute._src.dataset" in sys.modules)
         """,
@@ -46,7 +46,7 @@ def test_the_worker_loop_imports_neither_the_pool_nor_any_dataset(tmp_path: Path
         """
         import chute._src.mp._worker
         loaded = [m for m in sorted(sys.modules) if m.startswith("chute._src.")]
-        heavy = ["ssl", "concurrent.futures", "chute._src.remote.ranges"]
+        heavy = ["ssl", "concurrent.futures", "obstore", "fsspec"]
         print(loaded, [m for m in heavy if m in sys.modules])
         """,
     )
@@ -100,7 +100,7 @@ def test_reading_local_records_loads_no_remote_client(tmp_path: Path) -> None:
         import chute
         src = chute.sources.RecordFileDataSource({str(path)!r})
         got = [src[i] for i in range(len(src))]
-        print(got[3], [m for m in ("ssl", "chute._src.remote.ranges") if m in sys.modules])
+        print(got[3], [m for m in ("ssl", "obstore", "fsspec") if m in sys.modules])
         """,
     )
     assert out == "b'3' []"
