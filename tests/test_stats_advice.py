@@ -349,3 +349,23 @@ def test_a_consumer_waiting_on_starved_workers_is_not_told_fewer() -> None:
     )
     assert "keep 2 or fewer until cores are free" in starved.advice()
     assert run(queued_s=0.5).recommendation == "fewer"  # not starved: the hand-over
+
+
+def test_threads_beyond_the_cores_elsewhere_are_mentioned() -> None:
+    # The packing and batching on the consumer's thread are the bottleneck, while 24
+    # reader threads compete with it for the cores and the GIL.
+    figures = text_pipeline(
+        parallelism=THREADS_24,
+        source={"wait": 5.0, "cpu": 5.0},
+        tokenize={"wait": 5.0, "cpu": 98.0},
+    )
+    stages = tuple(
+        dataclasses.replace(s, wait_percent=80.0) if s.id == BATCH else s for s in figures.stages
+    )
+    stats = dataclasses.replace(figures, stages=stages)
+    assert stats.bottleneck is not None and stats.bottleneck.id == BATCH
+    assert stats.recommendation == "processes"
+    assert (
+        "Stage 3 runs 24 threads on 2 usable cores: unless they wait for I/O, fewer "
+        "(ReadOptions(num_threads=...)) would leave the cores and the GIL to the rest."
+    ) in stats.advice()

@@ -313,6 +313,16 @@ def diagnose(stats: PipelineStats) -> Diagnosis:
             f" Its thread was queued for a CPU {queued:.0f}% of its time: {busy}, so worker "
             "processes would queue too: compare the rates before adding them."
         )
+    for other in stats.stages:  # threads or workers elsewhere that exceed the cores
+        p = other.parallelism
+        if p is None or not cores or other.id == b.id or max(p.threads, p.processes) <= cores:
+            continue
+        k, kind, setting = _workers(p)
+        text += (
+            f" Stage {other.id} runs {k} {kind} on {cores} usable cores: unless they wait for "
+            f"I/O, fewer ({setting}) would leave the cores"
+            f"{' and the GIL' if p.threads else ''} to the rest."
+        )
     return Diagnosis(v, text)
 
 
