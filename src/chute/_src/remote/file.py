@@ -49,10 +49,10 @@ def open_concurrently(open_one: Callable[[int], T], paths: Sequence[str]) -> lis
     """`[open_one(k) for k in range(len(paths))]`, run concurrently when several paths are
     URLs (opening one costs a round trip or more); closes what opened when one fails
     (objects with a `close`) and raises the first error."""
-    from chute._src.remote import pool
-
     if sum(map(is_url, paths)) < 2:
         return [open_one(k) for k in range(len(paths))]
+    from chute._src.remote import pool  # local files need no thread pool (nor its import)
+
     # No object is read whole while some are opening: whether they all fit is not known
     # until every one is open and counted.
     with blocks.open_objects.opening():
