@@ -88,6 +88,7 @@ def test_a_fixed_layout_refuses_records_past_it(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "b") == []
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: in .ci/run, not in a plain pytest run
 def test_both_runners_write_the_same_shards_and_count_the_same_bytes(
     tmp_path: Path,
     jsonl: Path,

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "bench_checkpoint.py"
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: in .ci/run, not in a plain pytest run
 @pytest.mark.timeout(120)
 def test_bench_checkpoint_quick_chute_only(shared_data_or_skip: Path) -> None:
     pytest.importorskip("array_record")

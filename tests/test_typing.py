@@ -61,6 +61,7 @@ def _mypy_path() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: in .ci/run, not in a plain pytest run
 def test_inference_holds_under_default_settings_and_mistakes_are_reported(
     tmp_path: Path,
 ) -> None:
