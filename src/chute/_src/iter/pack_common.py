@@ -151,6 +151,29 @@ def restore_parent(it: DatasetIterator[Any], mark: Mark, path: str) -> None:
     it._parent._restore(mark.parent_state, f"{path}['parent']")
 
 
+def restore_window_start(
+    it: DatasetIterator[Any], mark: Mark, window: int, size: int, path: str
+) -> None:
+    """Restores `it`'s parent at `mark`, the start of window `window` of `size` elements,
+    and checks, where the parent's stage can count, that the mark is there (or, between
+    windows, the end of a short last window); raises `CheckpointError` naming "window"."""
+    restore_parent(it, mark, path)
+    read = upstream_count(it, mark)
+    if read is None:
+        return
+    # Window k begins at element k * size; after the stream's last window the mark is its
+    # end, which may fall short of the next window's start.
+    if read == window * size or (not mark.piece and (window - 1) * size < read < window * size):
+        return
+    raise bad_value(
+        path,
+        "window",
+        window,
+        f"window {window} begins at element {window * size} of the stream "
+        f"(window_size={size}), but the state's upstream position is element {read}",
+    )
+
+
 def replay_error(path: str, key: str, value: Any, what: str) -> CheckpointError:
     """The error for a state whose replay found less upstream than it records."""
     return bad_value(path, key, value, f"{what} (found when re-reading the stream there)")

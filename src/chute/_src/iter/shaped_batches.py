@@ -31,10 +31,9 @@ from chute._src.iter.pack_common import (
     check_mark,
     mark_state,
     replay_to_piece,
-    restore_parent,
-    upstream_count,
+    restore_window_start,
 )
-from chute._src.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int
+from chute._src.iterator import MAX_POSITION, DatasetIterator, check_int
 from chute._src.pad_batch import PadStack
 from chute._src.transforms import describe
 
@@ -234,20 +233,7 @@ class WindowBatchIterator(DatasetIterator[Any]):
                 "it was when the state was taken."
             )
         window = check_int(state, "window", path, 0, MAX_POSITION // w)
-        restore_parent(self, mark, path)
-        read = upstream_count(self, mark)
-        if read is not None:
-            # Window k begins at element k * w; after the stream's last window the mark is
-            # its end, which may fall short of the next window's start.
-            ok = read == window * w or (not mark.piece and (window - 1) * w < read < window * w)
-            if not ok:
-                raise bad_value(
-                    path,
-                    "window",
-                    window,
-                    f"window {window} begins at element {window * w} of the stream "
-                    f"(window_size={w}), but the state's upstream position is element {read}",
-                )
+        restore_window_start(self, mark, window, w, path)
         self._reader.seek(mark, path)
         self._batches, self._pos, self._have = [], 0, False
         self._look, self._look_mark, self._ended = _NOTHING, None, False

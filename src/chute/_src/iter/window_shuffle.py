@@ -19,10 +19,9 @@ from chute._src.iter.pack_common import (
     check_mark,
     mark_state,
     replay_to_piece,
-    restore_parent,
-    upstream_count,
+    restore_window_start,
 )
-from chute._src.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int
+from chute._src.iterator import MAX_POSITION, DatasetIterator, check_int
 from chute._src.map.window_shuffle import SEED_TAG_WINDOW_SHUFFLE, check_window
 from chute._src.seeding import derive_seed, seed_param, shown_seed
 
@@ -126,20 +125,7 @@ class _WindowShuffleIterator(DatasetIterator[T]):
             f"window_size={w}, and a finished one is recorded as the next, at 0",
         )
         window = check_int(state, "window", path, 0, MAX_POSITION // w)
-        restore_parent(self, mark, path)
-        read = upstream_count(self, mark)
-        if read is not None:
-            # Window k begins at element k * w; between windows the mark may also be the
-            # end of a short last window.
-            ok = read == window * w or (not mark.piece and (window - 1) * w < read < window * w)
-            if not ok:
-                raise bad_value(
-                    path,
-                    "window",
-                    window,
-                    f"window {window} begins at element {window * w} of the stream "
-                    f"(window_size={w}), but the state's upstream position is element {read}",
-                )
+        restore_window_start(self, mark, window, w, path)
         self._reader.seek(mark, path)
         self._buf, self._pos = [], 0
         self._window = window
