@@ -26,10 +26,8 @@ import mmap
 import os
 import re
 import secrets
-import stat
 import struct
 import threading
-import time
 import weakref
 from typing import Any
 
@@ -37,6 +35,7 @@ import numpy as np
 
 from chute._src import tree_codec
 from chute._src.map.cache import MISSING
+from chute._src.shm_files import sweep_stale
 
 _MAGIC = b"CHUTECAC"
 _PREFIX = "chute_cache_"
@@ -45,40 +44,11 @@ _HEADER = 64
 _FIELDS = struct.Struct("<8s5q")  # magic, n, capacity, tail, count, max_elements
 _POS = struct.Struct("<2q")  # tail, count at offset 24
 _I64 = struct.Struct("<q")
-_MIN_AGE_S = 60.0
 _DIRECTORY = "/dev/shm"
 
 
 def shared_memory_available() -> bool:
     return os.name == "posix" and os.path.isdir(_DIRECTORY) and os.access(_DIRECTORY, os.W_OK)
-
-
-def _sweep_stale() -> None:
-    """Removes cache files that no live process holds (see the module docstring)."""
-    try:
-        names = [n for n in os.listdir(_DIRECTORY) if _NAME.match(n)]
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(_DIRECTORY, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            st = os.fstat(fd)
-            young = time.time() - st.st_mtime < _MIN_AGE_S
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or young:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # held by a live process
-                continue
-            with contextlib.suppress(OSError):
-                if os.stat(path, follow_symlinks=False).st_ino == st.st_ino:
-                    os.unlink(path)
-        finally:
-            os.close(fd)
 
 
 def _release(fd: int, mm: mmap.mmap, path: str | None) -> None:
@@ -95,7 +65,7 @@ class SharedStore:
     """Elements by position in a shared file; see the module docstring."""
 
     def __init__(self, n: int, max_elements: int | None, capacity: int) -> None:
-        _sweep_stale()
+        sweep_stale(_DIRECTORY, _NAME)
         free = os.statvfs(_DIRECTORY)
         capacity = min(capacity, free.f_bavail * free.f_frsize // 2)
         self.n, self.capacity, self.max_elements = n, max(0, capacity), max_elements
@@ -103,7 +73,9 @@ class SharedStore:
         path = os.path.join(_DIRECTORY, f"{_PREFIX}{os.getpid()}_{secrets.token_hex(8)}")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # held while this process lives (see _sweep_stale)
+            fcntl.flock(
+                fd, fcntl.LOCK_SH
+            )  # held while this process lives (see shm_files.sweep_stale)
             os.ftruncate(fd, self._data + self.capacity)
             limit = -1 if max_elements is None else max_elements
             os.pwrite(fd, _FIELDS.pack(_MAGIC, n, self.capacity, 0, 0, limit), 0)

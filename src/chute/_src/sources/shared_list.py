@@ -23,52 +23,21 @@ import os
 import pickle
 import re
 import secrets
-import stat
 import tempfile
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from chute._src.shm_files import sweep_stale
+
 _MAGIC = b"CHUTELST"
 _PREFIX = "chute_list_"
 _NAME = re.compile(rf"^{_PREFIX}\d+_[0-9a-f]+$")
-# A file younger than this may be in creation (made, not yet locked): never swept.
-_MIN_AGE_S = 60.0
 
 
 def _directory() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-
-
-def _sweep_stale(directory: str) -> None:
-    """Removes files of this kind that no process holds (see the module docstring)."""
-    try:
-        names = [n for n in os.listdir(directory) if _NAME.match(n)]
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(directory, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:  # gone, or unreadable
-            continue
-        try:
-            st = os.fstat(fd)
-            young = time.time() - st.st_mtime < _MIN_AGE_S
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or young:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # held by a live process
-                continue
-            # Still the file we locked (not replaced since the listing): remove it.
-            with contextlib.suppress(OSError):
-                if os.stat(path, follow_symlinks=False).st_ino == st.st_ino:
-                    os.unlink(path)
-        finally:
-            os.close(fd)
 
 
 class SharedListSource:
@@ -76,7 +45,7 @@ class SharedListSource:
 
     def __init__(self, items: Sequence[Any]) -> None:
         directory = _directory()
-        _sweep_stale(directory)
+        sweep_stale(directory, _NAME)
         self._n = n = len(items)
         self.path = os.path.join(directory, f"{_PREFIX}{os.getpid()}_{secrets.token_hex(8)}")
         self._owner = os.getpid()
