@@ -52,6 +52,7 @@ def _write(folder: Path, fmt: str) -> Path:
 
 
 def _read_all(path: Path) -> list[bytes]:
+    src: JsonlDataSource | TFRecordDataSource | ArrayRecordDataSource
     if path.suffix == ".jsonl":
         src = JsonlDataSource(path, decode=False)
     elif path.suffix == ".tfrecord":

@@ -127,13 +127,18 @@ def test_unpicklable_worker_fn_is_refused_before_any_process_starts() -> None:
     with pytest.raises(NotPicklableError, match=r"worker_fn .*lambda.* cannot be pickled.*locks"):
         WorkerPool(2, lambda i, n, t: (lock, t))
     with pytest.raises(NotPicklableError, match=r"worker_init_fn .* cannot be pickled"):
-        WorkerPool(2, mp_helpers.identity, worker_init_fn=lambda i, n: lock)
+        WorkerPool(2, mp_helpers.identity, worker_init_fn=lambda i, n: print(lock))
     assert psutil.Process().children(recursive=True) == before
 
 
 def test_a_lambda_reaches_the_workers_by_value() -> None:
     offset = 5
-    with WorkerPool(1, lambda i, n, t: t + offset, shm_bytes_per_worker=SHM) as pool:
+
+    def add(index: int, count: int, task: int) -> int:
+        return task + offset
+
+    pool: WorkerPool[int, int]
+    with WorkerPool(1, add, shm_bytes_per_worker=SHM) as pool:
         pool.put(0, 1)
         assert pool.get(0, timeout=60) == 6
 

@@ -198,7 +198,7 @@ def test_a_map_dataset_or_a_buffer_size_for_one_batch_is_refused() -> None:
     with pytest.raises(TypeError, match=r"is a MapDataset: call \.to_iter_dataset\(\) first"):
         ct.pin_memory(chute.MapDataset.range(4))
     with pytest.raises(TypeError, match="buffer_size=2 applies to a dataset or iterator"):
-        ct.pin_memory({"x": np.arange(3)}, buffer_size=2)
+        ct.pin_memory({"x": np.arange(3)}, buffer_size=2)  # type: ignore[call-overload]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs a CUDA device")
