@@ -139,7 +139,7 @@ def test_waiting_for_the_gil_within_the_cores_wants_processes_not_threads() -> N
         cores=4,
     )
     assert stats.recommendation == "processes"
-    assert "it waits for the GIL, which Python code holds" in stats.advice()
+    assert "it waits for the GIL, held by Python code running on other threads" in stats.advice()
     assert "more threads cannot help; use worker processes" in stats.advice()
 
 
@@ -276,9 +276,10 @@ def test_work_on_the_consumers_thread_of_a_busy_machine_keeps_its_verdict_with_a
         (40.0, 80, "processes", "processes"),
         (55.0, 30, None, "threads_or_processes"),
         (55.0, 45, "threads_or_processes", "threads_or_processes"),
-        (20.0, 55, None, "processes"),  # off a CPU, GIL held: waits for the GIL
-        (20.0, 55, "threads", "threads"),  # 65 needed to leave threads
-        (20.0, 40, "processes", "processes"),  # 35 enough to stay
+        (20.0, 30, None, "processes"),  # off a CPU, GIL held: waits for the GIL
+        (20.0, 20, None, "threads"),
+        (20.0, 35, "threads", "threads"),  # 40 needed to leave threads
+        (20.0, 15, "processes", "processes"),  # 10 enough to stay
     ],
 )
 def test_periodic_verdicts_keep_their_side_of_each_threshold(
