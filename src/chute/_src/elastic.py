@@ -320,28 +320,15 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     stop = check_int(first, "stop", "states[0]", hi=INFINITE)
     for i, s in enumerate(states):
         check_int(s, "next_index", f"states[{i}]", hi=INFINITE)
-    starts = [min(s["next_index"], stop) for s in states]
-    if sorted(a % m for a in starts if a < stop) != sorted({a % m for a in starts if a < stop}):
-        raise CheckpointError(
-            "ElasticIterator.merge_states: two hosts read the same indices "
-            f"(next_index {quote(starts)}); the states are corrupt or from different runs: "
-            "pass the states all old hosts saved at the same step."
-        )
-    high = max(starts)
-    listed = sum(len(s["pending"]) + -(-(high - a) // m) for s, a in zip(states, starts))
-    if listed > MAX_MERGED_PENDING:
-        raise CheckpointError(
-            f"ElasticIterator.merge_states: the hosts' next_index values {quote(starts)} are "
-            f"{high - min(starts)} indices apart, so the merged state would list {listed} "
-            f"indices, more than {MAX_MERGED_PENDING}: hosts of one run at one step are never "
-            "that far apart, so the states are corrupt or from different runs; pass the "
-            "states all old hosts saved at the same step (or restore with the same host count)."
-        )
-    explicit: list[int] = []
-    for s, a in zip(states, starts):
-        explicit.extend(s["pending"])
-        explicit.extend(range(a, high, m))
-    explicit.sort()
+    explicit, high = union_of_remaining(
+        [(s["pending"], s["next_index"]) for s in states],
+        m,
+        stop,
+        who="ElasticIterator.merge_states",
+        readers="hosts",
+        fix="pass the states all old hosts saved at the same step",
+        far_fix="(or restore with the same host count)",
+    )
     return seal(
         {
             "stage": STAGE,
@@ -353,6 +340,82 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "next_index": high,
         }
     )
+
+
+# -- layouts, shared with chute.torch's elastic restore ------------------------------------------
+
+
+def union_of_remaining(
+    parts: Sequence[tuple[list[int], int]],
+    stride: int,
+    stop: int,
+    *,
+    who: str,
+    readers: str,
+    fix: str,
+    far_fix: str = "",
+) -> tuple[list[int], int]:
+    """The indices of a layout that `stride` readers have not read, from what each has left:
+    `parts[j] = (pending, next_index)`, its explicit list and then `next_index, next_index +
+    stride, ...` below `stop`. Returned compactly: an increasing explicit list (the indices
+    between the slowest and the fastest reader) and the index from which all are left.
+    `CheckpointError` (naming `who`, the `readers` and the `fix`) when two readers' rests
+    overlap or the list would be longer than `MAX_MERGED_PENDING` (counted before listed)."""
+    starts = [min(next_index, stop) for _, next_index in parts]
+    if sorted(a % stride for a in starts if a < stop) != sorted(
+        {a % stride for a in starts if a < stop}
+    ):
+        raise CheckpointError(
+            f"{who}: two {readers} read the same indices (next_index {quote(starts)}); the "
+            f"states are corrupt or from different runs: {fix}."
+        )
+    high = max(starts)
+    listed = sum(len(p) + -(-(high - a) // stride) for (p, _), a in zip(parts, starts))
+    if listed > MAX_MERGED_PENDING:
+        raise CheckpointError(
+            f"{who}: the {readers}' next_index values {quote(starts)} are "
+            f"{high - min(starts)} indices apart, so the merged state would list {listed} "
+            f"indices, more than {MAX_MERGED_PENDING}: {readers} of one run at one step are "
+            f"never that far apart, so the states are corrupt or from different runs; {fix}"
+            f"{' ' + far_fix if far_fix else ''}."
+        )
+    explicit: list[int] = []
+    for (pending, _), a in zip(parts, starts):
+        explicit.extend(pending)
+        explicit.extend(range(a, high, stride))
+    explicit.sort()
+    return explicit, high
+
+
+def share_of_layout(explicit: list[int], start: int, j: int, m: int) -> tuple[list[int], int]:
+    """Reader `j` of `m`'s share of the layout `explicit ++ [start, start + 1, ...)`: its
+    explicit list and where its progression (stride `m`) begins."""
+    return explicit[j::m], start + (j - len(explicit)) % m
+
+
+def rest_of_share(
+    pending: list[int], next_index: int, stride: int, read: int
+) -> tuple[list[int], int]:
+    """What of a share (`pending`, then `next_index`, `next_index + stride`, ...) is left
+    after its first `read` positions."""
+    k = len(pending)
+    if read <= k:
+        return pending[read:], next_index
+    return [], next_index + (read - k) * stride
+
+
+def tagged_share(
+    parent: MapDataset[Any], pending: list[int], next_index: int, stride: int
+) -> MapDataset[Any]:
+    """A reader's share of a layout of `parent`'s indices (below `len(parent)`), position
+    `p` as `(p, parent[index])` (None where `parent` has None: filtered), so that a reader
+    knows how many positions its last element or batch (`stack_tagged`) took."""
+    return _HostIndicesMapDataset(parent, pending, next_index, stride)
+
+
+def stack_tagged(xs: list[tuple[int, Any]]) -> tuple[int, Any]:
+    """A batch of `(position, element)` pairs: the last position and the stacked elements."""
+    return _stack_tagged(xs)
 
 
 class ElasticIterator(IterDataset[Any]):

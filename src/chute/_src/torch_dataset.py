@@ -9,20 +9,37 @@ by position and never by content, so the parts are disjoint and cover the epoch:
     rank r of R        ShardOptions(r, R).shard_slice(n) of those          (positions r::R)
     worker k of W      [k::W] of the rank's part                          (get_worker_info())
 
-Each copy's state is its epoch and the state of its chute iterator (a few integers, the
-pipeline's identity), which `state_dict()` returns as torch's `Stateful`: torchdata's
-`StatefulDataLoader` saves one per worker and hands each back to the same worker.
+that is, copy `j = r + R*k` of `m = R*W` reads positions `j, j + m, ...` of the epoch: its
+share of the layout `[0, stop)`, as a host of `ElasticIterator` does. Each copy's state is
+its epoch, its share, how many positions of it it has read (elements carry their position
+through the pipeline, so a filter does not blur it) and its chute iterator's state (a few
+integers, the pipeline's identity), which `state_dict()` returns as torch's `Stateful`:
+torchdata's `StatefulDataLoader` saves one per worker and hands each back to the same
+worker. With another world size or worker count, `merge_state_dicts` takes the states of
+all old copies and returns what none has read, `explicit ++ [start, stop)` (see
+docs/elastic.md), which every new copy loads and deals out to itself by the same rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chute._src.checkpointing import from_state_dict
 from chute._src.dataset import INFINITE, MapDataset
+from chute._src.elastic import (
+    rest_of_share,
+    share_of_layout,
+    stack_tagged,
+    tagged_share,
+    union_of_remaining,
+)
 from chute._src.errors import CheckpointError
+from chute._src.iterator import check_int
 from chute._src.options import ReadOptions
+from chute._src.seeding import same_params
 from chute._src.sharding import NoSharding, ShardOptions
 from chute._src.state_checks import CHECKSUM_KEY, quote, seal, unseal
 from chute._src.torch_tensors import to_tensors
@@ -62,6 +79,38 @@ def _default_shard_options() -> ShardOptions:
         return NoSharding()
 
 
+NAME = "chute.torch.IterableDataset"
+COPY_KEYS = frozenset({"epoch", "shard", "pipeline", "length", "part", "read", "iterator"})
+"""The keys of one copy's state (and CHECKSUM_KEY)."""
+MERGED_KEYS = frozenset(
+    {"merged_from", "epoch", "pipeline", "length", "pending", "next_index", "stop", "copies"}
+)
+"""The keys of a state `merge_state_dicts` returns (and CHECKSUM_KEY)."""
+_MERGE_FIX = (
+    "with another world size or num_workers, restore every copy of the new run from "
+    f"{NAME}.merge_state_dicts(the states of all copies of the old run) (docs/elastic.md)"
+)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One copy's share of an epoch: `pending`, then `next_index, next_index + stride, ...`
+    below `stop` (positions of the epoch)."""
+
+    pending: list[int]
+    next_index: int
+    stride: int
+    stop: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pending": self.pending,
+            "next_index": self.next_index,
+            "stride": self.stride,
+            "stop": self.stop,
+        }
+
+
 class IterableDataset(torch.utils.data.IterableDataset[Any]):
     """`dataset` (a chute MapDataset, or any object with `__len__` and `__getitem__`, such
     as a Hugging Face `datasets.Dataset`) as a torch `IterableDataset`.
@@ -80,8 +129,10 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
     `read_options` are `to_iter_dataset`'s (threads per torch worker).
 
     `state_dict()`/`load_state_dict()` save and restore the position (torch's
-    `Stateful`); a state restores only into the same rank and worker of the same
-    world size and number of workers.
+    `Stateful`); a state restores into the same rank and worker of the same world size and
+    number of workers. With another world size or number of workers, every copy of the
+    new run loads `IterableDataset.merge_state_dicts(states of all old copies)`, and the
+    rest of the epoch is read once over all new ranks (docs/elastic.md).
     """
 
     def __init__(
@@ -130,7 +181,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         self._read_options = read_options
         self._tensors = tensors
         self._epoch = 0
-        self._live: Any = None  # the chute iterator of the epoch being read
+        self._live: tuple[Any, _Part] | None = None  # the epoch's chute iterator and share
+        self._read = 0  # positions of the live share read
         self._pending: dict[str, Any] | None = None  # a loaded state, for the next __iter__
 
     @property
@@ -154,10 +206,12 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
 
     def part(self, epoch: int, worker: int = 0, num_workers: int = 1) -> MapDataset[Any]:
         """The positions of `dataset` that torch worker `worker` of `num_workers` of this
-        rank reads in `epoch`, as a MapDataset."""
+        rank reads in `epoch` (from its start), as a MapDataset."""
         n = len(self._dataset)
         one_epoch = self._dataset.repeat(epoch + 1)[epoch * n : (epoch + 1) * n]
         return one_epoch[self._shard.shard_slice(n)][worker::num_workers]
+
+    # -- where this copy reads ---------------------------------------------------------------
 
     def _where(self) -> tuple[int, int]:
         info = torch.utils.data.get_worker_info()
@@ -166,28 +220,83 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
     def _shard_key(self, worker: int, num_workers: int) -> list[int]:
         return [self._shard.shard_index, self._shard.shard_count, worker, num_workers]
 
+    def _copy(self, worker: int, num_workers: int) -> tuple[int, int]:
+        """This copy's place `j` among the `m` copies of the run."""
+        r, world = self._shard.shard_index, self._shard.shard_count
+        return r + world * worker, world * num_workers
+
+    def _fresh_part(self, worker: int, num_workers: int) -> _Part:
+        j, m = self._copy(worker, num_workers)
+        return _Part([], j, m, self._shard.shard_slice(len(self._dataset)).stop)
+
+    def _merged_part(self, merged: dict[str, Any], worker: int, num_workers: int) -> _Part:
+        """This copy's share of what the old run left: `explicit ++ [start, stop)`, cut to
+        a multiple of the world size first with `shard_options.drop_remainder`."""
+        explicit, start, stop = list(merged["pending"]), merged["next_index"], merged["stop"]
+        if self._shard.drop_remainder:
+            tail = stop - start
+            drop = (len(explicit) + tail) % self._shard.shard_count
+            if drop <= tail:
+                stop -= drop
+            else:
+                explicit, stop = explicit[: len(explicit) - (drop - tail)], start
+        j, m = self._copy(worker, num_workers)
+        pending, next_index = share_of_layout(explicit, start, j, m)
+        return _Part(pending, next_index, m, stop)
+
+    def _resume(self, worker: int, num_workers: int) -> tuple[_Part, Any, int]:
+        """The share, chute iterator state and positions read that this iteration starts
+        from: a loaded state's (taken by the next iteration), else the epoch's start."""
+        state, self._pending = self._pending, None
+        key = self._shard_key(worker, num_workers)
+        if state is None:
+            return self._fresh_part(worker, num_workers), None, 0
+        if "merged_from" in state:
+            if state["merged_from"] != [key[1], key[3]]:
+                return self._merged_part(state, worker, num_workers), None, 0
+            # the same world size and workers: each copy continues exactly from its own state
+            own = next(c for c in state["copies"] if c["shard"] == key)
+            if own["epoch"] > state["epoch"]:  # it had read its share of the epoch
+                _, m = self._copy(worker, num_workers)
+                return _Part([], state["stop"], m, state["stop"]), None, 0
+            state = own
+        if state["shard"] != key:
+            raise CheckpointError(self._wrong_shard(state["shard"], worker, num_workers))
+        p = state["part"]
+        return _Part(p["pending"], p["next_index"], p["stride"], p["stop"]), *(
+            state["iterator"],
+            state["read"],
+        )
+
+    def _pipeline(self, part: _Part) -> Any:
+        """The share's elements (batched), each as `(position in the share, element)`."""
+        n, e = len(self._dataset), self._epoch
+        one_epoch = self._dataset.repeat(e + 1)[e * n : (e + 1) * n][: part.stop]
+        share = tagged_share(one_epoch, part.pending, part.next_index, part.stride)
+        ds = share.to_iter_dataset(self._read_options)
+        if self._batch_size is not None:
+            ds = ds.batch(
+                self._batch_size, drop_remainder=self._drop_remainder, batch_fn=stack_tagged
+            )
+        return ds
+
     def __iter__(self) -> Iterator[Any]:
         worker, num_workers = self._where()
-        ds = self.part(self._epoch, worker, num_workers).to_iter_dataset(self._read_options)
-        if self._batch_size is not None:
-            ds = ds.batch(self._batch_size, drop_remainder=self._drop_remainder)
-        it = iter(ds)
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            if pending["shard"] != self._shard_key(worker, num_workers):
-                raise CheckpointError(self._wrong_shard(pending["shard"], worker, num_workers))
-            if pending["iterator"] is not None:
-                it.load_state_dict(pending["iterator"])
-        self._live = it
-        return self._read(it)
+        part, iterator_state, read = self._resume(worker, num_workers)
+        it = iter(self._pipeline(part))
+        if iterator_state is not None:
+            it.load_state_dict(iterator_state)
+        self._live, self._read = (it, part), read
+        return self._elements(it)
 
-    def _read(self, it: Any) -> Iterator[Any]:
+    def _elements(self, it: Any) -> Iterator[Any]:
         try:
-            for element in it:
+            for position, element in it:
+                self._read = position + 1
                 yield to_tensors(element) if self._tensors else element
             self._epoch += 1
         finally:
-            if self._live is it:
+            if self._live is not None and self._live[0] is it:
                 self._live = None
             it.close()
 
@@ -198,24 +307,33 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             f"of {nk}, but it is loaded into rank {self._shard.shard_index} of "
             f"{self._shard.shard_count}, worker {worker} of {num_workers}: each worker "
             "restores its own state (torchdata's StatefulDataLoader does this); resume with "
-            "the world size and num_workers of the run that saved it."
+            f"the world size and num_workers of the run that saved it, or, {_MERGE_FIX}."
         )
 
+    # -- state -------------------------------------------------------------------------------
+
     def state_dict(self) -> dict[str, Any]:
-        """This copy's position: its epoch, which part it reads, and its chute iterator's
-        state after the last element it yielded (None at the start of an epoch), with a
-        checksum of them (`load_state_dict` rejects a state changed after it was saved)."""
+        """This copy's position: its epoch, which part it reads (its share of the epoch),
+        how many positions of it it has read and its chute iterator's state after the last
+        element it yielded (None at the start of an epoch), with a checksum of them
+        (`load_state_dict` rejects a state changed after it was saved). A loaded state not
+        yet read from is returned as it was loaded."""
+        if self._pending is not None:
+            return dict(seal(self._pending, any_dict=True))
         worker, num_workers = self._where()
         if self._live is not None:
-            position: Any = self._live.state_dict()
-        elif self._pending is not None:
-            position = self._pending["iterator"]
+            it, part = self._live
+            position, read = it.state_dict(), self._read
         else:
-            position = None
+            part, position, read = self._fresh_part(worker, num_workers), None, 0
         state: dict[str, Any] = seal(
             {
                 "epoch": self._epoch,
                 "shard": self._shard_key(worker, num_workers),
+                "pipeline": list(self._dataset.identity),
+                "length": len(self._dataset),
+                "part": part.as_json(),
+                "read": read,
                 "iterator": position,
             },
             any_dict=True,
@@ -223,40 +341,265 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The next iteration continues where `state_dict()` was taken.
+        """The next iteration continues where `state_dict()` was taken, or, given what
+        `merge_state_dicts` returned, reads this copy's share of what the old run left.
 
         Raises `CheckpointError` for a state changed after it was saved (its checksum; one
-        without a checksum is restored unchecked) or one that is not a state."""
-        keys = {"epoch", "shard", "iterator"}
-        if not isinstance(state_dict, dict) or set(state_dict) - {CHECKSUM_KEY} != keys:
+        without a checksum is restored unchecked), one of another dataset, or one that is
+        not a state."""
+        where = f"{NAME}.load_state_dict"
+        keys = set(state_dict) - {CHECKSUM_KEY} if isinstance(state_dict, dict) else set()
+        if keys not in (COPY_KEYS, MERGED_KEYS):
             raise CheckpointError(
-                f"chute.torch.IterableDataset.load_state_dict: got {quote(state_dict)}, "
-                "expected the dict state_dict() returns (keys 'epoch', 'shard', 'iterator', "
-                "'checksum')."
+                f"{where}: got {quote(state_dict)}, expected the dict state_dict() returns "
+                f"(keys {sorted(COPY_KEYS)} and 'checksum') or one merge_state_dicts() "
+                "returns."
             )
-        state_dict = unseal(
-            state_dict, "chute.torch.IterableDataset.load_state_dict", "state_dict", any_dict=True
-        )
-        epoch, shard = state_dict["epoch"], state_dict["shard"]
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        state = unseal(state_dict, where, "state_dict", any_dict=True)
+        if keys == MERGED_KEYS:
+            check_merged(state, where, "state_dict")
+        else:
+            check_copy(state, where, "state_dict")
+        recorded, identity = list(state["pipeline"]), list(self._dataset.identity)
+        same = len(recorded) == len(identity) and all(map(same_params, recorded, identity))
+        if not same or state["length"] != len(self._dataset):
             raise CheckpointError(
-                f"chute.torch.IterableDataset.load_state_dict: epoch={quote(epoch)} is invalid: it "
-                "must be an int >= 0; pass what state_dict() returned."
+                f"{where}: state_dict['pipeline'] = {quote(recorded)} (length "
+                f"{quote(state['length'])}) is not this dataset's {quote(identity)} (length "
+                f"{len(self._dataset)}): restore a state taken with the same dataset (same "
+                "sources, seeds, slicing and stages)."
             )
-        if not (
-            isinstance(shard, list) and len(shard) == 4 and all(isinstance(x, int) for x in shard)
-        ):
-            raise CheckpointError(
-                f"chute.torch.IterableDataset.load_state_dict: shard={quote(shard)} is invalid: it "
-                "must be [rank, world size, worker, workers]; pass what state_dict() returned."
-            )
-        if state_dict["iterator"] is not None:
-            from_state_dict(state_dict["iterator"])  # checked now, restored by __iter__
-        self._epoch = epoch
-        self._pending = {"shard": list(shard), "iterator": state_dict["iterator"]}
+        self._epoch = state["epoch"]
+        self._pending = state
+
+    @staticmethod
+    def merge_state_dicts(states: Sequence[Any]) -> dict[str, Any]:
+        """What the copies of an old run have not read of the epoch, from the states of all
+        of them, for `load_state_dict` on every copy of a new run with any world size and
+        number of workers.
+
+        `states` holds, in any order, every old copy's `state_dict()` exactly once, or
+        what holds them: a torchdata `StatefulDataLoader`'s `state_dict()` (one per
+        worker, or the dataset's with `num_workers=0`), one per old rank. docs/elastic.md.
+        """
+        return merge_state_dicts(states)
 
     def __repr__(self) -> str:
         return (
             f"chute.torch.IterableDataset({self._dataset!r}, batch_size={self._batch_size}, "
             f"shard={self._shard.shard_index}/{self._shard.shard_count}, epoch={self._epoch})"
         )
+
+
+# -- checking and merging states ---------------------------------------------------------------
+
+
+def _fail(where: str, path: str, value: Any, rule: str) -> CheckpointError:
+    return CheckpointError(
+        f"{where}: {path} = {quote(value)} is invalid: {rule}; the state is corrupt: restore "
+        f"what {NAME}.state_dict() or merge_state_dicts() returned."
+    )
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
+
+
+def _check_common(state: dict[str, Any], where: str, path: str) -> None:
+    check_int(state, "epoch", f"{where}: {path}")
+    check_int(state, "length", f"{where}: {path}", hi=INFINITE)
+    if not (
+        isinstance(state["pipeline"], list) and all(isinstance(p, str) for p in state["pipeline"])
+    ):
+        raise _fail(where, f"{path}['pipeline']", state["pipeline"], "it must be a list of str")
+
+
+def check_copy(state: dict[str, Any], where: str, path: str) -> None:
+    """Raises `CheckpointError` unless `state` (unsealed) is one copy's state."""
+    _check_common(state, where, path)
+    shard = state["shard"]
+    if not (
+        _int_list(shard)
+        and len(shard) == 4
+        and 0 <= shard[0] < shard[1]
+        and 0 <= shard[2] < shard[3]
+    ):
+        raise _fail(
+            where, f"{path}['shard']", shard, "it must be [rank, world size, worker, workers]"
+        )
+    part = state["part"]
+    if not (isinstance(part, dict) and set(part) == {"pending", "next_index", "stride", "stop"}):
+        raise _fail(where, f"{path}['part']", part, "it must have pending/next_index/stride/stop")
+    stop = check_int(part, "stop", f"{where}: {path}['part']", hi=state["length"])
+    check_int(part, "next_index", f"{where}: {path}['part']", hi=INFINITE)
+    if part["stride"] != shard[1] * shard[3]:
+        raise _fail(where, f"{path}['part']['stride']", part["stride"], "it must be R * W")
+    if not (_int_list(part["pending"]) and all(0 <= i < stop for i in part["pending"])):
+        raise _fail(where, f"{path}['part']['pending']", part["pending"], f"ints in [0, {stop})")
+    check_int(state, "read", f"{where}: {path}")
+    if state["iterator"] is not None:
+        from_state_dict(state["iterator"])  # checked now, restored by __iter__
+
+
+def check_merged(state: dict[str, Any], where: str, path: str) -> None:
+    """Raises `CheckpointError` unless `state` (unsealed) is what `merge_state_dicts`
+    returned."""
+    _check_common(state, where, path)
+    merged_from = state["merged_from"]
+    if not (_int_list(merged_from) and len(merged_from) == 2 and min(merged_from) >= 1):
+        raise _fail(where, f"{path}['merged_from']", merged_from, "[world size, workers]")
+    stop = check_int(state, "stop", f"{where}: {path}", hi=state["length"])
+    start = check_int(state, "next_index", f"{where}: {path}", hi=stop)
+    explicit = state["pending"]
+    if not (
+        _int_list(explicit)
+        and all(0 <= a < b for a, b in itertools.pairwise(explicit))
+        and (not explicit or 0 <= explicit[-1] < start)
+    ):
+        raise _fail(where, f"{path}['pending']", explicit, f"increasing ints below {start}")
+    copies = state["copies"]
+    world, workers = merged_from
+    if not isinstance(copies, list) or len(copies) != world * workers:
+        raise _fail(where, f"{path}['copies']", copies, f"a list of {world * workers} states")
+    for i, c in enumerate(copies):
+        if not (isinstance(c, dict) and set(c) == COPY_KEYS):
+            raise _fail(where, f"{path}['copies'][{i}]", c, "a copy's state")
+        check_copy(c, where, f"{path}['copies'][{i}]")
+        if c["shard"][1::2] != merged_from or c["shard"][0] + world * c["shard"][2] != i:
+            raise _fail(where, f"{path}['copies'][{i}]['shard']", c["shard"], f"copy {i}'s")
+
+
+def _copy_states(item: Any, where: str) -> list[tuple[str, Any]]:
+    """The copy states in one element of `merge_state_dicts`'s argument, with where each is."""
+    keys = set(item) - {CHECKSUM_KEY} if isinstance(item, dict) else set()
+    if keys in (COPY_KEYS, MERGED_KEYS):
+        return [(where, item)]
+    if isinstance(item, dict) and "_snapshot" in item:  # StatefulDataLoader, workers
+        late = item.get("_steps_since_snapshot", 0)
+        if late:
+            raise CheckpointError(
+                f"{NAME}.merge_state_dicts: {where} is a StatefulDataLoader state taken "
+                f"{quote(late)} batches after its workers' last snapshot, so the workers' "
+                "states do not say which of those batches were delivered: save with "
+                "snapshot_every_n_steps=1 (the default) to restore with another world size."
+            )
+        snapshots = (
+            item["_snapshot"].get("_worker_snapshots")
+            if isinstance(item["_snapshot"], dict)
+            else None
+        )
+        if isinstance(snapshots, dict) and all(isinstance(w, dict) for w in snapshots.values()):
+            return [
+                (
+                    f"{where}['_snapshot']['_worker_snapshots'][{k!r}]['dataset_state']",
+                    w.get("dataset_state"),
+                )
+                for k, w in snapshots.items()
+            ]
+    elif isinstance(item, dict) and "dataset_state" in item:  # StatefulDataLoader, no workers
+        return [(f"{where}['dataset_state']", item["dataset_state"])]
+    raise CheckpointError(
+        f"{NAME}.merge_state_dicts: {where} = {quote(item)} is neither a {NAME} state "
+        "(state_dict()) nor a torchdata StatefulDataLoader's state_dict() over one: pass, "
+        "for every rank of the old run, its loader's state_dict() (or every copy's "
+        "dataset state)."
+    )
+
+
+def merge_state_dicts(states: Sequence[Any]) -> dict[str, Any]:
+    """See `IterableDataset.merge_state_dicts`."""
+    who = f"{NAME}.merge_state_dicts"
+    if isinstance(states, dict) or not isinstance(states, Sequence) or not states:
+        raise ValueError(
+            f"{who} got {quote(states)}: pass a non-empty list of the states of every rank "
+            "of the old run (each rank's StatefulDataLoader state_dict(), or every copy's "
+            "dataset state_dict())."
+        )
+    found = [c for i, item in enumerate(states) for c in _copy_states(item, f"states[{i}]")]
+    copies: list[dict[str, Any]] = []
+    for where, s in found:
+        if not (isinstance(s, dict) and set(s) - {CHECKSUM_KEY} == COPY_KEYS):
+            raise CheckpointError(
+                f"{who}: {where} = {quote(s)} is not one copy's {NAME} state"
+                + (
+                    ": it is a merged state, which no copy has read from yet: load it into "
+                    "every copy of the new run as it is"
+                    if isinstance(s, dict) and set(s) - {CHECKSUM_KEY} == MERGED_KEYS
+                    else ""
+                )
+                + "; pass the states all copies of one run saved at one step."
+            )
+        s = unseal(s, who, where, any_dict=True)
+        check_copy(s, who, where)
+        copies.append(s)
+    first = copies[0]
+    world, workers = first["shard"][1], first["shard"][3]
+    m = world * workers
+    for (where, _), s in zip(found, copies):
+        for key, value, expected in (
+            ("['pipeline']", s["pipeline"], first["pipeline"]),
+            ("['length']", s["length"], first["length"]),
+            ("['shard'][1::2]", s["shard"][1::2], [world, workers]),
+        ):
+            if value != expected:
+                raise CheckpointError(
+                    f"{who}: {where}{key} = {quote(value)} differs from the first state's "
+                    f"{quote(expected)}: the states must come from one run (same dataset, "
+                    "world size and num_workers); pass the states all its copies saved at "
+                    "one step."
+                )
+    places = sorted(s["shard"][0] + world * s["shard"][2] for s in copies)
+    if places != list(range(m)):
+        missing = [j for j in range(m) if j not in places][:20]
+        repeated = sorted({j for j in places if places.count(j) > 1})[:20]
+        raise CheckpointError(
+            f"{who}: got {len(copies)} states of a run of {world} ranks x {workers} workers "
+            f"= {m} copies (copy r + {world}*k for rank r, worker k), missing copies "
+            f"{missing}, repeated {repeated}: every copy's state is needed exactly once "
+            "(each knows only what it has read itself); pass the loader states of all "
+            f"{world} ranks."
+        )
+    copies.sort(key=lambda s: s["shard"][0] + world * s["shard"][2])
+    epoch = min(s["epoch"] for s in copies)
+    at_epoch = [s for s in copies if s["epoch"] == epoch]
+    stop = at_epoch[0]["part"]["stop"]
+    for s in copies:
+        if s["epoch"] == epoch and s["part"]["stop"] != stop:
+            raise _fail(who, "a state's ['part']['stop']", s["part"]["stop"], f"all are {stop}")
+        if s["epoch"] != epoch and (s["epoch"] != epoch + 1 or s["read"]):
+            raise CheckpointError(
+                f"{who}: the states are of epoch {epoch} and of epoch {s['epoch']} with "
+                f"{s['read']} positions read: copies of one run at one step are at most one "
+                "epoch apart, those ahead at its start; pass the states all copies of one "
+                "run saved at one step."
+            )
+    parts = [
+        rest_of_share(s["part"]["pending"], s["part"]["next_index"], m, s["read"])
+        if s["epoch"] == epoch
+        else ([], stop)  # it has read all its share of the epoch
+        for s in copies
+    ]
+    explicit, start = union_of_remaining(
+        parts,
+        m,
+        stop,
+        who=who,
+        readers="copies",
+        fix="pass the states all copies of one run saved at one step",
+    )
+    merged: dict[str, Any] = seal(
+        {
+            "merged_from": [world, workers],
+            "epoch": epoch,
+            "pipeline": first["pipeline"],
+            "length": first["length"],
+            "pending": explicit,
+            "next_index": start,
+            "stop": stop,
+            "copies": copies,
+        },
+        any_dict=True,
+    )
+    return merged
