@@ -8,7 +8,9 @@
 - `IterableDataset(dataset, ...)`: a MapDataset (or a map-style source such as a Hugging
   Face dataset) for `torch.utils.data.DataLoader`, cut by rank and by torch worker with no
   duplicates and no gaps; `set_epoch(n)` for a new shuffle per epoch; `state_dict()` /
-  `load_state_dict()` (torchdata's `StatefulDataLoader` saves one per worker).
+  `load_state_dict()` (torchdata's `StatefulDataLoader` saves one per worker);
+  `IterableDataset.merge_state_dicts(states)` of all ranks' states resumes with another
+  world size or number of workers (docs/elastic.md).
 - `shard_by_torch_rank()`: `ShardOptions` from `torch.distributed`'s rank and world size.
 
 See docs/frameworks.md.

@@ -263,10 +263,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         if state["shard"] != key:
             raise CheckpointError(self._wrong_shard(state["shard"], worker, num_workers))
         p = state["part"]
-        return _Part(p["pending"], p["next_index"], p["stride"], p["stop"]), *(
-            state["iterator"],
-            state["read"],
-        )
+        part = _Part(p["pending"], p["next_index"], p["stride"], p["stop"])
+        return part, state["iterator"], state["read"]
 
     def _pipeline(self, part: _Part) -> Any:
         """The share's elements (batched), each as `(position in the share, element)`."""
