@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
 import chute
@@ -108,15 +110,50 @@ def test_resizing_twice_and_without_batching() -> None:
     merged = merge(states)
     assert merged["pending"]  # the positions between the slower and the faster rank
     states = []
-    for r in range(3):  # 3 ranks read a little, then save again
+    for r in range(3):  # 3 ranks read a little (rank 2: nothing), then save again
         ds = rank_ds(r, 3, batch_size=None)
         ds.load_state_dict(merged)
-        it = iter(ds)
-        seen += [int(next(it)) for _ in range(2 + r)]
-        states.append(ds.state_dict())
+        if r < 2:
+            it = iter(ds)
+            seen += [int(next(it)) for _ in range(2 + r)]
+        states.append(ds.state_dict())  # rank 2's: its share of the merged state
+    assert set(states[2]) == set(states[0]) and states[2]["read"] == 0
     for part in resume_run(merge(states), 1, 0, batch_size=None):
         seen += part
     assert sorted(seen) == w.kept()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    worlds=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+    reads=st.lists(st.integers(0, 12), min_size=16, max_size=16),
+    batch_size=st.sampled_from([None, 1, 3]),
+    records=st.integers(1, 40),
+)
+def test_any_chain_of_world_sizes_delivers_each_element_once(
+    worlds: list[int], reads: list[int], batch_size: int | None, records: int
+) -> None:
+    """Ranks (in one process) read some batches, save, and the next world size resumes
+    from the merged states, several times over; the last reads to the end."""
+    seen: list[int] = []
+    merged: dict[str, Any] | None = None
+    for step, world in enumerate(worlds):
+        states = []
+        for r in range(world):
+            ds = rank_ds(r, world, batch_size=batch_size, records=records)
+            if merged is not None:
+                ds.load_state_dict(merged)
+            it = iter(ds)
+            last = step == len(worlds) - 1
+            n = 0 if ds.epoch > 0 else 10**6 if last else reads[(step * 4 + r) % 16]
+            for _ in range(n):  # nothing once epoch 0 was read to its end
+                try:
+                    seen += flat([next(it)])
+                except StopIteration:
+                    break
+            states.append(ds.state_dict())
+        merged = json.loads(json.dumps(merge(states)))
+    assert sorted(seen) == [x for x in range(records) if w.keep(x)]
 
 
 def test_a_copy_that_finished_the_epoch_contributes_nothing() -> None:

@@ -244,10 +244,11 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         pending, next_index = share_of_layout(explicit, start, j, m)
         return _Part(pending, next_index, m, stop)
 
-    def _resume(self, worker: int, num_workers: int) -> tuple[_Part, Any, int]:
-        """The share, chute iterator state and positions read that this iteration starts
-        from: a loaded state's (taken by the next iteration), else the epoch's start."""
-        state, self._pending = self._pending, None
+    def _start(
+        self, state: dict[str, Any] | None, worker: int, num_workers: int
+    ) -> tuple[_Part, Any, int]:
+        """The share, chute iterator state and positions read that an iteration starts
+        from: a loaded state's, else the epoch's start."""
         key = self._shard_key(worker, num_workers)
         if state is None:
             return self._fresh_part(worker, num_workers), None, 0
@@ -280,7 +281,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         worker, num_workers = self._where()
-        part, iterator_state, read = self._resume(worker, num_workers)
+        state, self._pending = self._pending, None  # taken by this iteration
+        part, iterator_state, read = self._start(state, worker, num_workers)
         it = iter(self._pipeline(part))
         if iterator_state is not None:
             it.load_state_dict(iterator_state)
@@ -315,13 +317,15 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         how many positions of it it has read and its chute iterator's state after the last
         element it yielded (None at the start of an epoch), with a checksum of them
         (`load_state_dict` rejects a state changed after it was saved). A loaded state not
-        yet read from is returned as it was loaded."""
-        if self._pending is not None:
+        yet read from is returned as it was loaded, a merged one as this copy's share."""
+        if self._pending is not None and "merged_from" not in self._pending:
             return dict(seal(self._pending, any_dict=True))
         worker, num_workers = self._where()
         if self._live is not None:
             it, part = self._live
             position, read = it.state_dict(), self._read
+        elif self._pending is not None:
+            part, position, read = self._start(self._pending, worker, num_workers)
         else:
             part, position, read = self._fresh_part(worker, num_workers), None, 0
         state: dict[str, Any] = seal(
