@@ -144,8 +144,8 @@ def test_a_long_object_streams_in_windows_read_ahead(tmp_path: Path) -> None:
         assert [next(it) for _ in range(5000)] == rows[:5000]
         state = it.get_state()
         assert list(it) == rows[5000:]
-        # Found (its first byte: size and ETag), then read in 1 MiB windows.
-        windows = -(-size // (1 << 20))
+        # Found (its first MiB, with its size and ETag), then the rest in 1 MiB windows.
+        windows = -(-(size - (1 << 20)) // (1 << 20))
         assert server.gets == 1 + windows and server.heads == 0
         it2 = iter(ds)
         it2.set_state(state)  # restored mid-object: read from there, ahead again

@@ -79,10 +79,12 @@ def find_objects(
     errors: dict[str, BaseException] | None = None,
 ) -> list[bool]:
     """For each URL, whether it is known to name an object: those obstore reads are asked
-    for their first block, all at once (one round trip for the lot, no HEAD), and an
-    object found so is opened already: its first block goes to the block cache and its
-    identity is kept until this process opens it (`RemoteFile`), which then costs no
-    request; a read that finds it replaced since is a `DataError`. False means not known
+    for their first bytes (`first_read_bytes`: up to 1 MiB each, 32 MiB in all), all at
+    once (one round trip for the lot, no HEAD), and an object found so is opened already:
+    its first bytes go to the block cache (a small object's all of them, kept whole: a
+    stream over it then asks for nothing more) and its identity is kept until this
+    process opens it (`RemoteFile`), which then costs no request; a read that finds it
+    replaced since is a `DataError`. False means not known
     (fsspec's objects, or a failure: the caller asks `fs.info`, which names it); the
     failures obstore met go to `errors` (by URL), so the caller need not ask again."""
     from chute._src.remote import fetch
@@ -97,7 +99,8 @@ def find_objects(
         if loc is not None:
             asked.append((k, loc))
     bs = blocks.block_bytes()
-    ends = [bs if n < _FIRST_BLOCKS else 1 for n in range(len(asked))]
+    first = first_read_bytes(min(len(asked), _FIRST_BLOCKS))
+    ends = [first if n < _FIRST_BLOCKS else 1 for n in range(len(asked))]
     got = fetch.read_first([(loc, end) for (_, loc), end in zip(asked, ends)])
     opts = options_key(storage_options)
     store = blocks.cache()
@@ -109,12 +112,34 @@ def find_objects(
         data, ident = answer
         found[k] = True
         _keep_found((urls[k], opts), ident)
-        if end == bs and data and len(data) == min(bs, ident[0]):
-            store.put((_block_key(urls[k], opts, ident), 0), data)
+        if end == first and data and len(data) == min(first, ident[0]):
+            key = _block_key(urls[k], opts, ident)
+            if len(data) == ident[0]:
+                store.put((key, blocks.WHOLE), data)  # all of it: kept whole
+                continue
+            for a in range(0, len(data), bs):
+                store.put((key, a // bs), data[a : a + bs])
     return found
 
 
-_FIRST_BLOCKS = 256  # objects whose first block is read when found (the first to open)
+def first_read_bytes(objects: int) -> int:
+    """How much of each of `objects` found together is read when they are found: a
+    share of `_FIRST_BUDGET` (what a round trip of 20 ms carries at ~1.6 GB/s: reading
+    it costs about the round trip it saves), between one block and `_FIRST_MAX`, in
+    whole blocks. A stream over small objects then finds each one whole in the cache,
+    with no request of its own; a large object's first blocks are there too.
+
+    >>> first_read_bytes(1), first_read_bytes(64), first_read_bytes(10_000) == 32 << 10
+    (1048576, 524288, True)
+    """
+    bs = blocks.block_bytes()
+    share = _FIRST_BUDGET // max(1, objects)
+    return max(bs, min(_FIRST_MAX, share) // bs * bs)
+
+
+_FIRST_BLOCKS = 256  # objects whose first bytes are read when found (the first to open)
+_FIRST_BUDGET = 32 << 20  # bytes read when objects are found, in all...
+_FIRST_MAX = 1 << 20  # ...and of each
 _FOUND_MAX = 1 << 16  # objects found and not opened yet, kept (oldest dropped first)
 # (url, options) -> identity of an object found and not opened yet.
 _found: OrderedDict[tuple[str, str], Identity] = OrderedDict()
@@ -180,7 +205,7 @@ class RemoteFile:
         first = b""
         found = _take_found((url, opts)) if self.loc is not None else None
         if found is not None:
-            self.identity = found  # its first block is in the cache (or was)
+            self.identity = found  # its first bytes are in the cache (or were)
         elif self.loc is not None:
             first, self.identity = self._open_obstore(self.loc)
         else:
@@ -327,9 +352,13 @@ class RemoteFile:
 
     def cached(self, start: int, end: int) -> bytes:
         """The bytes from `start` (up to `end`) that the block cache holds, without a
-        request: those of the blocks there in a row from `start`'s, maybe none."""
+        request: the object's, when it is kept whole, else those of the blocks there in a
+        row from `start`'s, maybe none."""
         bs = blocks.block_bytes()
         store = blocks.cache()
+        whole = store.get((self.key, blocks.WHOLE))
+        if whole is not None:
+            return whole[start:end]
         parts: list[bytes] = []
         n = start // bs
         while n * bs < end:
