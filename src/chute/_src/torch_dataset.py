@@ -82,6 +82,8 @@ def _default_shard_options() -> ShardOptions:
 NAME = "chute.torch.IterableDataset"
 COPY_KEYS = frozenset({"epoch", "shard", "pipeline", "length", "part", "read", "iterator"})
 """The keys of one copy's state (and CHECKSUM_KEY)."""
+OLD_COPY_KEYS = frozenset({"epoch", "shard", "iterator"})
+"""The keys of one copy's state as chute saved it before states could be merged."""
 MERGED_KEYS = frozenset(
     {"merged_from", "epoch", "pipeline", "length", "pending", "next_index", "stop", "copies"}
 )
@@ -351,6 +353,9 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         not a state."""
         where = f"{NAME}.load_state_dict"
         keys = set(state_dict) - {CHECKSUM_KEY} if isinstance(state_dict, dict) else set()
+        if keys == OLD_COPY_KEYS and CHECKSUM_KEY not in state_dict:
+            state_dict = self._from_older_version(state_dict, where)
+            keys = set(COPY_KEYS)
         if keys not in (COPY_KEYS, MERGED_KEYS):
             raise CheckpointError(
                 f"{where}: got {quote(state_dict)}, expected the dict state_dict() returns "
@@ -373,6 +378,64 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             )
         self._epoch = state["epoch"]
         self._pending = state
+
+    def _from_older_version(self, state_dict: dict[str, Any], where: str) -> dict[str, Any]:
+        """A state saved by chute before states could be merged (`{"epoch", "shard",
+        "iterator"}`: the copy read positions `[worker::num_workers]` of its rank's
+        `shard_slice`, the ones a fresh share reads, up to its iterator's `next_index`), as
+        this version's state of the same share, read from that index on."""
+        epoch, shard = state_dict["epoch"], state_dict["shard"]
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise _fail(where, "state_dict['epoch']", epoch, "it must be an int >= 0")
+        if not _int_list(shard) or len(shard) != 4:
+            raise _fail(
+                where,
+                "state_dict['shard']",
+                shard,
+                "it must be [rank, world size, worker, workers]",
+            )
+        rank, world, worker, workers = shard
+        if not (0 <= rank < world and 0 <= worker < workers):
+            raise _fail(where, "state_dict['shard']", shard, "a rank or worker out of range")
+        n, identity = len(self._dataset), list(self._dataset.identity)
+        read = 0
+        if state_dict["iterator"] is not None:
+            node: Any = from_state_dict(state_dict["iterator"])
+            while isinstance(node, dict) and node.get("stage") != "to_iter_dataset":
+                node = node.get("parent")
+            if not isinstance(node, dict):
+                raise _fail(
+                    where,
+                    "state_dict['iterator']",
+                    state_dict["iterator"],
+                    "it holds no reader's state",
+                )
+            read = check_int(node, "next_index", f"{where}: state_dict['iterator']", 0, n)
+            recorded = node.get("pipeline")
+            if (
+                not isinstance(recorded, list)
+                or len(recorded) <= len(identity)
+                or not all(map(same_params, recorded, identity))
+            ):
+                raise CheckpointError(
+                    f"{where}: the state's pipeline {quote(recorded)} does not begin with this "
+                    f"dataset's {quote(identity)}: restore a state taken with the same dataset "
+                    "(same sources, seeds, slicing and stages)."
+                )
+        stop = (
+            ShardOptions(rank, world, drop_remainder=self._shard.drop_remainder).shard_slice(n).stop
+        )
+        start, stride = rank + world * worker, world * workers
+        part = {"pending": [], "next_index": start + stride * read, "stride": stride}
+        return {
+            "epoch": epoch,
+            "shard": list(shard),
+            "pipeline": identity,
+            "length": n,
+            "part": {**part, "stop": stop},
+            "read": 0,
+            "iterator": None,
+        }
 
     @staticmethod
     def merge_state_dicts(states: Sequence[Any]) -> dict[str, Any]:
