@@ -338,7 +338,7 @@ def test_a_consumer_waiting_on_starved_workers_is_not_told_fewer() -> None:
             source={"wait": 5.0, "cpu": 90.0, "self_s": 0.5},
             tokenize={"wait": 30.0, "cpu": 98.0, "self_s": 10.0, "queued_s": queued_s},
         )
-        reader = {READER: {"wait_percent": 50.0, "cpu_percent": 4.0}}
+        reader: dict[int, dict[str, Any]] = {READER: {"wait_percent": 50.0, "cpu_percent": 4.0}}
         stages = tuple(dataclasses.replace(s, **reader.get(s.id, {})) for s in figures.stages)
         return dataclasses.replace(figures, stages=stages)
 
