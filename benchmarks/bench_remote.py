@@ -24,8 +24,12 @@ none (a 0-byte cache swapped in: what `CHUTE_REMOTE_CACHE_BYTES=0` gives), with 
 of record reads the cache served and the CPU per record of the client and of the server
 process.
 
+With `--calls`, only obstore's ways to send a batch of range requests are compared (the
+client's CPU per range): chute's capped stream per range, `get_range_async` per range and
+`get_ranges_async` per object, which buffer each answer's body whole.
+
     python benchmarks/bench_remote.py [--records N] [--rounds R] [--steady-formats .crec,ArrayRecord]
-        [--out FILE]
+        [--calls] [--out FILE]
 """
 
 from __future__ import annotations
@@ -188,6 +192,11 @@ def main() -> None:
         default=[".crec", "ArrayRecord"],
         help="steady state: the formats, comma-separated",
     )
+    ap.add_argument(
+        "--calls",
+        action="store_true",
+        help="only compare obstore's ways to send range requests (client CPU per request)",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     dummy_s3_credentials()
@@ -200,8 +209,101 @@ def main() -> None:
         # added latency) run in a process of their own (tests/remote_helpers.py), so their
         # Python work does not compete for this process's GIL.
         with object_servers(root, [args.latency_ms, 0]) as ports:
-            lines = _run(args, root / "bench", *ports)
+            if args.calls:
+                lines = _calls(args, root / "bench", ports[-1])
+            else:
+                lines = _run(args, root / "bench", *ports)
     emit(lines, args.out)
+
+
+def _calls(args: argparse.Namespace, d: Path, port: int) -> list[str]:
+    """Batches of 512 random 1 KiB ranges across the `.crec` shards, sent to the range
+    server at 0 ms three ways through obstore, alternated: chute's (`fetch.read_ranges`:
+    each range one request, its answer read as a stream that stops at the bytes asked
+    for), `get_range_async` per range and `get_ranges_async` per object (obstore's own
+    coalescing: ranges up to 1 MiB apart merged), both of which buffer each answer's body
+    whole, whatever size the server claims. Client CPU per range, this process's."""
+    import asyncio
+
+    import obstore
+
+    from chute._src.remote import fetch, stores
+
+    names = sorted(p.name for p in (d / "crec").iterdir() if p.suffix == ".crec")
+    opts = _endpoint(port)
+    locs = [stores.located(f"s3://bench/crec/{n}", opts) for n in names]
+    sizes = [(d / "crec" / n).stat().st_size for n in names]
+    idents = [fetch.head(loc) for loc in locs if loc is not None]
+    rng = np.random.default_rng(2)
+    loop = asyncio.new_event_loop()
+
+    def ranges() -> list[tuple[int, int, int]]:
+        out = []
+        for _ in range(BATCH):
+            k = int(rng.integers(len(locs)))
+            a = int(rng.integers(sizes[k] - 1024))
+            out.append((k, a, a + 1024))
+        return out
+
+    def chute_way(rs: list[tuple[int, int, int]]) -> None:
+        got = fetch.read_ranges([(locs[k], a, b, idents[k]) for k, a, b in rs])
+        assert all(isinstance(g, bytes) for g in got)
+
+    async def each(rs: list[tuple[int, int, int]]) -> list[Any]:
+        return await asyncio.gather(
+            *(
+                obstore.get_range_async(locs[k].store, locs[k].path, start=a, end=b)
+                for k, a, b in rs
+            )
+        )
+
+    async def per_object(rs: list[tuple[int, int, int]]) -> list[Any]:
+        by: dict[int, list[tuple[int, int]]] = {}
+        for k, a, b in rs:
+            by.setdefault(k, []).append((a, b))
+        return await asyncio.gather(
+            *(
+                obstore.get_ranges_async(
+                    locs[k].store, locs[k].path, starts=[a for a, _ in r], ends=[b for _, b in r]
+                )
+                for k, r in by.items()
+            )
+        )
+
+    ways: dict[str, Any] = {
+        "chute: a capped stream per range": chute_way,
+        "get_range_async per range": lambda rs: loop.run_until_complete(each(rs)),
+        "get_ranges_async per object": lambda rs: loop.run_until_complete(per_object(rs)),
+    }
+    rates: dict[str, list[float]] = {w: [] for w in ways}
+    cpu: dict[str, list[float]] = {w: [] for w in ways}
+    for _ in range(args.rounds):
+        for name, way in ways.items():
+            way(ranges())  # warm: connections open
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(args.batches):
+                way(ranges())
+            n = BATCH * args.batches
+            rates[name].append(n / (time.perf_counter() - t0))
+            cpu[name].append(1e6 * (time.process_time() - c0) / n)
+    lines = [
+        f"bench_remote --calls: batches of {BATCH} random 1 KiB ranges across "
+        f"{len(locs)} .crec shards of {sizes[0] / 1e6:.1f} MB on the keep-alive range "
+        f"server at 0 ms (S3 requests, signed), {args.rounds} rounds x {args.batches} "
+        "batches, ways alternated, medians; client CPU: this process's, per range",
+        f"machine: {machine()}; load average {os.getloadavg()[0]:.1f} (a shared machine)",
+        "",
+        f"{'way':<36} {'ranges/s':>9} {'client us':>10}  body of an answer",
+    ]
+    bodies = {
+        "chute: a capped stream per range": "read up to the range asked for",
+        "get_range_async per range": "buffered whole (no bound)",
+        "get_ranges_async per object": "buffered whole (no bound; merged ranges)",
+    }
+    for name in ways:
+        rate, us = statistics.median(rates[name]), statistics.median(cpu[name])
+        lines.append(f"{name:<36} {rate:>9,.0f} {us:>10,.0f}  {bodies[name]}")
+    return lines
 
 
 def _endpoint(port: int) -> dict[str, Any]:
