@@ -32,6 +32,7 @@ from chute._src.state_checks import clip_message, quote, seal, unseal
 
 if TYPE_CHECKING:
     from chute._src.autotune import Tuning
+    from chute._src.executors import Parallelism
 
 T = TypeVar("T")
 
@@ -262,6 +263,11 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         `Tuning`: its current values and its decisions); None when nothing is tuned."""
         return None
 
+    def parallelism(self) -> Parallelism | None:
+        """The threads or worker processes computing this stage's elements besides the
+        consumer's thread (a reader, `mp_prefetch`); None for stages that compute on it."""
+        return None
+
     def __enter__(self) -> DatasetIterator[T]:
         return self
 
@@ -446,6 +452,9 @@ class ThreadGuardedIterator(DatasetIterator[T]):
 
     def tuning(self) -> Tuning | None:
         return self._parent.tuning()
+
+    def parallelism(self) -> Parallelism | None:
+        return self._parent.parallelism()
 
     def __getattr__(self, name: str) -> Any:
         if name == "_parent":  # not yet set (copying, unpickling): no recursion

@@ -428,7 +428,7 @@ class PipelineView:
         stages = []
         for r in records.values():
             buffered = _buffer_info(iters[r.id])
-            probe = getattr(iters[r.id], "parallelism", None)  # stages that compute elsewhere
+            it = iters[r.id]
             mean = r.wall_ns / r.elements / 1e9 if r.elements else None
             stages.append(
                 StageStats(
@@ -453,7 +453,7 @@ class PipelineView:
                     buffered_bytes=buffered[1] if buffered else None,
                     spec=r.spec,
                     queued_s=self_queued_ns(r) / 1e9,
-                    parallelism=probe() if probe is not None and r.boundary else None,
+                    parallelism=it.parallelism() if it is not None and r.boundary else None,
                 )
             )
         internal = {r.id for r in records.values() if r.internal}
@@ -579,8 +579,7 @@ def graph_text(stats: PipelineStats) -> str:
 
 
 def _buffer_info(it: DatasetIterator[Any] | None) -> tuple[int, int] | None:
-    probe = getattr(it, "buffer_info", None)
-    return probe() if probe is not None else None
+    return it.buffer_info() if it is not None else None
 
 
 def stats(iterator: Any) -> PipelineStats:
