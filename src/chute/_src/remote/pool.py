@@ -24,15 +24,17 @@ _Work = tuple[Future[Any], Callable[[], Any]]
 _queue: queue.SimpleQueue[_Work] = queue.SimpleQueue()
 _threads = 0
 _idle = 0
+_waiting = 0  # work submitted and not yet taken by a thread
 _lock = threading.Lock()
 
 
 def _worker() -> None:
-    global _idle
+    global _idle, _waiting
     while True:
         fut, fn = _queue.get()
         with _lock:
             _idle -= 1
+            _waiting -= 1
         if fut.set_running_or_notify_cancel():
             try:
                 fut.set_result(fn())
@@ -45,21 +47,25 @@ def _worker() -> None:
 
 def submit(fn: Callable[[], T]) -> Future[T]:
     """`fn()` run on one of the pool's daemon threads (up to 32; more wait their turn)."""
-    global _threads, _idle
+    global _threads, _idle, _waiting
     fut: Future[T] = Future()
     with _lock:
-        if _idle == 0 and _threads < _THREADS:
+        # Each piece of work waiting has an idle thread to take it: work submitted in a
+        # burst (a dataset opening 64 objects) before the idle threads woke would otherwise
+        # queue behind one of them.
+        if _idle <= _waiting and _threads < _THREADS:
             _threads += 1
             _idle += 1
             threading.Thread(target=_worker, name="chute-remote", daemon=True).start()
+        _waiting += 1
     _queue.put((fut, fn))
     return fut
 
 
 def _after_fork_in_child() -> None:
-    global _queue, _threads, _idle, _lock
+    global _queue, _threads, _idle, _waiting, _lock
     _queue = queue.SimpleQueue()  # the parent's threads and their work are not here
-    _threads = _idle = 0
+    _threads = _idle = _waiting = 0
     _lock = threading.Lock()
 
 
