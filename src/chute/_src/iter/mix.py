@@ -110,8 +110,16 @@ class _MixIterator(DatasetIterator[Any]):
         self._weights = copy.copy(ds._weights)  # its memo of the current step is this one's
         # Weights given to set_weights (as the state records them) and their schedule.
         self._set: tuple[Any, Schedule] | None = None
+        self._fixed = self._schedule_for_every_step()
         self._initial = [p.get_state() for p in parents]
         self._index = 0
+
+    def _schedule_for_every_step(self) -> Schedule | None:
+        """The schedule in force whatever the step (weights set, or fixed ones), or None
+        when a function of the step gives it."""
+        if self._set is not None:
+            return self._set[1]
+        return None if self._weights.dynamic else self._weights.at_step(0)
 
     def set_weights(self, weights: Sequence[float] | Mapping[str, float]) -> None:
         """Draws the positions from the next one on with `weights` (a list, or a dict by
@@ -127,6 +135,7 @@ class _MixIterator(DatasetIterator[Any]):
         if self._names is not None:
             recorded = dict(zip(self._names, recorded))
         self._set = (recorded, schedule)
+        self._fixed = schedule
 
     def _which(self, indices: np.ndarray) -> np.ndarray:
         if self._set is not None:
@@ -135,9 +144,8 @@ class _MixIterator(DatasetIterator[Any]):
 
     def __next__(self) -> Any:
         k = self._index
-        if self._set is not None:
-            schedule = self._set[1]
-        else:
+        schedule = self._fixed
+        if schedule is None:
             schedule = self._weights.at_step(k // self._weights.step_size)
         x = next(self._parents[int(schedule.which[k % schedule.period])])
         self._index += 1
@@ -214,6 +222,7 @@ class _MixIterator(DatasetIterator[Any]):
                     )
         self._index = index
         self._set = chosen
+        self._fixed = self._schedule_for_every_step()
 
     def _weights_of(self, state: dict[str, Any], path: str) -> tuple[Any, Schedule] | None:
         """The weights a state records as set with `set_weights`, checked; None if none."""
