@@ -170,7 +170,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
     def __init__(self, its: list[DatasetIterator[Any]], ds: InterleaveIterDataset) -> None:
         super().__init__(its)
         self._its = its
-        self._names = [repr(p) for p in ds.parents]  # the inputs, as errors name them
+        self._inputs = ds.parents  # named (repr) by the error for an input read after its end
         self._n = len(its)
         self._cycle, self._chunk, self._ahead = ds._cycle, ds._chunk, ds._ahead
         self._ahead_fixed = ds._ahead
@@ -252,7 +252,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
         """The error for input `j` raising `error` when read again after it had ended (an
         interleave reads each input until a read comes back empty)."""
         return RuntimeError(
-            f"InterleaveIterDataset: input {j} of {self._n} ({self._names[j]}) raised "
+            f"InterleaveIterDataset: input {j} of {self._n} ({self._inputs[j]!r}) raised "
             f"{type(error).__name__}({str(error)!r}) when its iterator was called again after it "
             "was exhausted (it had raised StopIteration). An exhausted iterator must raise "
             "StopIteration again on every later call (Python's iterator protocol): make its "
