@@ -33,7 +33,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), *sys.path) if 
 from _beam_prep import TokenizeToRecord  # noqa: E402
 from _corpus import OUT, corpus_jsonl, tokenizer_path  # noqa: E402
 from _harness import machine  # noqa: E402
-from chute._src.records.convert import convert  # noqa: E402
+from chute._src.storage.convert.convert import convert  # noqa: E402
 from chute.sources import RecordFileDataSource  # noqa: E402
 
 SHARDS = 8

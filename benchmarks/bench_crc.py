@@ -42,7 +42,7 @@ def child(path: str, rounds: int, burst: int) -> None:
     from chute.sources import RecordFileDataSource
 
     try:
-        from chute._src.records.checksum import IMPLEMENTATION, crc32c
+        from chute._src.storage.records.checksum import IMPLEMENTATION, crc32c
     except ImportError:  # code from before the checksum module
         from crc32c import crc32c
 

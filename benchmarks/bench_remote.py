@@ -49,7 +49,7 @@ import numpy as np
 import chute
 from _harness import dummy_s3_credentials, emit, machine, object_servers
 from chute import sources
-from chute._src.remote import blocks
+from chute._src.storage.remote import blocks
 from chute.records import ShardedRecordWriter
 
 BATCH = 512
@@ -227,7 +227,7 @@ def _calls(args: argparse.Namespace, d: Path, port: int) -> list[str]:
 
     import obstore
 
-    from chute._src.remote import fetch, stores
+    from chute._src.storage.remote import fetch, stores
 
     names = sorted(p.name for p in (d / "crec").iterdir() if p.suffix == ".crec")
     opts = _endpoint(port)

@@ -41,7 +41,7 @@ import numpy as np
 
 import chute.cli
 from _harness import machine, rates, table
-from chute._src.records import checksum
+from chute._src.storage.records import checksum
 from chute.records import RecordWriter
 from chute.sources import ArrayRecordDataSource, JsonlDataSource, RecordFileDataSource
 

@@ -146,7 +146,7 @@ def cold_remote_caches() -> None:
     """Forgets what an earlier read left in this process (cached blocks, objects found and
     not opened, the clients and their pooled connections), so each timed read from a
     bucket costs what it costs a fresh process."""
-    from chute._src.remote import blocks, file, stores
+    from chute._src.storage.remote import blocks, file, stores
 
     blocks.cache().clear()
     with file._found_lock:

@@ -1,6 +1,6 @@
 """How fast results move from worker processes to the main process.
 
-Compares chute's shared-memory slab transport (`chute._src.mp.WorkerPool`) with a
+Compares chute's shared-memory slab transport (`chute._src.exec.mp.WorkerPool`) with a
 `multiprocessing.Queue` and with a new `SharedMemory` segment per array (Grain's
 approach), for 1 MiB and 16 MiB float32 arrays from 1 and 2 workers, then measures the
 time from creating a pool to having one result from every worker, per start method.
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.mp import WorkerPool
+from chute._src.exec.mp import WorkerPool
 
 MiB = 1 << 20
 _ARRAYS: dict[int, np.ndarray] = {}

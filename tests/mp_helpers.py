@@ -1,4 +1,4 @@
-"""Worker functions for the tests of `chute._src.mp`, importable by worker processes.
+"""Worker functions for the tests of `chute._src.exec.mp`, importable by worker processes.
 
 Tests put this directory on `sys.path`, which multiprocessing hands to its children.
 """

@@ -20,7 +20,7 @@ def use_remote_env(monkeypatch: Any, tmp_path: Any, *, block_cache: bool = True)
     earlier test, with or without `block_cache`, would otherwise hold for this one."""
     import os
 
-    from chute._src.remote import blocks
+    from chute._src.storage.remote import blocks
 
     monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
     if not block_cache:
@@ -38,7 +38,7 @@ def read_by_blocks(monkeypatch: Any, cache_bytes: int = 64 << 10) -> None:
     """A fresh block cache of `cache_bytes`, smaller than the test's objects: they do not
     fit in it, so a read fetches the blocks it needs, never a whole object, and later
     reads of other parts go to the server (where a changed object is caught)."""
-    from chute._src.remote import blocks
+    from chute._src.storage.remote import blocks
 
     monkeypatch.setenv("CHUTE_REMOTE_CACHE_BYTES", str(cache_bytes))
     monkeypatch.setattr(blocks, "_cache", None)

@@ -174,7 +174,7 @@ def test_slow_reads_get_many_threads(debug_mode: None) -> None:
 def test_the_start_of_the_thread_climb_on_given_figures(
     shares: tuple[float, float] | None, last: bool, verdict: bool | None
 ) -> None:
-    from chute._src.executors import start_verdict
+    from chute._src.exec.executors import start_verdict
 
     assert start_verdict(shares, last) is verdict
 
@@ -234,7 +234,7 @@ def test_a_chunk_taking_turns_at_the_gil_is_all_accounted_for() -> None:
     CPU) and the other threads' cover its wall-clock time, so AUTOTUNE does not take its
     waits for the GIL for reads (16 threads for CPU-bound work, 255 elements started before
     the third came out)."""
-    from chute._src.executors import _timed_getitems
+    from chute._src.exec.executors import _timed_getitems
 
     ds = chute.MapDataset.range(100).map(busy_5ms)
     with Spin():
@@ -343,7 +343,7 @@ def test_the_example_of_performance_md_runs() -> None:
 
 def climb(values: list[int], start: int, rates: dict[int, list[float]], **kw: Any) -> Any:
     """A HillClimb fed `rates[value]` (one window each, in turn) until it settles."""
-    from chute._src.autotune import HillClimb, Tuning
+    from chute._src.exec.autotune import HillClimb, Tuning
 
     tuning = Tuning()
     cpu = kw.pop("cpu", None)
@@ -362,7 +362,7 @@ def climb(values: list[int], start: int, rates: dict[int, list[float]], **kw: An
 def test_a_step_within_the_noise_is_not_kept() -> None:
     """Two windows of 2 threads differ by 40 %: a step to 4 that gains 30 % is noise, and
     the climb goes back (then keeps 1 thread only if it loses at most 4 %)."""
-    from chute._src.autotune import HillClimb, Tuning
+    from chute._src.exec.autotune import HillClimb, Tuning
 
     rates = {1: [300.0], 2: [400.0, 600.0], 4: [780.0, 780.0], 8: [2000.0]}
     c, tuning = climb([1, 2, 4, 8], 2, rates)
@@ -430,7 +430,7 @@ def test_a_settled_climb_retunes_after_two_low_windows_only() -> None:
 def test_the_buffer_climbs_only_while_it_pays(debug_mode: None) -> None:
     """A CPU-bound reader's buffer is tried larger once and left where it was when the
     rate does not rise (it was grown to 4096 elements, gigabytes of images, before)."""
-    from chute._src.autotune import HillClimb, Tuning
+    from chute._src.exec.autotune import HillClimb, Tuning
 
     tuning = Tuning()
     c = HillClimb("prefetch_buffer_size", [32, 64, 128], 32, tuning, "elements", up_only=True)
@@ -471,7 +471,7 @@ def test_interleave_parallelism_autotune_changes_neither_output_nor_state(
 def test_no_more_threads_while_they_wait_for_a_cpu() -> None:
     """Threads runnable but waiting for a CPU (a machine shared with other processes) a
     third of the time: the CPU is the limit, more threads are not tried."""
-    from chute._src.autotune import HillClimb, Tuning, queued_seconds
+    from chute._src.exec.autotune import HillClimb, Tuning, queued_seconds
 
     tuning = Tuning()
     c = HillClimb("num_threads", [1, 2, 4], 2, tuning, "elements")

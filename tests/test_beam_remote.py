@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("apache_beam")
 
 import chute.beam
-from chute._src.beam.shards import finish, write_shard
+from chute._src.storage.convert.beam.shards import finish, write_shard
 from chute.cli import main
 from chute.sources import RecordFileDataSource
 

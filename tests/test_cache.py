@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import chute
-from chute._src.tree_codec import decode, encode
+from chute._src.core.tree_codec import decode, encode
 from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
 
 

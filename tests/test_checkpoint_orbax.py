@@ -40,7 +40,7 @@ def test_handler_names_the_missing_file_and_the_process_count(tmp_path: Path) ->
 def test_handler_restores_an_elastic_iterator_with_another_process_count(
     tmp_path: Path,
 ) -> None:
-    from chute._src.checkpointing import encode
+    from chute._src.core.checkpointing import encode
 
     ds = chute.MapDataset.range(60).shuffle(seed=3).filter(lambda x: x % 4 != 1)
     opts = chute.sharding.ShardOptions

@@ -1,6 +1,6 @@
 """CRC32C: the native extension, its table-driven code and the crc32c package agree.
 
-`chute._src.records.checksum` picks the code once per process; `CHUTE_CRC32C` (documented
+`chute._src.storage.records.checksum` picks the code once per process; `CHUTE_CRC32C` (documented
 there) forces the others, so each is run end to end in a child process.
 """
 
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chute._src.records import checksum
+from chute._src.storage.records import checksum
 
 native: Any
 try:
@@ -159,7 +159,7 @@ _CHILD = textwrap.dedent(
     import chute
     from chute.records import RecordWriter
     from chute.sources import RecordFileDataSource
-    from chute._src.records import checksum
+    from chute._src.storage.records import checksum
 
     path = sys.argv[1]
     records = [bytes([k % 251]) * (k * 37 % 5000) for k in range(300)]

@@ -10,7 +10,7 @@ import pytest
 
 import chute
 from chute import sources
-from chute._src import in_flight
+from chute._src.exec import in_flight
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -32,11 +32,16 @@ def test_import_chute_loads_no_layer_until_a_name_is_used(tmp_path: Path) -> Non
         before = [m for m in sorted(sys.modules) if m.startswith("chute._src.")]
         heavy = [m for m in ("numpy", "ssl", "obstore", "fsspec") if m in sys.modules]
         ds = chute.MapDataset.range(4).map(lambda x: x + 1)
-        print(before, heavy, list(ds), "chute._src.dataset" in sys.modules)
+        print(before, heavy, list(ds), "chute._src.core.dataset" in sys.modules)
         """,
     )
-    # Only the module checking CHUTE_CRC32C (which a wrong value fails `import chute` for).
-    assert out == "['chute._src.records', 'chute._src.records.checksum'] [] [1, 2, 3, 4] True"
+    # Only the module checking CHUTE_CRC32C (which a wrong value fails `import chute` for),
+    # and the packages it sits in.
+    assert (
+        out
+        == "['chute._src.storage', 'chute._src.storage.records', 'chute._src.storage.records.checksum']"
+        " [] [1, 2, 3, 4] True"
+    )
 
 
 def test_the_worker_loop_imports_neither_the_pool_nor_any_dataset(tmp_path: Path) -> None:
@@ -44,16 +49,16 @@ def test_the_worker_loop_imports_neither_the_pool_nor_any_dataset(tmp_path: Path
     out = _fresh(
         tmp_path,
         """
-        import chute._src.mp._worker
+        import chute._src.exec.mp._worker
         loaded = [m for m in sorted(sys.modules) if m.startswith("chute._src.")]
         heavy = ["ssl", "concurrent.futures", "obstore", "fsspec"]
         print(loaded, [m for m in heavy if m in sys.modules])
         """,
     )
     assert out == (
-        "['chute._src.mp', 'chute._src.mp._server_init', 'chute._src.mp._worker', "
-        "'chute._src.mp.heap', 'chute._src.mp.shm', 'chute._src.mp.transport', "
-        "'chute._src.records', 'chute._src.records.checksum'] []"
+        "['chute._src.exec.mp', 'chute._src.exec.mp._server_init', 'chute._src.exec.mp._worker', "
+        "'chute._src.exec.mp.heap', 'chute._src.exec.mp.shm', 'chute._src.exec.mp.transport', "
+        "'chute._src.storage.records', 'chute._src.storage.records.checksum'] []"
     )
 
 
@@ -65,7 +70,7 @@ def test_the_crc32c_package_is_imported_only_without_the_native_extension(
         """
         import importlib.util
         import chute
-        from chute._src.records import checksum
+        from chute._src.storage.records import checksum
         native = importlib.util.find_spec("chute._native") is not None
         print(native, "crc32c" in sys.modules, checksum.IMPLEMENTATION.startswith("native"))
         """,

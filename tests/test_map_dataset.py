@@ -134,7 +134,7 @@ def test_repeat() -> None:
     ds = chute.MapDataset.range(3).repeat(2)
     assert len(ds) == 6 and list(ds) == [0, 1, 2, 0, 1, 2]
     forever = chute.MapDataset.range(3).repeat()
-    assert len(forever) == chute._src.dataset.INFINITE  # the sys.maxsize convention of Grain
+    assert len(forever) == chute._src.core.dataset.INFINITE  # the sys.maxsize convention of Grain
     it = iter(forever)
     assert [next(it) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
 

@@ -100,7 +100,7 @@ def test_nothing_is_imported_or_timed_without_an_export(tmp_path: Path) -> None:
         import chute
         ds = chute.MapDataset.range(100).map(lambda x: x + 1).to_iter_dataset()
         total = sum(ds)
-        layers = ("chute._src.metrics", "chute._src.stats", "chute._src.instrument")
+        layers = ("chute._src.debug.metrics", "chute._src.debug.stats", "chute._src.debug.instrument")
         print(total, [m for m in layers if m in sys.modules], "prometheus_client" in sys.modules)
         """,
         timeout=120,

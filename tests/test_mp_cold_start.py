@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from chute._src.iter.mp_startup import StartupHelper
+from chute._src.exec.workers.startup import StartupHelper
 from process_helpers import run_python
 
 # A module of the user's that the pipeline refers to: the forkserver imports it, as it

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 import chute
-from chute._src import pipeline_pickle
-from chute._src.iter.mp_prefetch import _worker_modules
+from chute._src.exec.workers import pipeline_pickle
+from chute._src.exec.workers.stage import _worker_modules
 
 sys.path.insert(0, str(Path(__file__).parent))
 import mp_pipelines as mpp
@@ -89,27 +89,27 @@ def test_the_server_imports_each_module_it_is_handed_and_survives_failures(
 ) -> None:
     (tmp_path / "raises.py").write_text("raise RuntimeError('at import')\n")
     (tmp_path / "exits.py").write_text("raise SystemExit(3)\n")
-    from chute._src.mp._server_init import MODULE_PREFIX
+    from chute._src.exec.mp._server_init import MODULE_PREFIX
 
-    modules = ["raises", "json", "no_such_module", "exits", "chute._src.map.map"]
+    modules = ["raises", "json", "no_such_module", "exits", "chute._src.ops.map"]
     entries = [MODULE_PREFIX + m for m in modules]
     # A process whose command line is the forkserver's (what _server_init looks for), with
     # the modules in its preload list.
     code = (
         f"'from multiprocessing.forkserver import main'; {entries!r}; import sys; "
-        "import chute._src.mp._server_init; "
-        "print(sorted(m for m in ('raises', 'json', 'exits', 'chute._src.map.map') "
+        "import chute._src.exec.mp._server_init; "
+        "print(sorted(m for m in ('raises', 'json', 'exits', 'chute._src.ops.map') "
         "if m in sys.modules))"
     )
     done = run_python(tmp_path, ["-c", code])
-    assert done.stdout.split("\n")[0] == "['chute._src.map.map', 'json']"
+    assert done.stdout.split("\n")[0] == "['chute._src.ops.map', 'json']"
 
 
 def test_worker_modules_name_the_stages_and_the_users_functions() -> None:
     ds = chute.MapDataset.range(8).shuffle(seed=1).map(mpp.double).batch(2).to_iter_dataset()
     names = _worker_modules(ds, users_too=True)
-    assert names[0] == "chute._src.iter.mp_prefetch"  # the function workers run
-    for module in ("chute._src.map.shuffle", "chute._src.map.map", "chute._src.map.batch"):
+    assert names[0] == "chute._src.exec.workers.worker"  # the function workers run
+    for module in ("chute._src.ops.shuffle", "chute._src.ops.map", "chute._src.ops.batch"):
         assert module in names, names
     assert "mp_pipelines" in names
     assert "mp_pipelines" not in _worker_modules(ds, users_too=False)
@@ -119,10 +119,10 @@ def test_referenced_modules_stop_at_the_budget_and_at_what_cannot_be_pickled() -
     # The stages come before the source's data, which is cut short by the budget.
     big = chute.MapDataset.source(list(range(2_000_000))).map(mpp.double)
     names = pipeline_pickle.referenced_modules(big, budget_bytes=64 << 10)
-    assert "chute._src.map.map" in names and "chute._src.map.source" in names, names
+    assert "chute._src.ops.map" in names and "chute._src.ops.source" in names, names
     # A lock cannot be pickled: what came before it is named, and nothing is raised.
     held = chute.MapDataset.source([threading.Lock()]).map(repr)
-    assert "chute._src.map.map" in pipeline_pickle.referenced_modules(held)
+    assert "chute._src.ops.map" in pipeline_pickle.referenced_modules(held)
     # Modules referred to as such (cloudpickle refers to `np` in a lambda that way).
     assert "numpy" in pipeline_pickle.referenced_modules(lambda x: np.sqrt(x))
     assert "__main__" not in pipeline_pickle.referenced_modules([mpp.double])

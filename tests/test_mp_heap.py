@@ -1,4 +1,4 @@
-"""glibc's allocator in the processes that compute elements (`chute._src.mp.heap`): freed
+"""glibc's allocator in the processes that compute elements (`chute._src.exec.mp.heap`): freed
 blocks are reused, not given back to the kernel and faulted in again.
 
 Each case runs in a fresh interpreter, whose allocator has seen nothing yet, and counts the
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chute._src.mp import heap
+from chute._src.exec.mp import heap
 
 sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import run_main
@@ -57,12 +57,12 @@ def test_untuned_glibc_faults_every_block_in(tmp_path: Path) -> None:
 
 
 def test_raise_threshold_makes_freed_blocks_reused(tmp_path: Path) -> None:
-    setup = "from chute._src.mp import heap\nheap.raise_threshold()\n"
+    setup = "from chute._src.exec.mp import heap\nheap.raise_threshold()\n"
     assert faults(tmp_path, setup) < 0.4 * PAGES_OF_36_MIB
 
 
 def test_keep_freed_memory_makes_freed_blocks_reused(tmp_path: Path) -> None:
-    setup = "from chute._src.mp import heap\nheap.keep_freed_memory()\n"
+    setup = "from chute._src.exec.mp import heap\nheap.keep_freed_memory()\n"
     assert faults(tmp_path, setup) < 0.4 * PAGES_OF_36_MIB
 
 

@@ -74,7 +74,7 @@ def test_importing_the_server_init_elsewhere_does_nothing(tmp_path: Path) -> Non
     """Only the forkserver acts on `_server_init` (a process started with another command
     line that imports it sets no variable and imports nothing)."""
     code = (
-        "import os, sys; import chute._src.mp._server_init; "
+        "import os, sys; import chute._src.exec.mp._server_init; "
         "print([os.environ.get(n) for n in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')], "
         "'numpy' in sys.modules)"
     )

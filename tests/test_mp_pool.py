@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from chute._src.mp import NotPicklableError, PoolClosedError, PoolUsageError, WorkerPool
+from chute._src.exec.mp import NotPicklableError, PoolClosedError, PoolUsageError, WorkerPool
 
 sys.path.insert(0, str(Path(__file__).parent))
 import mp_helpers

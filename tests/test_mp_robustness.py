@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
-from chute._src.mp import (
+from chute._src.exec.mp import (
     PoolClosedError,
     RemoteTraceback,
     SharedMemoryWarning,
@@ -221,7 +221,7 @@ def run_script(body: str, **kwargs: object) -> subprocess.Popen[str]:
         import os, sys, time
         sys.path.insert(0, {str(TESTS)!r})
         import mp_helpers
-        from chute._src.mp import WorkerPool
+        from chute._src.exec.mp import WorkerPool
         """
     ) + textwrap.dedent(body)
     return subprocess.Popen(

@@ -24,7 +24,7 @@ SCRIPT = """
 import json, os
 import numpy as np
 import chute
-from chute._src.mp import WorkerPool
+from chute._src.exec.mp import WorkerPool
 
 NAMES = {names!r}
 
@@ -93,7 +93,7 @@ def test_a_thread_count_the_user_set_reaches_the_workers(tmp_path: Path) -> None
 def test_a_value_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     # The defaults are applied in the server's and the workers' own environment, never in
     # the user's process; a variable the user set is left as it is.
-    from chute._src.mp._server_init import WORKER_THREAD_ENV, apply_thread_defaults
+    from chute._src.exec.mp._server_init import WORKER_THREAD_ENV, apply_thread_defaults
 
     for name in WORKER_THREAD_ENV:
         monkeypatch.delenv(name, raising=False)

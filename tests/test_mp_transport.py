@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chute._src.mp.shm import create_slab_fd, map_slab, plan_slabs
-from chute._src.mp.transport import ALIGN, ResultReceiver, ResultSender, SlabAllocator
+from chute._src.exec.mp.shm import create_slab_fd, map_slab, plan_slabs
+from chute._src.exec.mp.transport import ALIGN, ResultReceiver, ResultSender, SlabAllocator
 
 sys.path.insert(0, str(Path(__file__).parent))
 import mp_helpers
@@ -320,7 +320,7 @@ def test_built_array_on_a_retired_slab_is_copied_into_the_new_one() -> None:
 
 
 def test_outbuf_uses_the_installed_allocator_only_on_its_thread_and_for_large_arrays(link) -> None:
-    from chute._src import outbuf
+    from chute._src.exec import outbuf
 
     sender, _ = link
     lo = sender._current.address

@@ -16,10 +16,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import chute
-from chute._src import config, observe
+from chute._src.core import config, observe
 from process_helpers import run_main
 
-DEBUG_LAYER = ("chute._src.instrument", "chute._src.stats", "chute._src.graph_svg")
+DEBUG_LAYER = (
+    "chute._src.debug.instrument",
+    "chute._src.debug.stats",
+    "chute._src.debug.graph_svg",
+)
 
 # Imported by the worker processes too: what each of them has loaded.
 PROBE = f"""
@@ -47,9 +51,9 @@ def test_a_pipeline_run_without_debug_never_imports_the_debug_layer(tmp_path: Pa
         tmp_path,
         """
         import chute
-        import chute._src.dataset, chute._src.iterator, chute._src.executors
-        import chute._src.iter.mp_prefetch, chute._src.iter.prefetch
-        from chute._src import observe
+        import chute._src.core.dataset, chute._src.core.iterator, chute._src.exec.executors
+        import chute._src.exec.workers.stage, chute._src.exec.reader
+        from chute._src.core import observe
         import observe_probe
 
         base = chute.MapDataset.range(64).shuffle(seed=1).map(observe_probe.double)
@@ -137,7 +141,7 @@ class _Counting(observe.PipelineObserver):
 
 @pytest.fixture
 def counting() -> Any:
-    import chute._src.stats  # noqa: F401  (the debug layer installs itself when first imported)
+    import chute._src.debug.stats  # noqa: F401  (the debug layer installs itself when first imported)
 
     observer = _Counting()
     previous = observe.install(observer)

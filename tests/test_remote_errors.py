@@ -15,7 +15,7 @@ import pytest
 
 import chute
 from chute import sources
-from chute._src.remote import file as remote_file
+from chute._src.storage.remote import file as remote_file
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))

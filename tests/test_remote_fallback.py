@@ -15,7 +15,7 @@ import pytest
 
 import chute
 from chute import sources
-from chute._src.remote import stores
+from chute._src.storage.remote import stores
 
 sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import use_remote_env

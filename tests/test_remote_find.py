@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import chute
-from chute._src.remote import file as remote_file
+from chute._src.storage.remote import file as remote_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import RangeServer, use_remote_env

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from chute._src.remote import pool
+from chute._src.storage.remote import pool
 
 
 def test_a_burst_of_work_runs_at_once_after_idle_threads_are_left() -> None:

@@ -27,7 +27,7 @@ INDICES = [299, 0, 17, 150, 17, 42]
 
 
 def _write_local(d: Path) -> None:
-    from chute._src.sources.tfrecord import masked_crc32c
+    from chute._src.storage.formats.tfrecord import masked_crc32c
 
     with open(d / "a.jsonl", "w") as f:
         for i in range(300):
@@ -312,7 +312,7 @@ def test_many_urls_are_checked_concurrently_and_kept_in_order(tmp_path: Path) ->
 
     import fsspec
 
-    from chute._src.sources._paths import MissingFileError, expand_paths
+    from chute._src.storage.formats._paths import MissingFileError, expand_paths
 
     fs = fsspec.filesystem("memory")
     prefix = f"memory://chute-{uuid.uuid4().hex[:8]}"

@@ -16,8 +16,8 @@ import pytest
 
 import chute
 from chute import sources
-from chute._src.remote import blocks
-from chute._src.remote import file as remote_file
+from chute._src.storage.remote import blocks
+from chute._src.storage.remote import file as remote_file
 from chute.records import RecordWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -141,7 +141,7 @@ def test_closing_a_source_lets_its_objects_go_from_the_count(tmp_path: Path) -> 
 
 
 def test_the_default_cache_is_a_share_of_the_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chute._src.autotune import available_memory
+    from chute._src.exec.autotune import available_memory
 
     monkeypatch.delenv("CHUTE_REMOTE_CACHE_BYTES", raising=False)
     monkeypatch.setattr(blocks, "_cache", None)
@@ -177,7 +177,7 @@ def test_objects_open_count_once_each_and_fit_or_not() -> None:
 def test_an_object_larger_than_a_request_is_fetched_whole_in_parts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chute._src.remote import reads
+    from chute._src.storage.remote import reads
 
     monkeypatch.setattr(reads, "_MAX_RUN", 100_000)  # requests of 100 kB: 6 per object
     root = _served(tmp_path)

@@ -131,7 +131,7 @@ def test_pin_memory_without_cuda_warns_once_and_keeps_the_tensors() -> None:
         batch = ct.pin_memory({"x": np.ones(3, np.float32)})
         assert batch["x"].is_pinned()
         return
-    import chute._src.torch_tensors as impl
+    import chute._src.frameworks.torch_tensors as impl
 
     impl._warned_no_cuda = False
     x = np.ones(3, np.float32)

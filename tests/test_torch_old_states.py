@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 import chute
-from chute._src.sharding import ShardOptions
+from chute._src.frameworks.sharding import ShardOptions
 from chute.torch import IterableDataset
 
 # Rank 1 of 2, no torch workers, two batches of 4 read from a filtered, shuffled range;

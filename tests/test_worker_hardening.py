@@ -199,7 +199,7 @@ def test_a_stack_dump_paused_between_threads_is_read_whole() -> None:
     import os
     from types import SimpleNamespace
 
-    from chute._src.mp.pool import _Worker
+    from chute._src.exec.mp.pool import _Worker
 
     read, write = os.pipe()
     os.set_blocking(read, False)

@@ -204,7 +204,7 @@ def test_a_script_importing_jax_at_top_level_runs_with_16_workers(tmp_path: Path
 ENV_SCRIPT = """
 import os, subprocess, threading
 import chute
-from chute._src.mp import WorkerPool
+from chute._src.exec.mp import WorkerPool
 
 NAMES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 seen, launches, stop = [], [0], threading.Event()

@@ -25,39 +25,39 @@ if _typing.TYPE_CHECKING:
     from chute import testing as testing
     from chute import torch as torch
     from chute import transforms as transforms
-    from chute._src.autotune import AUTOTUNE as AUTOTUNE
-    from chute._src.dataloader import DataLoader as DataLoader
-    from chute._src.dataloader import DataLoaderIterator as DataLoaderIterator
-    from chute._src.dataset import IterDataset as IterDataset
-    from chute._src.dataset import MapDataset as MapDataset
-    from chute._src.errors import CheckpointError as CheckpointError
-    from chute._src.errors import ChuteError as ChuteError
-    from chute._src.errors import DataError as DataError
-    from chute._src.iterator import DatasetIterator as DatasetIterator
-    from chute._src.load import load as load
-    from chute._src.options import MultiprocessingOptions as MultiprocessingOptions
-    from chute._src.options import ReadOptions as ReadOptions
-    from chute._src.progress import Progress as Progress
-    from chute._src.progress import progress as progress
-    from chute._src.record import Record as Record
-    from chute._src.samplers import IndexSampler as IndexSampler
-    from chute._src.samplers import RecordMetadata as RecordMetadata
-    from chute._src.samplers import SequentialSampler as SequentialSampler
-    from chute._src.stats import PipelineStats as PipelineStats
-    from chute._src.stats import StageStats as StageStats
-    from chute._src.stats import stats as stats
-    from chute._src.transforms import Batch as Batch
-    from chute._src.transforms import FilterTransform as FilterTransform
-    from chute._src.transforms import MapTransform as MapTransform
-    from chute._src.transforms import MapWithIndex as MapWithIndex
-    from chute._src.transforms import RandomMapTransform as RandomMapTransform
-    from chute._src.transforms import TypeConversion as TypeConversion
+    from chute._src.core.dataset import IterDataset as IterDataset
+    from chute._src.core.dataset import MapDataset as MapDataset
+    from chute._src.core.errors import CheckpointError as CheckpointError
+    from chute._src.core.errors import ChuteError as ChuteError
+    from chute._src.core.errors import DataError as DataError
+    from chute._src.core.iterator import DatasetIterator as DatasetIterator
+    from chute._src.core.options import MultiprocessingOptions as MultiprocessingOptions
+    from chute._src.core.options import ReadOptions as ReadOptions
+    from chute._src.core.record import Record as Record
+    from chute._src.core.transforms import Batch as Batch
+    from chute._src.core.transforms import FilterTransform as FilterTransform
+    from chute._src.core.transforms import MapTransform as MapTransform
+    from chute._src.core.transforms import MapWithIndex as MapWithIndex
+    from chute._src.core.transforms import RandomMapTransform as RandomMapTransform
+    from chute._src.core.transforms import TypeConversion as TypeConversion
+    from chute._src.debug.progress import Progress as Progress
+    from chute._src.debug.progress import progress as progress
+    from chute._src.debug.stats import PipelineStats as PipelineStats
+    from chute._src.debug.stats import StageStats as StageStats
+    from chute._src.debug.stats import stats as stats
+    from chute._src.exec.autotune import AUTOTUNE as AUTOTUNE
+    from chute._src.frameworks.dataloader import DataLoader as DataLoader
+    from chute._src.frameworks.dataloader import DataLoaderIterator as DataLoaderIterator
+    from chute._src.frameworks.load import load as load
+    from chute._src.frameworks.samplers import IndexSampler as IndexSampler
+    from chute._src.frameworks.samplers import RecordMetadata as RecordMetadata
+    from chute._src.frameworks.samplers import SequentialSampler as SequentialSampler
 
 __version__ = "0.1.0"
 
 # Checks CHUTE_CRC32C now: a wrong setting fails `import chute`, not a later read. Cheap:
 # the crc32c package itself is imported only if chosen.
-from chute._src.records import checksum as _checksum  # noqa: F401
+from chute._src.storage.records import checksum as _checksum  # noqa: F401
 
 # The public submodules, and the module each other public name is defined in.
 _SUBMODULES = frozenset(
@@ -77,33 +77,33 @@ _SUBMODULES = frozenset(
     }
 )
 _DEFINED_IN = {
-    "AUTOTUNE": "chute._src.autotune",
-    "DataLoader": "chute._src.dataloader",
-    "DataLoaderIterator": "chute._src.dataloader",
-    "IterDataset": "chute._src.dataset",
-    "MapDataset": "chute._src.dataset",
-    "CheckpointError": "chute._src.errors",
-    "ChuteError": "chute._src.errors",
-    "DataError": "chute._src.errors",
-    "DatasetIterator": "chute._src.iterator",
-    "load": "chute._src.load",
-    "MultiprocessingOptions": "chute._src.options",
-    "ReadOptions": "chute._src.options",
-    "Progress": "chute._src.progress",
-    "progress": "chute._src.progress",
-    "Record": "chute._src.record",
-    "IndexSampler": "chute._src.samplers",
-    "RecordMetadata": "chute._src.samplers",
-    "SequentialSampler": "chute._src.samplers",
-    "Batch": "chute._src.transforms",
-    "FilterTransform": "chute._src.transforms",
-    "MapTransform": "chute._src.transforms",
-    "MapWithIndex": "chute._src.transforms",
-    "RandomMapTransform": "chute._src.transforms",
-    "TypeConversion": "chute._src.transforms",
-    "PipelineStats": "chute._src.stats",
-    "StageStats": "chute._src.stats",
-    "stats": "chute._src.stats",
+    "AUTOTUNE": "chute._src.exec.autotune",
+    "DataLoader": "chute._src.frameworks.dataloader",
+    "DataLoaderIterator": "chute._src.frameworks.dataloader",
+    "IterDataset": "chute._src.core.dataset",
+    "MapDataset": "chute._src.core.dataset",
+    "CheckpointError": "chute._src.core.errors",
+    "ChuteError": "chute._src.core.errors",
+    "DataError": "chute._src.core.errors",
+    "DatasetIterator": "chute._src.core.iterator",
+    "load": "chute._src.frameworks.load",
+    "MultiprocessingOptions": "chute._src.core.options",
+    "ReadOptions": "chute._src.core.options",
+    "Progress": "chute._src.debug.progress",
+    "progress": "chute._src.debug.progress",
+    "Record": "chute._src.core.record",
+    "IndexSampler": "chute._src.frameworks.samplers",
+    "RecordMetadata": "chute._src.frameworks.samplers",
+    "SequentialSampler": "chute._src.frameworks.samplers",
+    "Batch": "chute._src.core.transforms",
+    "FilterTransform": "chute._src.core.transforms",
+    "MapTransform": "chute._src.core.transforms",
+    "MapWithIndex": "chute._src.core.transforms",
+    "RandomMapTransform": "chute._src.core.transforms",
+    "TypeConversion": "chute._src.core.transforms",
+    "PipelineStats": "chute._src.debug.stats",
+    "StageStats": "chute._src.debug.stats",
+    "stats": "chute._src.debug.stats",
 }
 
 

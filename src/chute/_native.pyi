@@ -1,4 +1,4 @@
-# The C extension built from _native.c (optional; see chute/_src/records/checksum.py).
+# The C extension built from _native.c (optional; see chute/_src/storage/records/checksum.py).
 from typing_extensions import Buffer
 
 HARDWARE: bool

@@ -8,10 +8,10 @@ deterministically; `ConvertRecords` does both, and
 Importing this module imports Apache Beam; `import chute` does not.
 """
 
-from chute._src.beam.run import convert as convert
-from chute._src.beam.run import pipeline_options as pipeline_options
-from chute._src.beam.transforms import ConvertRecords as ConvertRecords
-from chute._src.beam.transforms import ReadRecords as ReadRecords
-from chute._src.beam.transforms import WriteShards as WriteShards
+from chute._src.storage.convert.beam.run import convert as convert
+from chute._src.storage.convert.beam.run import pipeline_options as pipeline_options
+from chute._src.storage.convert.beam.transforms import ConvertRecords as ConvertRecords
+from chute._src.storage.convert.beam.transforms import ReadRecords as ReadRecords
+from chute._src.storage.convert.beam.transforms import WriteShards as WriteShards
 
 __all__ = ["ConvertRecords", "ReadRecords", "WriteShards", "convert", "pipeline_options"]

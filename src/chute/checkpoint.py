@@ -9,20 +9,20 @@ Every iterator also has `state_dict()`/`load_state_dict()` (torch's `Stateful`).
 
 import typing
 
-from chute._src.checkpointing import load as load
-from chute._src.checkpointing import save as save
+from chute._src.core.checkpointing import load as load
+from chute._src.core.checkpointing import save as save
 
 if typing.TYPE_CHECKING:
-    from chute._src.orbax_args import CheckpointHandler as CheckpointHandler
-    from chute._src.orbax_args import CheckpointRestore as CheckpointRestore
-    from chute._src.orbax_args import CheckpointSave as CheckpointSave
+    from chute._src.frameworks.orbax_args import CheckpointHandler as CheckpointHandler
+    from chute._src.frameworks.orbax_args import CheckpointRestore as CheckpointRestore
+    from chute._src.frameworks.orbax_args import CheckpointSave as CheckpointSave
 
 __all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave", "load", "save"]
 
 
 def __getattr__(name: str) -> typing.Any:
     if name in ("CheckpointHandler", "CheckpointSave", "CheckpointRestore"):
-        from chute._src.orbax_handler import orbax_class
+        from chute._src.frameworks.orbax_handler import orbax_class
 
         return orbax_class(name)
     raise AttributeError(f"module 'chute.checkpoint' has no attribute {name!r}")

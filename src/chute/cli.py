@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chute._src.errors import DataError, MissingFileError
+from chute._src.core.errors import DataError, MissingFileError
 
 __all__ = ["COMMANDS", "Command", "main"]
 
@@ -27,7 +27,7 @@ class Command:
 
 
 def _format(value: str) -> object:
-    from chute._src.records.inputs import Format
+    from chute._src.storage.convert.inputs import Format
 
     try:
         return Format(value)
@@ -78,7 +78,7 @@ def _json_object(text: str) -> dict[str, object]:
 
 
 def _convert_args(p: argparse.ArgumentParser) -> None:
-    from chute._src.records.convert import COMPRESSIONS
+    from chute._src.storage.convert.convert import COMPRESSIONS
 
     p.add_argument(
         "paths", nargs="+", metavar="INPUT... OUTPUT", help="input files or globs, then the output"
@@ -160,7 +160,7 @@ def _load_transforms(specs: list[str]) -> list[object]:
 
 
 def _run_convert(args: argparse.Namespace) -> int:
-    from chute._src.records.convert import convert
+    from chute._src.storage.convert.convert import convert
 
     if len(args.paths) < 2:
         print("chute convert: give at least one INPUT and an OUTPUT", file=sys.stderr)
@@ -183,7 +183,7 @@ def _run_convert(args: argparse.Namespace) -> int:
                 "finishes it (no --resume needed); --overwrite is not supported: write to "
                 "a new directory"
             )
-        from chute._src.beam.run import convert as beam_convert
+        from chute._src.storage.convert.beam.run import convert as beam_convert
 
         r = beam_convert(
             inputs, output, **job, num_workers=args.num_workers, beam_args=args.beam_options
@@ -231,7 +231,7 @@ def _inspect_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    from chute._src.records.summary import inspect_lines
+    from chute._src.storage.convert.summary import inspect_lines
 
     for line in inspect_lines(args.paths, args.from_format, args.show, args.storage_options):
         print(line)
@@ -268,11 +268,11 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from chute._src.progress import Progress
-    from chute._src.records.summary import verify_any
+    from chute._src.debug.progress import Progress
+    from chute._src.storage.convert.summary import verify_any
 
     if args.write_manifest:
-        from chute._src.records.adopt import write_manifest
+        from chute._src.storage.records.adopt import write_manifest
 
         if len(args.paths) != 1:
             raise ValueError("--write-manifest takes one directory")
@@ -294,13 +294,13 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 
 def _bench_args(p: argparse.ArgumentParser) -> None:
-    from chute._src.bench_cli import add_arguments
+    from chute._src.debug.bench_cli import add_arguments
 
     add_arguments(p)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from chute._src.bench_cli import run
+    from chute._src.debug.bench_cli import run
 
     return run(args)
 

@@ -13,8 +13,8 @@
 See docs/metrics.md (TensorBoard too).
 """
 
-from chute._src.metrics.export import Export as Export
-from chute._src.metrics.export import export as export
-from chute._src.metrics.prometheus import PrometheusExporter as PrometheusExporter
+from chute._src.debug.metrics.export import Export as Export
+from chute._src.debug.metrics.export import export as export
+from chute._src.debug.metrics.prometheus import PrometheusExporter as PrometheusExporter
 
 __all__ = ["Export", "PrometheusExporter", "export"]

@@ -16,9 +16,9 @@
 See docs/frameworks.md.
 """
 
-from chute._src.torch_dataset import IterableDataset as IterableDataset
-from chute._src.torch_dataset import shard_by_torch_rank as shard_by_torch_rank
-from chute._src.torch_tensors import pin_memory as pin_memory
-from chute._src.torch_tensors import to_tensors as to_tensors
+from chute._src.frameworks.torch_dataset import IterableDataset as IterableDataset
+from chute._src.frameworks.torch_dataset import shard_by_torch_rank as shard_by_torch_rank
+from chute._src.frameworks.torch_tensors import pin_memory as pin_memory
+from chute._src.frameworks.torch_tensors import to_tensors as to_tensors
 
 __all__ = ["IterableDataset", "pin_memory", "shard_by_torch_rank", "to_tensors"]

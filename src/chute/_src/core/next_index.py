@@ -1,0 +1,80 @@
+"""`get_next_index` / `set_next_index`: the position of an iterator over a MapDataset.
+
+They read and write the iterator's state: the `next_index` of its `to_iter_dataset`
+reader, reached through stages that hand out one element per element read (`map`, and
+`map_with_index`/`random_map`, whose count moves with it). Prefetching stages are
+transparent in a state, so threads and worker processes make no difference. Another stage
+between (a `filter`, a `batch`, packing, ...) cannot say which element comes next without
+reading, and raises.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from chute._src.core.iterator import DatasetIterator
+from chute._src.core.state_checks import seal
+
+_ONE_FOR_ONE = ("map", "indexed_map")
+
+
+def _reader_path(state: Any, where: str) -> list[dict[str, Any]]:
+    """The states from the top down to the reader's."""
+    path: list[dict[str, Any]] = []
+    node = state
+    while isinstance(node, dict):
+        path.append(node)
+        stage = node.get("stage")
+        if stage == "to_iter_dataset":
+            return path
+        if stage not in _ONE_FOR_ONE or "parent" not in node:
+            break
+        node = node["parent"]
+    stage = path[-1].get("stage") if path else None
+    raise ValueError(
+        f"{where}: the iterator's stage {stage!r} does not hand out one element per element "
+        "of a MapDataset, so it has no next index: use it on the iterator of "
+        "`ds.to_iter_dataset()` (with maps, prefetching, workers after it), or save and "
+        "restore positions with get_state()/set_state()."
+    )
+
+
+def get_next_index(ds_iter: DatasetIterator[Any]) -> int:
+    """The index, in the MapDataset read, of the element `ds_iter` produces next.
+
+    >>> import chute
+    >>> it = iter(chute.MapDataset.range(10).to_iter_dataset().map(lambda x: x * 2))
+    >>> next(it), next(it), get_next_index(it)
+    (0, 2, 2)
+    """
+    return int(_reader_path(ds_iter.get_state(), "get_next_index")[-1]["next_index"])
+
+
+def set_next_index(ds_iter: DatasetIterator[Any], index: int) -> None:
+    """Moves `ds_iter` so that it produces element `index` of the MapDataset read next,
+    without reading the elements between.
+
+    >>> import chute
+    >>> it = iter(chute.MapDataset.range(10).to_iter_dataset())
+    >>> set_next_index(it, 7)
+    >>> list(it)
+    [7, 8, 9]
+    """
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"set_next_index: index={index!r} is invalid: it must be an int >= 0.")
+    state = copy.deepcopy(ds_iter.get_state())
+    path = _reader_path(state, "set_next_index")
+    reader = path[-1]
+    for node in path[:-1]:
+        if node.get("stage") == "indexed_map":
+            if node.get("index") != reader["next_index"]:
+                raise ValueError(
+                    "set_next_index: a map_with_index/random_map above the reader has mapped "
+                    f"{node.get('index')} elements of the first {reader['next_index']} (a "
+                    "filter on the MapDataset skips some), so its index cannot be moved "
+                    "without reading: save and restore positions with get_state()/set_state()."
+                )
+            node["index"] = index
+    reader["next_index"] = index
+    ds_iter.set_state(seal(state))  # an edit of chute's own: sealed anew

@@ -1,0 +1,89 @@
+"""The engine's observer hook: how a layer above the engine watches pipelines run.
+
+The engine calls this module, never the debug layer (`_src/debug/instrument.py`, `_src/debug/stats.py`):
+the debug layer depends on the engine, never the reverse. It implements a
+`PipelineObserver` and `install`s it when it is first imported; `chute.config` imports it
+when a debug option is switched on (`py_debug_mode`, `py_dataset_visualization_output_dir`,
+or `MultiprocessingOptions(enable_profiling=True)` for one pipeline).
+
+When the engine asks (`observing()`: an observer is installed and `config.instrumented()`),
+which it does once per iterator created, never per element:
+
+- `iterator(ds, make)`: `IterDataset._iter` hands the making of each stage's iterator
+  over (`make()` builds the engine's);
+- `map_chain(ds)`: a `to_iter_dataset` reader reads an equivalent of its MapDataset (same
+  elements, same fingerprint), in this process or, pickled, in `mp_prefetch`'s workers.
+
+In worker processes no option is set: unpickling the chains made by `map_chain` imports
+the observer's module, which installs it. Each worker calls `worker_start(leaves)` once,
+and after every chunk the function it returned; what that returns travels back with the
+chunk to the function `figures_merger(leaves)` returned in the main process.
+
+With no observer installed (debug never switched on) none of this runs or is imported, and
+creating an iterator costs the one check it always did.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from chute._src.core import config
+
+if TYPE_CHECKING:
+    from chute._src.core.dataset import IterDataset, MapDataset
+    from chute._src.core.iterator import DatasetIterator
+
+
+class PipelineObserver(abc.ABC):
+    """What the engine lets an observer do; see the module docstring for when."""
+
+    @abc.abstractmethod
+    def iterator(
+        self, ds: IterDataset[Any], make: Callable[[], DatasetIterator[Any]]
+    ) -> DatasetIterator[Any]:
+        """The iterator of stage `ds`: the one `make()` builds (the engine's, which reads
+        its parents' iterators through this hook too), possibly wrapped. A wrapper must pass
+        state, prefetch and close straight through."""
+
+    @abc.abstractmethod
+    def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
+        """What a reader reads instead of `ds`: same elements, same fingerprint, picklable
+        (it may be sent to worker processes)."""
+
+    @abc.abstractmethod
+    def worker_start(self, leaves: Sequence[MapDataset[Any]]) -> Callable[[], list[Any]] | None:
+        """Called once in a worker process with the chains it computes (as `map_chain` made
+        them): the function it then calls after each chunk, whose (picklable) result goes
+        back with the chunk; None when there is nothing to send."""
+
+    @abc.abstractmethod
+    def figures_merger(
+        self, leaves: Sequence[MapDataset[Any]]
+    ) -> Callable[[list[Any]], None] | None:
+        """Called once in the main process for the chains sent to workers: the function
+        given what a worker sent back with each chunk; None when nothing will come."""
+
+
+_current: PipelineObserver | None = None
+
+
+def install(observer: PipelineObserver | None) -> PipelineObserver | None:
+    """Makes `observer` the process's observer (None: none); returns the one it replaces."""
+    global _current
+    previous, _current = _current, observer
+    return previous
+
+
+def current() -> PipelineObserver | None:
+    """The installed observer, whether or not the options ask for observing now."""
+    return _current
+
+
+def observing() -> PipelineObserver | None:
+    """The observer, when one is installed and the options ask for it for iterators created
+    now (`config.instrumented()`); else None."""
+    if _current is None:
+        return None
+    return _current if config.instrumented() else None

@@ -1,0 +1,98 @@
+"""Execution options."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from chute._src.exec.autotune import AUTOTUNE, Autotune
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How `to_iter_dataset` computes elements in one process.
+
+    num_threads: threads computing elements in parallel, in index order; 0 computes them in
+      the consuming thread. Threads help when the work releases the GIL (I/O, numpy,
+      tokenizers, decoding); work that holds the GIL wants worker processes instead.
+      `chute.AUTOTUNE` (the default): chosen while the pipeline runs, from 0 (the
+      consuming thread) up to 64 threads, by the rate at which the consumer takes
+      elements (`docs/performance.md`).
+    prefetch_buffer_size: how many elements may be computed ahead of the consumer. 0 (with
+      any `num_threads`) computes on demand in the consuming thread, as Grain does: no
+      element is computed before it is asked for, beyond the block being computed.
+      `chute.AUTOTUNE` (the default): grown while the consumer finds nothing computed,
+      within a quarter of the available memory.
+    """
+
+    num_threads: int | Autotune = AUTOTUNE
+    prefetch_buffer_size: int | Autotune = AUTOTUNE
+
+    def __post_init__(self) -> None:
+        for name in ("num_threads", "prefetch_buffer_size"):
+            value = getattr(self, name)
+            if value is AUTOTUNE:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"ReadOptions: {name}={value!r} is invalid: it must be an int >= 0 or "
+                    f"chute.AUTOTUNE; e.g. ReadOptions({name}=4)."
+                )
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiprocessingOptions:
+    """How `IterDataset.mp_prefetch` uses worker processes.
+
+    num_workers: worker processes computing elements; 0 computes in this process. The
+      output is the same for every value. `chute.AUTOTUNE` (what `mp_prefetch()` without
+      options uses): as many workers as this process may use cores
+      (`os.sched_getaffinity`), fewer if the memory available would not hold them, and
+      while the pipeline runs, fewer of them are given work when that costs no rate (and
+      more again when a later climb finds that pays).
+    per_worker_buffer_size: chunks of elements each worker may compute ahead.
+    enable_profiling: as in Grain, log profiling information: the pipeline up to this
+      stage records per-stage statistics and prints the execution summary to stderr when
+      the iterator ends or is closed (what `chute.config.update("py_debug_mode", True)`
+      does for every pipeline). Works with any number of workers, 0 included.
+    stall_warning_s: when the consumer has waited this many seconds for a worker that
+      produces nothing, a `chute.multiprocessing.WorkerStallWarning` shows the worker's
+      Python stack (every thread) and the element indices it is computing; again after
+      each further `stall_warning_s`. None: never warn.
+    timeout_s: the longest the consumer waits for a worker that produces nothing; then
+      `chute.multiprocessing.WorkerTimeoutError` names the worker, the element indices
+      and its stack, and the workers are stopped. None (the default): wait as long as it
+      takes.
+    """
+
+    num_workers: int | Autotune = 0
+    per_worker_buffer_size: int = 2
+    enable_profiling: bool = False
+    stall_warning_s: float | None = 300.0
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enable_profiling, bool):
+            raise TypeError(
+                f"MultiprocessingOptions: enable_profiling={self.enable_profiling!r} is "
+                "invalid: pass True or False."
+            )
+        for name, low in (("num_workers", 0), ("per_worker_buffer_size", 1)):
+            value = getattr(self, name)
+            if name == "num_workers" and value is AUTOTUNE:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                also = " or chute.AUTOTUNE" if name == "num_workers" else ""
+                raise ValueError(
+                    f"MultiprocessingOptions: {name}={value!r} is invalid: it must be an int "
+                    f">= {low}{also}; e.g. MultiprocessingOptions(num_workers=2)."
+                )
+        for name in ("stall_warning_s", "timeout_s"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(
+                    f"MultiprocessingOptions: {name}={value!r} is invalid: it must be a "
+                    f"number of seconds > 0, or None to turn it off; e.g. "
+                    f"MultiprocessingOptions({name}=600)."
+                )

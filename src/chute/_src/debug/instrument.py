@@ -1,0 +1,541 @@
+"""Debug-mode instrumentation: a timing proxy around every stage, built with the iterator.
+
+This is the debug layer: it depends on the engine, never the reverse. It plugs in through
+the engine's observer hook (`_src/core/observe.py`): importing this module installs
+`DebugObserver`, and `chute.config` imports it (through `_src/debug/stats.py`) when a debug option
+is switched on. Only when `chute.config` asks for it (`py_debug_mode`, or a visualization
+directory) does the engine hand iterators over to it; otherwise nothing here runs (or is
+even imported), and a pipeline pays nothing for it. Instrumented:
+
+- every IterDataset stage's iterator is wrapped in a `TimedIterator` (state, prefetch and
+  close pass straight through, so checkpoints are unchanged);
+- the MapDataset under a `to_iter_dataset` is rebuilt (`rewrite_graph`) with a
+  `_TimedMapDataset` around every node, timing each block call; in worker processes the
+  same copy runs, and the figures travel back with every chunk and are merged;
+- a sampler thread wakes every few milliseconds and notes, for the stage each thread is in,
+  whether it had to wait for the GIL: a wait means some thread was running Python code
+  (GIL held); no wait means the work was in code that released the GIL.
+
+It finds its way through the node protocol only: `parents`, `role`, `concurrent`,
+`internal`, `with_parents` on datasets; `children()` and `computed_dataset()` on
+iterators. Each record carries the stage's `role`, whether it is a pass-through (a seed,
+`mp_prefetch` with no workers: never named the bottleneck) and whether it is `internal`
+(the engine's stand-in for a stage moved into workers: the summary hides it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from chute._src.core import config, observe
+from chute._src.core.contract import StageRole
+from chute._src.core.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
+from chute._src.core.iterator import DatasetIterator, walk
+
+_ids = itertools.count()
+_get_ident = threading.get_ident
+_perf_counter_ns = time.perf_counter_ns
+_sched = threading.local()
+
+
+def _load_libc() -> Any:
+    try:
+        # PyDLL keeps the GIL during the call: os.pread would release it, and on a loaded
+        # machine getting it back can take milliseconds, charged to the stage measured.
+        libc = ctypes.PyDLL(None)
+        libc.pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
+        libc.pread.restype = ctypes.c_ssize_t
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_libc = _load_libc()
+
+
+def _cpu_times_ns() -> tuple[int, int]:
+    """(on a CPU, queued for one): nanoseconds this thread has spent in each.
+
+    Time queued for a CPU is neither work nor waiting for data: on a loaded machine it
+    stretches every stage's wall time. The advice leaves it out, so that the same pipeline
+    is judged the same on an idle and on a busy machine. The time on a CPU is the thread's
+    CPU clock; Linux reports the time queued in /proc/thread-self/schedstat (elsewhere: 0).
+    """
+    fd = getattr(_sched, "fd", None)
+    if fd is None:
+        try:
+            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY) if _libc else -1
+        except OSError:
+            fd = -1
+        _sched.fd = fd
+        _sched.buf = ctypes.create_string_buffer(96)
+    if fd < 0:
+        return time.thread_time_ns(), 0
+    n = _libc.pread(fd, _sched.buf, 95, 0)
+    queued = int(_sched.buf.raw[:n].split()[1]) if n > 0 else 0
+    return time.thread_time_ns(), queued
+
+
+def thread_times_ns() -> tuple[int, int]:
+    """(on a CPU, queued for one): nanoseconds the calling thread has spent in each."""
+    return _cpu_times_ns()
+
+
+class StageRecord:
+    """Figures of one stage, accumulated where it runs (picklable, merged from workers)."""
+
+    __slots__ = (
+        "boundary",
+        "calls",
+        "cpu_ns",
+        "cpu_wall_ns",
+        "elements",
+        "gil_busy",
+        "id",
+        "inputs",
+        "internal",
+        "kind",
+        "max_ns",
+        "min_ns",
+        "name",
+        "pass_through",
+        "queued_ns",
+        "role",
+        "samples",
+        "spec",
+        "wall_ns",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        inputs: list[int],
+        boundary: bool = False,
+        role: StageRole = StageRole.ORDER_DEPENDENT,
+        internal: bool = False,
+    ) -> None:
+        self.id = next(_ids)
+        self.name = name
+        self.kind = kind  # "map" (MapDataset node, timed per block) or "iter"
+        self.inputs = inputs
+        self.boundary = boundary  # its inputs run on other threads or processes
+        self.role = role.value  # what the stage is to the engine (`StageRole`)
+        # A pass-through stage (a seed, mp_prefetch without workers) does no work of its
+        # own: the summary never names it as the bottleneck. An internal one (the engine's
+        # stand-in for a stage moved into workers) is not the user's: the summary hides it.
+        self.pass_through = role is StageRole.PASS_THROUGH
+        self.internal = internal
+        self.spec: Any = None
+        self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+        self.queued_ns = 0
+        self.min_ns = 1 << 62
+        self.max_ns = 0
+        self.samples = self.gil_busy = 0
+
+    def add(self, n: int, wall_ns: int, cpu: tuple[int, int] | None) -> None:
+        """One call that produced `n` elements; `cpu` (on a CPU, queued for one) in ns, or
+        None when it was not read."""
+        self.calls += 1
+        self.elements += n
+        self.wall_ns += wall_ns
+        if cpu is not None:
+            self.add_cpu(wall_ns, *cpu)
+        if n:
+            per = wall_ns // n
+            self.min_ns = min(self.min_ns, per)
+            self.max_ns = max(self.max_ns, per)
+
+    def add_cpu(self, wall_ns: int, on_cpu_ns: int, queued_ns: int) -> None:
+        """The CPU figures of one call. Linux can charge a thread woken while it runs (as
+        GIL hand-overs do) with queue time it never spent, so the time queued is capped at
+        the call's time off a CPU."""
+        self.cpu_ns += on_cpu_ns
+        self.queued_ns += max(0, min(queued_ns, wall_ns - on_cpu_ns))
+        self.cpu_wall_ns += wall_ns
+
+    def take_delta(self) -> tuple[Any, ...]:
+        """The figures since the last call, and a reset (used in worker processes)."""
+        delta = (
+            self.id, self.calls, self.elements, self.wall_ns, self.cpu_ns, self.cpu_wall_ns,
+            self.min_ns, self.max_ns, self.samples, self.gil_busy, self.spec, self.queued_ns,
+        )  # fmt: skip
+        self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+        self.queued_ns = 0
+        self.samples = self.gil_busy = 0
+        self.min_ns, self.max_ns = 1 << 62, 0
+        return delta
+
+    def cpu_estimate_ns(self) -> float:
+        """CPU time over all calls, from the calls whose CPU time was read."""
+        return self.cpu_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
+
+    def queued_estimate_ns(self) -> float:
+        """Time queued for a CPU over all calls, from the calls where it was read."""
+        return self.queued_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
+
+    def merge(self, delta: tuple[Any, ...]) -> None:
+        _, calls, elements, wall, cpu, cpu_wall, lo, hi, samples, busy, spec, queued = delta
+        self.calls += calls
+        self.queued_ns += queued
+        self.elements += elements
+        self.wall_ns += wall
+        self.cpu_ns += cpu
+        self.cpu_wall_ns += cpu_wall
+        self.min_ns = min(self.min_ns, lo)
+        self.max_ns = max(self.max_ns, hi)
+        self.samples += samples
+        self.gil_busy += busy
+        if self.spec is None:
+            self.spec = spec
+
+
+# -- which stage each thread is in, for the GIL sampler ------------------------------------
+
+_stacks: dict[int, list[tuple[StageRecord, int]]] = {}  # thread -> (stage, entered at ns)
+_sampler_lock = threading.Lock()
+_sampler: threading.Thread | None = None
+_SAMPLE_S = 0.004
+_BUSY_S = 0.002  # the GIL took this long to come back: a thread running Python code had it
+
+
+def _stack() -> list[tuple[StageRecord, int]]:
+    tid = threading.get_ident()
+    stack = _stacks.get(tid)
+    if stack is None:
+        stack = _stacks[tid] = []
+    return stack
+
+
+def _sample_forever() -> None:
+    """Each sample notes, for the stage every thread is in, whether another thread held the
+    GIL (it was running Python code) or not (its work released it): this thread sleeps
+    `_SAMPLE_S` without the GIL, and on waking takes it back, at once if no thread holds
+    it, else after the holder's switch interval (5 ms). Of the time past the sleep, the
+    time spent queued for a CPU (a loaded machine; Linux reports it, elsewhere it counts
+    as held) is left out, so that load does not read as a held GIL. Samples fall where the
+    GIL changes hands, so they are a rough measure; the advice leans first on CPU time."""
+    sample_ns, busy_ns = int(_SAMPLE_S * 1e9), int(_BUSY_S * 1e9)
+    while True:
+        _, q0 = _cpu_times_ns()
+        t0 = time.perf_counter_ns()
+        time.sleep(_SAMPLE_S)  # lets go of the GIL, and takes it back on waking
+        late = time.perf_counter_ns() - t0 - sample_ns
+        _, q1 = _cpu_times_ns()
+        busy = late - (q1 - q0) > busy_ns
+        for stack in list(_stacks.values()):
+            if stack:
+                record = stack[-1][0]
+                record.samples += 1
+                record.gil_busy += busy
+
+
+def ensure_sampler() -> None:
+    """Starts this process's GIL sampler thread, once."""
+    global _sampler
+    with _sampler_lock:
+        if _sampler is None:
+            _sampler = threading.Thread(
+                target=_sample_forever, name="chute-gil-sampler", daemon=True
+            )
+            _sampler.start()
+
+
+def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[int, int]]:
+    """`fn(*args)` (a block of elements), its wall time and its thread's time on a CPU and
+    queued for one (read on every call: ~1 us, small beside a block)."""
+    stack = _stack()
+    c0, q0 = _cpu_times_ns()
+    t0 = time.perf_counter_ns()
+    stack.append((record, t0))
+    try:
+        out = fn(*args)
+    finally:
+        wall = time.perf_counter_ns() - t0
+        stack.pop()
+    c1, q1 = _cpu_times_ns()
+    return out, wall, (c1 - c0, q1 - q0)
+
+
+# -- MapDataset side ----------------------------------------------------------------------
+
+
+class _TimedMapDataset(MapDataset[Any]):
+    """Times `_getitems` of the node it wraps (inclusive of the node's timed parents)."""
+
+    role = StageRole.PASS_THROUGH
+
+    def __init__(self, inner: MapDataset[Any], record: StageRecord) -> None:
+        super().__init__([inner])
+        self.record = record
+
+    @property
+    def inner(self) -> MapDataset[Any]:
+        return self._parents[0]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        out, wall, cpu = _timed(self.record, self._parents[0]._getitems, indices)
+        self.record.add(len(indices), wall, cpu)
+        if self.record.spec is None:
+            first = next((x for x in out if x is not None), None)
+            if first is not None:
+                self.record.spec = element_spec(first)
+        return out
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+
+def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
+    """A copy of `ds` with every node timed; same elements, same fingerprint."""
+
+    def timed(node: MapDataset[Any]) -> MapDataset[Any]:
+        inputs = [cast(_TimedMapDataset, p).record.id for p in node.parents]
+        return _TimedMapDataset(node, StageRecord(repr(node), "map", inputs, role=node.role))
+
+    return rewrite_graph(ds, timed)
+
+
+def map_records(ds: MapDataset[Any] | None) -> list[StageRecord]:
+    """The records of a timed map chain, sources first."""
+    if ds is None:
+        return []
+    return [n.record for n in stages_sources_first(ds) if isinstance(n, _TimedMapDataset)]
+
+
+# -- IterDataset side ---------------------------------------------------------------------
+
+
+class TimedIterator(DatasetIterator[Any]):
+    """Times its stage's iterator. Not a stage itself: the state is the inner one's."""
+
+    def __init__(self, inner: DatasetIterator[Any], record: StageRecord) -> None:
+        super().__init__(inner)
+        self._inner = inner
+        self.record = record
+        # Set on the outermost proxy: what prints summaries; it gets `last_ns` (when the
+        # consumer got its latest element) and `tick()` calls.
+        self.top: Any = None
+
+    @property
+    def inner(self) -> DatasetIterator[Any]:
+        return self._inner
+
+    def __next__(self) -> Any:
+        # `_timed` inlined: this runs once per element per stage in debug mode.
+        record = self.record
+        stack = _stacks.get(_get_ident()) or _stack()
+        read_cpu = not record.calls & 15
+        c0, q0 = _cpu_times_ns() if read_cpu else (0, 0)
+        t0 = _perf_counter_ns()
+        stack.append((record, t0))
+        try:
+            x = self._inner.__next__()
+        except StopIteration:
+            stack.pop()
+            if self.top is not None:
+                self.top.finished()
+            raise
+        except BaseException:
+            stack.pop()
+            raise
+        wall = _perf_counter_ns() - t0
+        stack.pop()
+        record.calls += 1
+        record.elements += 1
+        record.wall_ns += wall
+        if wall < record.min_ns:
+            record.min_ns = wall
+        if wall > record.max_ns:
+            record.max_ns = wall
+        if read_cpu:
+            c1, q1 = _cpu_times_ns()
+            record.add_cpu(wall, c1 - c0, q1 - q0)
+        if record.spec is None:
+            record.spec = element_spec(x)
+        top = self.top
+        if top is not None:
+            top.last_ns = t0 + wall  # the consumer's clock: when it got its latest element
+            if record.calls == 1 or not record.calls & 63:
+                top.tick()
+        return x
+
+    def _next_many(self, n: int) -> list[Any]:
+        xs, wall, cpu = _timed(self.record, self._inner._next_many, n)
+        self.record.add(len(xs), wall, cpu)
+        if self.record.spec is None and xs:
+            self.record.spec = element_spec(xs[0])
+        return xs
+
+    def get_state(self) -> dict[str, Any]:
+        return self._inner.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._inner.set_state(state)
+
+    def _restore(self, state: Any, path: str) -> None:
+        self._inner._restore(state, path)
+
+    def start_prefetch(self) -> None:
+        self._inner.start_prefetch()
+
+    def close(self) -> None:
+        if self.top is not None:
+            self.top.finished()
+        self._inner.close()
+
+
+_depth = threading.local()
+
+
+def instrumented_iter(
+    ds: IterDataset[Any], make: Callable[[], DatasetIterator[Any]]
+) -> DatasetIterator[Any]:
+    """`iter(ds)` with every stage timed (`make()` builds the stage's own iterator); the
+    outermost call attaches the pipeline view."""
+    level = getattr(_depth, "level", 0)
+    _depth.level = level + 1
+    try:
+        inner = make()
+    finally:
+        _depth.level = level
+    record = StageRecord(
+        repr(ds),
+        "iter",
+        _input_ids(inner),
+        boundary=ds.concurrent,
+        role=ds.role,
+        internal=ds.internal,
+    )
+    proxy = TimedIterator(inner, record)
+    if level == 0:
+        if config.get("py_debug_mode"):
+            ensure_sampler()
+        if _view_factory is not None:
+            proxy.top = _view_factory(proxy)
+    return proxy
+
+
+_view_factory: Callable[[TimedIterator], Any] | None = None
+
+
+def attach_view(factory: Callable[[TimedIterator], Any]) -> None:
+    """Where the debug summary plugs in: `factory(top)` is built for the outermost timed
+    iterator and kept as `top.top` (it gets `tick()` and `finished()` calls, and its
+    `last_ns` is set to when the consumer got each element)."""
+    global _view_factory
+    _view_factory = factory
+
+
+def _input_ids(it: DatasetIterator[Any]) -> list[int]:
+    return [r.id for r in nearest_records(it)]
+
+
+def nearest_records(it: DatasetIterator[Any]) -> list[StageRecord]:
+    """The records of the stages feeding iterator `it`: the nearest proxies or map chains."""
+    found: list[StageRecord] = []
+    queue = list(it.children())
+    seen: set[int] = set()
+    while queue:
+        node = queue.pop(0)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, TimedIterator):
+            found.append(node.record)
+            continue
+        chain = map_records(node.computed_dataset())
+        if chain:
+            found.append(chain[-1])
+        else:
+            queue.extend(node.children())
+    chain = map_records(it.computed_dataset())
+    if chain:
+        found.append(chain[-1])
+    return found
+
+
+def stage_records(
+    top: DatasetIterator[Any],
+) -> list[tuple[StageRecord, DatasetIterator[Any] | None]]:
+    """Every stage's record below `top` (sources first), with the iterator of IterDataset
+    stages (None for MapDataset stages): what the debug summary reads."""
+    out: dict[int, tuple[StageRecord, DatasetIterator[Any] | None]] = {}
+    for it in walk(top):
+        if isinstance(it, TimedIterator):
+            out[it.record.id] = (it.record, it.inner)
+        for r in map_records(it.computed_dataset()):
+            out.setdefault(r.id, (r, None))
+    return [out[k] for k in sorted(out)]
+
+
+def element_spec(x: Any) -> Any:
+    """The structure of `x` with each leaf as 'dtype[shape]', as in the pipeline graph."""
+    if isinstance(x, dict):
+        return {k: element_spec(v) for k, v in x.items()}
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(element_spec(v) for v in x))
+    if isinstance(x, list | tuple):
+        return type(x)(element_spec(v) for v in x)
+    if isinstance(x, np.ndarray | np.generic):
+        return f"{x.dtype}[{','.join(str(d) for d in np.shape(x))}]"
+    return f"{type(x).__name__}[]"
+
+
+# -- the engine's observer ----------------------------------------------------------------
+
+
+class DebugObserver(observe.PipelineObserver):
+    """The instrumentation as the engine sees it (`observe.PipelineObserver`): timed
+    iterators and map chains; in worker processes the GIL sampler, and each chunk's figures
+    (`StageRecord.take_delta`) merged into the main process's records."""
+
+    def iterator(
+        self, ds: IterDataset[Any], make: Callable[[], DatasetIterator[Any]]
+    ) -> DatasetIterator[Any]:
+        return instrumented_iter(ds, make)
+
+    def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
+        return timed_map_chain(ds)
+
+    def worker_start(self, leaves: Sequence[MapDataset[Any]]) -> Callable[[], list[Any]] | None:
+        records = [r for leaf in leaves for r in map_records(leaf)]
+        if not records:
+            return None
+        ensure_sampler()  # debug mode: sample the GIL in the worker too
+
+        def take() -> list[Any]:
+            return [r.take_delta() for r in records if r.calls]
+
+        return take
+
+    def figures_merger(
+        self, leaves: Sequence[MapDataset[Any]]
+    ) -> Callable[[list[Any]], None] | None:
+        by_id = {r.id: r for leaf in leaves for r in map_records(leaf)}
+        if not by_id:
+            return None
+
+        def merge(deltas: list[Any]) -> None:
+            for delta in deltas:
+                by_id[delta[0]].merge(delta)
+
+        return merge
+
+
+observe.install(DebugObserver())

@@ -1,0 +1,622 @@
+"""Per-stage statistics of an instrumented iterator, the execution summary, the text graph.
+
+`chute.stats(it)` returns a `PipelineStats`: per stage, the elements produced, processing
+time (total, min, max, mean per element), elements/s, the share of the consumer's waiting
+attributed to it, its CPU share, GIL samples, and for prefetch stages the buffer occupancy
+and bytes. Only the user's stages are listed: stages the engine adds for itself (a `map`
+moved into worker processes leaves one behind) are folded into their neighbours.
+
+How waiting is attributed: the consumer waits for as long as its calls into the outermost
+stage take. A stage that runs on the consumer's thread accounts for its own time (its time
+less its inputs'). Behind a prefetch stage (threads, worker processes) the consumer waited
+`W` while the stages there spent `S` of their own time: each accounts for its own time
+scaled by `min(1, W / S)` (they overlapped with the consumer), and the prefetch stage for
+any excess `W - S` (its own overhead). Time a thread spent queued for a CPU (a loaded
+machine) is left out of every figure, and the shares are of what remains. A pass-through stage (`mp_prefetch` with 0 workers)
+is never named the bottleneck.
+
+How the advice is chosen (`_src/debug/diagnosis.py`), the same way run after run and on an idle
+or a loaded machine: first whether the consumer waits at all (under 5% of its time since
+its first element: no bottleneck); then what the bottleneck does with its time, less the
+time its thread was queued for a CPU (Linux's per-thread schedstat): on a CPU over half of
+it, CPU-bound (worker processes; threads too when the GIL samples show it mostly free);
+off a CPU with the GIL mostly held, waiting for the GIL (worker processes, not threads);
+else waiting for I/O (more threads). Then whether its threads or workers help: fewer when
+they exceed the usable cores or the run was measurably slower than the same work on the
+consumer's thread; and whether other processes take the cores (its threads queued a
+quarter of their time or more). During a run, periodic summaries keep their verdict unless
+the figure moves 15 points past the threshold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from chute._src.core import config
+from chute._src.core.iterator import DatasetIterator
+from chute._src.debug import diagnosis
+from chute._src.debug.diagnosis import FEWER, FREE_CORES, PROCESSES, THREADS, THREADS_OR_PROCESSES
+from chute._src.debug.instrument import (
+    StageRecord,
+    TimedIterator,
+    attach_view,
+    nearest_records,
+    stage_records,
+    thread_times_ns,
+)
+from chute._src.exec.autotune import Decision, usable_cores
+from chute._src.exec.executors import Parallelism
+
+WIDTH = 100  # the summary's lines are at most this wide
+
+
+@dataclasses.dataclass(frozen=True)
+class StageStats:
+    """The figures of one stage (times in seconds; per-element figures for blocks).
+
+    `cpu_percent`: time on a CPU over the stage's own wall time less the time its thread
+    was queued for a CPU (`queued_s`, part of `self_s`). `pass_through`: the stage does no
+    work of its own (never named the bottleneck). `parallelism`: for a stage that computes
+    elsewhere (`boundary`), the threads or worker processes doing it, where it says.
+    """
+
+    id: int
+    name: str
+    inputs: tuple[int, ...]
+    kind: str
+    elements: int
+    total_s: float
+    self_s: float
+    min_s: float | None
+    max_s: float | None
+    mean_s: float | None
+    elements_per_s: float | None
+    cpu_percent: float | None
+    wait_percent: float
+    gil_samples: int
+    gil_busy_samples: int
+    buffered_elements: int | None
+    buffered_bytes: int | None
+    spec: Any
+    boundary: bool = False
+    pass_through: bool = False
+    queued_s: float = 0.0
+    parallelism: Parallelism | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerTime:
+    """The consumer's clock from its first element to its latest (the start of threads
+    and workers left out): `elapsed_s`, of which `waited_s` inside the pipeline's
+    `next()`; its thread's time on a CPU and queued for one over that span; `elements`
+    taken after the first."""
+
+    elapsed_s: float
+    waited_s: float
+    on_cpu_s: float
+    queued_s: float
+    elements: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedStage:
+    """What `chute.AUTOTUNE` chose for one stage: its settings now, and the decisions that
+    led there (oldest first), each with its reason."""
+
+    id: int
+    name: str
+    current: dict[str, int]
+    decisions: tuple[Decision, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineStats:
+    """What `chute.stats(iterator)` returns."""
+
+    stages: tuple[StageStats, ...]
+    consumer_wait_s: float
+    previous: str | None = None  # the verdict of the last summary of the same run
+    tuned: tuple[TunedStage, ...] = ()  # what AUTOTUNE chose, stage by stage
+    consumer: ConsumerTime | None = None  # None before its second element
+    usable_cores: int | None = None  # os.sched_getaffinity's count
+
+    def gil_held_percent(self, stage: StageStats) -> float | None:
+        """Sampled share of `stage`'s time during which the GIL was held.
+
+        The sampler notes the stage a thread is in when it gets the GIL, which happens
+        where the GIL changes hands, often in the stages that called `stage` rather than in
+        it. So the samples of `stage` and of the stages that call it on the same thread (up
+        to a prefetch stage) are pooled. None with fewer than 10 samples.
+        """
+        by_id = {s.id: s for s in self.stages}
+        region, frontier = {stage.id}, [stage.id]
+        while frontier:
+            i = frontier.pop()
+            for s in self.stages:
+                if i in s.inputs and s.id not in region and not s.boundary:
+                    region.add(s.id)
+                    frontier.append(s.id)
+        samples = sum(by_id[i].gil_samples for i in region)
+        busy = sum(by_id[i].gil_busy_samples for i in region)
+        return 100.0 * busy / samples if samples >= 10 else None
+
+    @property
+    def waiting_percent(self) -> float | None:
+        """The consumer's share of time waiting for data since its first element (None
+        before its second)."""
+        return diagnosis.waiting_percent(self)
+
+    @property
+    def bottleneck(self) -> StageStats | None:
+        """The stage the consumer waited on most (never a pass-through stage); None before
+        any element, and when the consumer waited under 5% of its time (it keeps up)."""
+        ranked = [s for s in self.stages if s.wait_percent > 0 and not s.pass_through]
+        if not ranked or diagnosis.keeps_up(self):
+            return None
+        return max(ranked, key=lambda s: s.wait_percent)
+
+    @property
+    def recommendation(self) -> str | None:
+        """What the advice recommends: "threads", "processes" or "threads_or_processes"
+        (CPU-bound, but the GIL was often free) for the bottleneck; "fewer" threads or
+        workers (they exceed the usable cores or slow the run); "free_cores" (other
+        processes take the cores: more workers would queue too). None before any element,
+        when there is no bottleneck, or when the CPU time is unknown."""
+        return diagnosis.diagnose(self).recommendation
+
+    def advice(self) -> str:
+        """What to change, from where the waiting went, the bottleneck's CPU and GIL
+        shares, its threads or workers and the usable cores (`_src/debug/diagnosis.py`)."""
+        return diagnosis.diagnose(self).text
+
+    def summary(self) -> str:
+        """The execution summary: a table at most 100 columns wide, the advice beneath."""
+        return _render(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "consumer_wait_s": self.consumer_wait_s,
+            "consumer": dataclasses.asdict(self.consumer) if self.consumer else None,
+            "usable_cores": self.usable_cores,
+            "stages": [dataclasses.asdict(s) for s in self.stages],
+            "autotune": [
+                {
+                    "id": t.id,
+                    "name": t.name,
+                    "current": dict(t.current),
+                    "decisions": [dataclasses.asdict(d) for d in t.decisions],
+                }
+                for t in self.tuned
+            ],
+            "advice": self.advice(),
+            "recommendation": self.recommendation,
+        }
+
+    def to_svg(self) -> str:
+        """The pipeline graph as an SVG picture annotated with these figures."""
+        from chute._src.debug.graph_svg import to_svg
+
+        return to_svg(self)
+
+
+# -- the table -------------------------------------------------------------------------------
+
+_NOTE = (
+    "% wait: share of the consumer's waiting for data attributed to the stage (* the "
+    "bottleneck). % CPU: time on a CPU over the stage's own time, less time queued for one. "
+    "Map stages are timed per element over blocks; chute.stats(it) has min/max/total too."
+)
+
+
+_label = diagnosis.label
+
+
+def _wrap(text: str, width: int, max_lines: int = 3) -> list[str]:
+    """`text` in lines of at most `width`, broken after ", ", a space, "(" or "="; a word
+    longer than a line keeps its head and tail around "…", and the last line ends with
+    "…" when more lines would be needed."""
+    pieces = [p for p in re.findall(r"[^ ,(=]*(?:, |,| |\(|=|$)", text) if p]
+    lines: list[str] = [""]
+    for piece in pieces:
+        if len(piece) > width:
+            half = (width - 1) // 2
+            piece = piece[:half] + "…" + piece[len(piece) - (width - 1 - half) :]
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines.append("")
+        lines[-1] += piece
+    lines = [line.rstrip() for line in lines]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][: width - 1] + "…"
+    return lines
+
+
+def _render(stats: PipelineStats) -> str:
+    b = stats.bottleneck
+    show_buffered = any(s.buffered_elements is not None for s in stats.stages)
+    headers = ["id", "stage", "in", "% wait", "avg/elem", "elements", "elems/s", "% CPU"]
+    headers += ["buffered"] if show_buffered else []
+    rows = []
+    for s in stats.stages:
+        row = [
+            f"{s.id}{'*' if b is not None and s.id == b.id else ''}",
+            _label(s.name),
+            ",".join(map(str, s.inputs)) or "-",
+            f"{s.wait_percent:.1f}%",
+            _dur(s.mean_s),
+            f"{s.elements:,}",
+            f"{s.elements_per_s:,.0f}" if s.elements_per_s else "-",
+            f"{s.cpu_percent:.0f}%" if s.cpu_percent is not None else "-",
+        ]
+        if show_buffered:
+            row.append(
+                f"{s.buffered_elements} ({_bytes(s.buffered_bytes or 0)})"
+                if s.buffered_elements is not None
+                else ""
+            )
+        rows.append(row)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    sep = "  "
+    others = sum(w for i, w in enumerate(widths) if i != 1) + len(sep) * (len(widths) - 1)
+    widths[1] = max(16, min(widths[1], WIDTH - others))
+    right = {0, 3, 4, 5, 6, 7, 8}  # figures are right-aligned
+
+    def line(cells: list[str]) -> str:
+        out = [
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ]
+        return sep.join(out).rstrip()
+
+    body = [line(headers), line(["-" * w for w in widths])]
+    for row in rows:
+        name = _wrap(row[1], widths[1])
+        body.append(line([*row[:1], name[0], *row[2:]]))
+        body.extend(line(["", more] + [""] * (len(row) - 2)) for more in name[1:])
+    return "\n".join(
+        [
+            "chute execution summary:",
+            *textwrap.wrap(_NOTE, WIDTH),
+            "",
+            *body,
+            "",
+            *textwrap.wrap(stats.advice(), WIDTH),
+            *_render_tuned(stats.tuned),
+        ]
+    )
+
+
+_SHOWN_DECISIONS = 3  # per setting, the latest
+
+
+def _render_tuned(tuned: tuple[TunedStage, ...]) -> list[str]:
+    """What AUTOTUNE chose, stage by stage, with each setting's latest decisions and their
+    reasons."""
+    if not tuned:
+        return []
+    lines = ["", "chute.AUTOTUNE chose (each setting's latest decisions):"]
+    for t in tuned:
+        now = ", ".join(f"{k} = {v}" for k, v in t.current.items())
+        lines.extend(
+            textwrap.wrap(f"{t.id} {_label(t.name)}: {now}", WIDTH, subsequent_indent="    ")
+        )
+        for setting in t.current:
+            mine = [d for d in t.decisions if d.setting == setting]
+            if len(mine) > _SHOWN_DECISIONS:
+                lines.append(f"    ({len(mine) - _SHOWN_DECISIONS} earlier for {setting})")
+            for d in mine[-_SHOWN_DECISIONS:]:
+                lines.extend(
+                    textwrap.wrap(
+                        str(d).strip(), WIDTH, initial_indent="    ", subsequent_indent="      "
+                    )
+                )
+    return lines
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.2f} {unit}"
+    return f"{s * 1e9:.0f} ns"
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+class PipelineView:
+    """Attached to the outermost instrumented iterator: collects, prints, draws."""
+
+    def __init__(self, top: TimedIterator) -> None:
+        self._top = top
+        self._last_print = time.monotonic()
+        self._printed_graph = False
+        self._printed_final = False
+        self._printed_at = -1  # elements produced when the summary was last printed
+        self._verdict: str | None = None  # the last summary's recommendation
+        # The consumer's clock: `last_ns` is set by the outermost proxy at every element;
+        # at the first, its time, the wait so far and its thread's CPU figures are kept.
+        self.last_ns = 0
+        self._first: tuple[int, int, int, int] | None = None  # (ns, waited ns, cpu, queued)
+        self._thread_times = (0, 0)  # the consumer thread's (on a CPU, queued) at last look
+        self._debug = bool(config.get("py_debug_mode"))
+        self._viz_dir = config.get("py_dataset_visualization_output_dir")
+        self._interval = float(config.get("py_debug_summary_interval_s"))
+
+    def records(self) -> list[tuple[StageRecord, DatasetIterator[Any] | None]]:
+        """Every stage's record (sources first), with the iterator of iter stages."""
+        return stage_records(self._top)
+
+    def stats(self) -> PipelineStats:
+        pairs = self.records()
+        records = {r.id: r for r, _ in pairs}
+        iters = {r.id: it for r, it in pairs}
+
+        def self_ns(r: StageRecord) -> int:
+            if r.boundary:
+                return r.wall_ns
+            inputs = sum(records[i].wall_ns for i in r.inputs if i in records)
+            return max(0, r.wall_ns - inputs)
+
+        def self_cpu_ns(r: StageRecord) -> float:
+            if r.boundary:
+                return r.cpu_estimate_ns()
+            inputs = sum(records[i].cpu_estimate_ns() for i in r.inputs if i in records)
+            return max(0.0, r.cpu_estimate_ns() - inputs)
+
+        def self_queued_ns(r: StageRecord) -> float:
+            if r.boundary:
+                return r.queued_estimate_ns()
+            inputs = sum(records[i].queued_estimate_ns() for i in r.inputs if i in records)
+            return max(0.0, r.queued_estimate_ns() - inputs)
+
+        def cpu_percent(r: StageRecord) -> float | None:
+            # Time queued for a CPU is left out: neither work nor waiting for data.
+            ready = self_ns(r) - self_queued_ns(r)
+            return min(100.0, 100.0 * self_cpu_ns(r) / ready) if ready > 0 else None
+
+        wait: dict[int, float] = dict.fromkeys(records, 0.0)
+
+        def subtree(ids: list[int]) -> list[StageRecord]:
+            out, stack, seen = [], list(ids), set()
+            while stack:
+                i = stack.pop()
+                if i in seen or i not in records:
+                    continue
+                seen.add(i)
+                out.append(records[i])
+                stack.extend(records[i].inputs)
+            return out
+
+        def ready_ns(r: StageRecord) -> float:
+            # Own time less time queued for a CPU: on a loaded machine the queueing lands
+            # wherever the scheduler preempts, which says nothing about the stage.
+            return max(0.0, self_ns(r) - self_queued_ns(r))
+
+        def attribute(r: StageRecord) -> None:
+            if r.boundary:
+                # The stages behind produce what the consumer waits for: each accounts for
+                # its own time, scaled down when they ran in parallel with the consumer; a
+                # wait longer than their time is the prefetch stage's own overhead.
+                behind = [s for s in subtree(r.inputs) if not s.boundary]
+                total = sum(ready_ns(s) for s in behind)
+                waited = ready_ns(r)
+                scale = min(1.0, waited / total) if total else 0.0
+                for s in behind:
+                    wait[s.id] += ready_ns(s) * scale
+                wait[r.id] += max(0.0, waited - total)
+                return
+            wait[r.id] += ready_ns(r)
+            for i in r.inputs:
+                if i in records:
+                    attribute(records[i])
+
+        top = self._top.record
+        attribute(top)
+        consumer = sum(wait.values()) or 1.0
+        stages = []
+        for r in records.values():
+            buffered = _buffer_info(iters[r.id])
+            it = iters[r.id]
+            mean = r.wall_ns / r.elements / 1e9 if r.elements else None
+            stages.append(
+                StageStats(
+                    id=r.id,
+                    name=r.name,
+                    inputs=tuple(r.inputs),
+                    kind=r.kind,
+                    elements=r.elements,
+                    total_s=r.wall_ns / 1e9,
+                    self_s=self_ns(r) / 1e9,
+                    min_s=r.min_ns / 1e9 if r.elements else None,
+                    max_s=r.max_ns / 1e9 if r.elements else None,
+                    mean_s=mean,
+                    elements_per_s=r.elements / (self_ns(r) / 1e9) if self_ns(r) else None,
+                    cpu_percent=cpu_percent(r),
+                    wait_percent=100.0 * wait[r.id] / consumer,
+                    gil_samples=r.samples,
+                    gil_busy_samples=r.gil_busy,
+                    boundary=r.boundary,
+                    pass_through=r.pass_through,
+                    buffered_elements=buffered[0] if buffered else None,
+                    buffered_bytes=buffered[1] if buffered else None,
+                    spec=r.spec,
+                    queued_s=self_queued_ns(r) / 1e9,
+                    parallelism=it.parallelism() if it is not None and r.boundary else None,
+                )
+            )
+        internal = {r.id for r in records.values() if r.internal}
+        tuned = []
+        for r, it in pairs:
+            tuning = it.tuning() if it is not None else None
+            if tuning is not None:
+                tuned.append(
+                    TunedStage(r.id, r.name, dict(tuning.current), tuple(tuning.decisions))
+                )
+        return PipelineStats(
+            _fold(stages, internal),
+            top.wall_ns / 1e9,
+            self._verdict,
+            tuple(tuned),
+            self._consumer(),
+            usable_cores(),
+        )
+
+    def _consumer(self) -> ConsumerTime | None:
+        if self._first is None or self._top.record.elements < 2:
+            return None
+        at, waited, cpu, queued = self._first
+        return ConsumerTime(
+            elapsed_s=(self.last_ns - at) / 1e9,
+            waited_s=(self._top.record.wall_ns - waited) / 1e9,
+            on_cpu_s=(self._thread_times[0] - cpu) / 1e9,
+            queued_s=(self._thread_times[1] - queued) / 1e9,
+            elements=self._top.record.elements - 1,
+        )
+
+    # -- called by the outermost proxy --------------------------------------------------
+
+    def tick(self) -> None:
+        self._thread_times = thread_times_ns()  # on the consumer's thread
+        if self._first is None:
+            self._first = (self.last_ns, self._top.record.wall_ns, *self._thread_times)
+        if self._viz_dir is not None and not self._printed_graph:
+            self._printed_graph = True
+            self._emit_graph()
+        if self._debug and time.monotonic() - self._last_print >= self._interval:
+            self._last_print = time.monotonic()
+            self._print()
+
+    def finished(self) -> None:
+        """The iterator ended or was closed: the summary once, unless the last periodic
+        one already showed these figures."""
+        if self._first is not None:
+            self._thread_times = thread_times_ns()
+        if self._debug and not self._printed_final:
+            self._printed_final = True
+            if self._top.record.elements != self._printed_at:
+                self._print()
+
+    def _print(self) -> None:
+        figures = self.stats()
+        self._verdict = figures.recommendation or self._verdict
+        self._printed_at = self._top.record.elements
+        print(figures.summary(), file=sys.stderr, flush=True)
+
+    def _emit_graph(self) -> None:
+        figures = self.stats()
+        text = graph_text(figures)
+        if self._viz_dir:
+            os.makedirs(self._viz_dir, exist_ok=True)
+            Path(self._viz_dir, "pipeline_graph.txt").write_text(text + "\n")
+            Path(self._viz_dir, "pipeline_graph.svg").write_text(figures.to_svg())
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+def _fold(stages: list[StageStats], internal: set[int]) -> tuple[StageStats, ...]:
+    """`stages` without the `internal` ones: a stage fed by one is fed by its inputs
+    instead, and takes its share of the wait (or its input does, at the top)."""
+    by_id = {st.id: st for st in stages}
+    extra = dict.fromkeys(by_id, 0.0)
+
+    def inputs_of(ids: tuple[int, ...]) -> tuple[int, ...]:
+        out: list[int] = []
+        for i in ids:
+            out.extend(inputs_of(by_id[i].inputs) if i in internal and i in by_id else (i,))
+        return tuple(out)
+
+    for h in (by_id[i] for i in internal if i in by_id):
+        consumer = next((st for st in stages if h.id in st.inputs), None)
+        heir = consumer.id if consumer is not None else next(iter(inputs_of(h.inputs)), None)
+        if heir is not None and heir not in internal:
+            extra[heir] += h.wait_percent
+    return tuple(
+        dataclasses.replace(
+            st, inputs=inputs_of(st.inputs), wait_percent=st.wait_percent + extra[st.id]
+        )
+        for st in stages
+        if st.id not in internal
+    )
+
+
+def graph_text(stats: PipelineStats) -> str:
+    """The text graph: each stage, then the spec of what it produces."""
+    by_id = {s.id: s for s in stats.stages}
+    lines = ["chute pipeline graph:", ""]
+    done: set[int] = set()
+
+    def emit(s: StageStats) -> None:
+        if s.id in done:
+            return
+        done.add(s.id)
+        for i in s.inputs:
+            if i in by_id:
+                emit(by_id[i])
+        if not s.inputs:
+            lines.append(f"[{s.id}] {s.name}")
+        else:
+            src = "" if len(s.inputs) == 1 else f"  (inputs {', '.join(map(str, s.inputs))})"
+            lines.extend(["  ││", f"  ││  [{s.id}] {s.name}{src}", "  ││", "  ╲╱"])  # noqa: RUF001
+        lines.append(repr(s.spec))
+        lines.append("")
+
+    for s in stats.stages:
+        if not any(s.id in t.inputs for t in stats.stages):
+            emit(s)
+    return "\n".join(lines).rstrip()
+
+
+def _buffer_info(it: DatasetIterator[Any] | None) -> tuple[int, int] | None:
+    return it.buffer_info() if it is not None else None
+
+
+def stats(iterator: Any) -> PipelineStats:
+    """Per-stage figures of an iterator created while `py_debug_mode` was on.
+
+    >>> import chute
+    >>> chute.config.update("py_debug_mode", True)
+    >>> it = iter(chute.MapDataset.range(1000).map(lambda x: x + 1).to_iter_dataset().batch(10))
+    >>> _ = list(it)
+    >>> s = chute.stats(it)
+    >>> [st.elements for st in s.stages]
+    [1000, 1000, 1000, 100]
+    >>> chute.config.update("py_debug_mode", False)
+    """
+    view = getattr(iterator, "top", None)
+    if not isinstance(view, PipelineView):
+        raise ValueError(
+            f"chute.stats: {iterator!r} records no statistics: turn them on before creating "
+            'the iterator, with chute.config.update("py_debug_mode", True), then iter(ds).'
+        )
+    return view.stats()
+
+
+attach_view(PipelineView)  # the summary plugs into the instrumentation
+
+__all__ = [
+    "FEWER",
+    "FREE_CORES",
+    "PROCESSES",
+    "THREADS",
+    "THREADS_OR_PROCESSES",
+    "ConsumerTime",
+    "PipelineStats",
+    "StageStats",
+    "TunedStage",
+    "graph_text",
+    "nearest_records",
+    "stats",
+]

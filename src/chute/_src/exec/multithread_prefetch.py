@@ -1,0 +1,60 @@
+"""`experimental.multithread_prefetch`: a pipeline computed ahead on threads.
+
+Every `to_iter_dataset` reader of the pipeline computes its chunks on `num_threads`
+threads, and the stages after the readers run in one more background thread, with up to
+`buffer_size` elements ready. The output is the same for any number of threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from chute._src.core.contract import StageRole
+from chute._src.core.dataset import IterDataset, rewrite_graph
+from chute._src.core.iterator import DatasetIterator
+from chute._src.core.options import ReadOptions
+from chute._src.exec.thread_prefetch import ThreadPrefetchIterDataset, _ThreadPrefetchIterator
+
+T = TypeVar("T")
+
+
+def multithread_prefetch(
+    ds: IterDataset[T], num_threads: int, buffer_size: int, sequential_slice: bool = False
+) -> IterDataset[T]:
+    """`ds` computed ahead on `num_threads` threads (0: `ds` itself).
+
+    `sequential_slice` is accepted and changes nothing: chute does not deal elements out
+    to threads, so their order never depends on it.
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(8).to_iter_dataset().map(lambda x: x * 2)
+    >>> list(multithread_prefetch(ds, num_threads=3, buffer_size=2))
+    [0, 2, 4, 6, 8, 10, 12, 14]
+    """
+    for name, value in (("num_threads", num_threads), ("buffer_size", buffer_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"multithread_prefetch: {name}={value!r} is invalid: it must be an int >= 0."
+            )
+    if num_threads == 0:
+        return ds
+    options = ReadOptions(
+        num_threads=num_threads, prefetch_buffer_size=num_threads * max(1, buffer_size)
+    )
+
+    def threaded(node: Any) -> Any:
+        if node.role is StageRole.READER and node.parents:
+            return node.parents[0].to_iter_dataset(options)
+        return node
+
+    return ThreadPrefetchIterDataset(
+        rewrite_graph(ds, threaded), prefetch_buffer_size=max(1, buffer_size)
+    )
+
+
+class ThreadPrefetchDatasetIterator(_ThreadPrefetchIterator):
+    """An iterator computing `parent` ahead in a background thread, `prefetch_buffer_size`
+    elements at most; its state is `parent`'s after the last element handed out."""
+
+    def __init__(self, parent: DatasetIterator[Any], prefetch_buffer_size: int) -> None:
+        super().__init__(parent, prefetch_buffer_size)

@@ -1,0 +1,261 @@
+"""`ChunkService`: the worker processes of one `mp_prefetch` iterator, and the routing of
+their tasks and results.
+
+Chunk tasks go to workers round-robin; a shard goes to the worker that has read it
+before (it keeps the shard open). Each task gets a `Ticket`; results come back in order
+per worker and are routed to their tickets. Which worker computes a chunk never changes
+what the chunk holds, only when it is ready.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from chute._src.core import observe
+from chute._src.core.dataset import MapDataset, rewrite_graph, stages_sources_first
+from chute._src.core.options import MultiprocessingOptions
+from chute._src.exec import autotune
+from chute._src.exec.autotune import AUTOTUNE
+from chute._src.exec.mp.errors import WorkerDiedError
+from chute._src.exec.mp.pool import WorkerPool, forkserver_cold, forkserver_starting_s
+from chute._src.exec.workers import pipeline_pickle
+from chute._src.exec.workers.shards import ShardStream
+from chute._src.exec.workers.startup import StartupHelper
+from chute._src.exec.workers.tasks import ChunkResult, ChunkTask, ShardResult, ShardTask, Task
+from chute._src.exec.workers.watchdog import Watchdog
+from chute._src.exec.workers.worker import ChunkWorker, ShippedInit
+
+TARGET_CHUNK_S = 0.02  # a worker's chunk should take about this long to compute
+_WORKER_BYTES = 256 << 20  # the memory a worker is assumed to take, for AUTOTUNE
+_DIED_AT_START = (
+    "chute: the worker died before returning any result: it was killed (out of memory, a "
+    "signal) or crashed in native code while starting or computing its first chunk. Its exit "
+    "code is above; a worker_init_fn or a module the pipeline imports may be what failed."
+)
+
+
+def autotuned_workers() -> int:
+    """`num_workers=AUTOTUNE`: the cores this process may use, fewer if the memory budget
+    (a quarter of the available memory) would not hold 256 MiB per worker."""
+    return max(1, min(autotune.usable_cores(), autotune.memory_budget() // _WORKER_BYTES))
+
+
+class Ticket:
+    """A task sent to a worker, and its result once received."""
+
+    __slots__ = ("cold", "discarded", "result", "task", "worker")
+
+    def __init__(self, worker: int, task: Task) -> None:
+        self.worker = worker
+        self.task = task
+        self.result: Any = None
+        self.discarded = False
+        self.cold = False  # its worker's first result (imports, lazy loads, fresh memory)
+
+
+class ServiceBox:
+    """Where the rewritten readers find the chunk service, made once all leaves are known."""
+
+    service: ChunkService | None = None
+
+
+class ChunkService:
+    """Starts the workers (from a thread: `iter()` does not wait for them), sends tasks,
+    routes results back to their tickets, and stops the workers at `close`."""
+
+    def __init__(
+        self,
+        leaves: list[MapDataset[Any]],
+        streams: list[ShardStream],
+        options: MultiprocessingOptions,
+        worker_init_fn: Callable[[int, int], None] | None,
+    ) -> None:
+        self._shared: list[Any] = []
+        # Each node as workers receive it (`for_workers`: large in-memory lists shared
+        # through shared memory rather than pickled into every worker).
+        leaves = [rewrite_graph(leaf, lambda n: n.for_workers(self._shared)) for leaf in leaves]
+        stages: list[Any] = [n for leaf in leaves for n in stages_sources_first(leaf)]
+        stages += [shard for stream in streams for shard in stream.shards]
+        observer = observe.observing()
+        self._merge_figures = observer.figures_merger(leaves) if observer is not None else None
+        payload = pipeline_pickle.dumps((leaves, streams), stages)
+        self._shard_worker: dict[tuple[int, int], int] = {}  # (stream, shard) -> its worker
+        shard_requests = min(4096, 2 * sum(len(stream.shards) for stream in streams))
+        self.tuning: autotune.Tuning | None = None
+        if options.num_workers is AUTOTUNE:
+            self.workers = autotuned_workers()
+            self.tuning = autotune.Tuning()
+            self.tuning.note(
+                "num_workers",
+                self.workers,
+                f"{autotune.usable_cores()} usable cores, memory for "
+                f"{autotune.memory_budget() // _WORKER_BYTES} workers of 256 MiB",
+            )
+        else:
+            self.workers = options.num_workers
+        self._several_leaves = len(leaves) > 1
+        per_worker = options.per_worker_buffer_size + 1
+        self.max_outstanding = max(2, self.workers * options.per_worker_buffer_size)
+        self._pool: WorkerPool[Task, Any] = WorkerPool(
+            self.workers,
+            ChunkWorker(payload),
+            worker_init_fn=ShippedInit.of(worker_init_fn),
+            buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding + shard_requests,
+        )
+        self._watchdog = Watchdog(
+            self._pool, options.stall_warning_s, options.timeout_s, self.close
+        )
+        self._queues: list[deque[Ticket]] = [deque() for _ in range(self.workers)]
+        self._shards_held = [0] * self.workers  # shards each worker was given
+        self._received = [False] * self.workers
+        self.warm = False  # a reader has had an element computed by itself, or a result
+        self._next_worker = 0
+        # Workers start now, not at the first `next` (they import and unpickle the pipeline
+        # while the caller restores a state or its model, as PyTorch's start at `iter`),
+        # and from a thread: starting them waits for the forkserver to finish its imports,
+        # and `iter()` need not.
+        self._start_error: BaseException | None = None
+        # Only while the first pool waits for the forkserver's imports, and only when no
+        # worker_init_fn sets up what elements may need in a worker (`startup.py`).
+        self.helper: StartupHelper | None = None
+        if worker_init_fn is None and self._pool.start_method == "forkserver" and forkserver_cold():
+            self.helper = StartupHelper(lambda: self.started, forkserver_starting_s, TARGET_CHUNK_S)
+        self._starter: threading.Thread | None = threading.Thread(
+            target=self._start_workers, name="chute-start-workers", daemon=True
+        )
+        self._starter.start()
+
+    def _start_workers(self) -> None:
+        try:
+            self._pool.start()
+        except BaseException as e:
+            self._start_error = e
+
+    def start(self) -> None:
+        """Waits for the workers to be started (not ready); raises what starting raised."""
+        if self._starter is None:
+            return
+        self._starter.join()
+        self._starter = None
+        if self._start_error is not None:
+            error, self._start_error = self._start_error, None
+            raise error
+
+    @property
+    def started(self) -> bool:
+        """Whether the workers are started (so `submit` does not wait for them)."""
+        return self._starter is None or not self._starter.is_alive()
+
+    def startup_helper(self) -> StartupHelper | None:
+        """The helper thread computing elements while the program's first workers start;
+        None once they are started (or when there is none)."""
+        helper = self.helper
+        if helper is not None and (helper.stuck or self.started):
+            helper.close()
+            self.helper = helper = None
+        return helper
+
+    def submit(self, leaf: int, start: int, k: int) -> Ticket:
+        """Asks for chunk `[start, start + k)` of leaf `leaf`, from the next worker."""
+        self.start()
+        w = self._next_worker
+        self._next_worker = (w + 1) % self.workers
+        return self._send(w, ChunkTask(leaf, start, k))
+
+    def submit_stream(self, task: ShardTask) -> Ticket:
+        """Asks for steps of a shard from the worker that has read it before (which then
+        replaces the copy it has open when the request brings a state to start from), or
+        first from the worker with the fewest shards (then the fewest requests waiting).
+        Shards are opened one after the other, each once the one before has given its
+        first element, so queues are often equally empty: by queue length alone, the first
+        worker would take nearly every shard while the others idle."""
+        self.start()
+        key = (task.stream, task.shard)
+        w = self._shard_worker.get(key)
+        if w is None:
+            held = self._shards_held
+            w = min(range(self.workers), key=lambda i: (held[i], len(self._queues[i])))
+            self._shard_worker[key] = w
+            held[w] += 1
+        return self._send(w, task)
+
+    def _send(self, worker: int, task: Task) -> Ticket:
+        ticket = Ticket(worker, task)
+        self._pool.put(worker, task)
+        self._queues[worker].append(ticket)
+        return ticket
+
+    def stream_result(self, ticket: Ticket) -> tuple[ShardResult, BaseException | None]:
+        """The result of a `submit_stream` request, with its exception re-created here."""
+        result: ShardResult = self._wait(ticket)
+        return result, self._rebuilt(result.failure, ticket)
+
+    def result(self, ticket: Ticket) -> tuple[ChunkResult, BaseException | None]:
+        """A chunk's result: its elements, or those before the one that raised and that
+        one's exception (re-created here)."""
+        result: ChunkResult = self._wait(ticket)
+        if result.figures and self._merge_figures is not None:  # debug mode's, from the worker
+            self._merge_figures(result.figures)
+        return result, self._rebuilt(result.failure, ticket)
+
+    def _rebuilt(self, failure: Any, ticket: Ticket) -> BaseException | None:
+        if failure is None:
+            return None
+        exc: BaseException = failure.rebuild()
+        exc.add_note(f"chute: raised in worker {ticket.worker} of {self.workers}")
+        return exc
+
+    def _wait(self, ticket: Ticket) -> Any:
+        """The result of `ticket`, receiving those before it from its worker."""
+        self.start()
+        queue = self._queues[ticket.worker]
+        while ticket.result is None:
+            oldest = queue.popleft()
+            try:
+                oldest.result = self._get(oldest)
+            except WorkerDiedError as e:
+                if not self._received[ticket.worker]:
+                    e.add_note(_DIED_AT_START)
+                raise
+            oldest.cold = not self._received[ticket.worker]
+            self._received[ticket.worker] = True
+            self.warm = True
+        out, ticket.result = ticket.result, None
+        return out
+
+    def _get(self, ticket: Ticket) -> Any:
+        return self._watchdog.get(ticket.worker, lambda: self._describe(ticket))
+
+    def _describe(self, ticket: Ticket) -> str:
+        pids = self._pool.pids
+        pid = f" (pid {pids[ticket.worker]})" if ticket.worker < len(pids) else ""
+        where = ticket.task.describe(self._several_leaves)
+        return f"worker {ticket.worker} of {self.workers}{pid}, computing {where},"
+
+    def discard(self, ticket: Ticket) -> None:
+        """Drops a ticket whose result is no longer wanted (after `set_state`)."""
+        ticket.discarded = True
+        self.start()
+        queue = self._queues[ticket.worker]
+        while ticket in queue:
+            oldest = queue.popleft()
+            result = self._get(oldest)
+            if not oldest.discarded:  # another reader's, still wanted: kept for it
+                oldest.result = result
+            if oldest is ticket:
+                break
+
+    def close(self) -> None:
+        if self.helper is not None:
+            self.helper.close()
+            self.helper = None
+        try:
+            self.start()
+        except BaseException:
+            pass  # the pool is closed all the same; the error was or will be raised
+        self._pool.close()
+        for shared in self._shared:
+            shared.unlink()

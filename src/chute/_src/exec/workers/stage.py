@@ -1,0 +1,180 @@
+"""`IterDataset.mp_prefetch`: worker processes, with output independent of their number.
+
+Workers compute fixed, index-addressed chunks of the random-access part of the pipeline:
+every `to_iter_dataset` leaf (its `MapDataset`, plus any `map`/`filter` IterDataset stages
+directly above it, which are moved into the workers because they act element by element).
+The main process asks for chunks in index order, reassembles them, and runs the rest of
+the pipeline (batching after a filter, packing, mixing: the order-dependent stages) on the
+reassembled stream. So the elements, and the iterator states, are exactly those of the
+same pipeline run with no workers; a state taken with any number of workers restores
+into any other number. The state holds no worker buffers and taking it needs no IPC.
+
+Errors too: a chunk whose element raises comes back as the elements before it plus the
+exception, raised when the consumer reaches that element, as without workers. While the
+consumer waits for a worker, `MultiprocessingOptions.stall_warning_s` and `timeout_s`
+bound the wait (a warning with the worker's stack, then an error).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from chute._src.core import config
+from chute._src.core.contract import StageRole
+from chute._src.core.dataset import IterDataset, MapDataset
+from chute._src.core.iterator import DatasetIterator
+from chute._src.core.options import MultiprocessingOptions
+from chute._src.exec import autotune
+from chute._src.exec.autotune import AUTOTUNE
+from chute._src.exec.executors import Parallelism
+from chute._src.exec.mp.pool import prewarm
+from chute._src.exec.workers import pipeline_pickle, worker
+from chute._src.exec.workers.rewrite import substitute
+from chute._src.exec.workers.service import ChunkService, ServiceBox
+from chute._src.exec.workers.shards import ShardStream
+
+T = TypeVar("T")
+
+
+class MultiprocessPrefetchIterDataset(IterDataset[T]):
+    """Runs `parent`'s random-access part in `options.num_workers` worker processes."""
+
+    def __init__(
+        self,
+        parent: IterDataset[T],
+        options: MultiprocessingOptions | None = None,
+        worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
+    ) -> None:
+        super().__init__([parent])
+        if not isinstance(sequential_slice, bool):
+            raise TypeError(
+                f"mp_prefetch: sequential_slice={sequential_slice!r} is not a bool: pass True "
+                "or False."
+            )
+        if options is not None and not isinstance(options, MultiprocessingOptions):
+            raise TypeError(
+                f"mp_prefetch: options={options!r} is not a MultiprocessingOptions: pass "
+                "chute.MultiprocessingOptions(num_workers=N)."
+            )
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(
+                f"mp_prefetch: worker_init_fn={worker_init_fn!r} is not callable: pass a "
+                "function f(worker_index, worker_count), or None."
+            )
+        self._options = options or MultiprocessingOptions(num_workers=AUTOTUNE)
+        self._worker_init_fn = worker_init_fn
+        if self._options.num_workers != 0:
+            # Start the process that forks the workers now, while the pipeline is being
+            # built: its imports then overlap the user's work instead of the first batch.
+            prewarm(functools.partial(_worker_modules, parent, worker_init_fn is None))
+        # Grain's workers read strided slices of the source, or contiguous ones with
+        # sequential_slice=True (a different order). chute's workers always compute
+        # contiguous chunks of indices, reassembled in index order: the output is the same
+        # either way, so the flag is accepted and changes nothing.
+        self._sequential_slice = sequential_slice
+
+    @property
+    def options(self) -> MultiprocessingOptions:
+        return self._options
+
+    @property
+    def role(self) -> StageRole:  # type: ignore[override]
+        # With no workers, it hands its input on and does nothing else.
+        return StageRole.PASS_THROUGH if self._options.num_workers == 0 else StageRole.PREFETCH
+
+    @property
+    def concurrent(self) -> bool:
+        return self._options.num_workers != 0
+
+    def make_iterator(self) -> DatasetIterator[T]:
+        if self._options.enable_profiling and not config.get("py_debug_mode"):
+            with config.debug_mode_here():  # the stages below record and print statistics
+                return self._make_unprofiled_iterator()
+        return self._make_unprofiled_iterator()
+
+    def _make_unprofiled_iterator(self) -> DatasetIterator[T]:
+        parent: IterDataset[T] = self._parents[0]  # type: ignore[assignment]
+        if self._options.num_workers == 0:
+            return _MultiprocessIterator(parent._iter(), None)
+        leaves: list[MapDataset[Any]] = []
+        streams: list[ShardStream] = []
+        box = ServiceBox()
+        main_chain = substitute(parent, leaves, streams, box)
+        if not leaves and not streams:
+            warnings.warn(
+                f"mp_prefetch: {parent!r} is one stream that cannot be split: it has no "
+                "random-access part (a MapDataset turned into an IterDataset with "
+                "to_iter_dataset) and no stream of shards (InterleaveIterDataset, "
+                "JsonlIterDataset, FileLinesIterDataset) for workers to read, so it runs in "
+                "this process. To use workers, give one IterDataset per shard (file) to "
+                "experimental.InterleaveIterDataset (IterDataset.source(lambda: "
+                "read(shard)) for each), or build the expensive steps on a MapDataset.",
+                stacklevel=2,
+            )
+            return _MultiprocessIterator(parent._iter(), None)
+        box.service = service = ChunkService(leaves, streams, self._options, self._worker_init_fn)
+        return _MultiprocessIterator(main_chain._iter(), service)
+
+    def __repr__(self) -> str:
+        return f"MultiprocessPrefetchIterDataset(num_workers={self._options.num_workers})"
+
+
+def _worker_modules(parent: IterDataset[Any], users_too: bool) -> list[str]:
+    """The modules a worker imports to unpickle its tasks: the worker's (`ChunkWorker`) and
+    those `parent`'s pickle refers to, which the forkserver then imports once for every
+    worker. The user's modules only with no `worker_init_fn`: with one, they are imported
+    after it ran, in each worker, as before."""
+    names = [worker.__name__, *pipeline_pickle.referenced_modules(parent)]
+    return [n for n in names if users_too or n.startswith("chute.")]
+
+
+class _MultiprocessIterator(DatasetIterator[T]):
+    """The stage the user holds; its state is its parent's (so the same with any number
+    of workers, or without the stage)."""
+
+    stage = "mp_prefetch"
+    transparent = True
+
+    def __init__(self, parent: DatasetIterator[T], service: ChunkService | None) -> None:
+        super().__init__(parent)
+        self._service = service
+        if service is not None:
+            weakref.finalize(self, service.close)
+
+    def __next__(self) -> T:
+        try:
+            return next(self._parent)
+        except StopIteration:
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _next_many(self, n: int) -> list[T]:
+        try:
+            return self._parent._next_many(n)
+        except BaseException:
+            self.close()
+            raise
+
+    def start_prefetch(self) -> None:
+        if self._service is not None:
+            self._service.start()
+        self._parent.start_prefetch()
+
+    def close(self) -> None:
+        self._parent.close()
+        if self._service is not None:
+            self._service.close()
+
+    def tuning(self) -> autotune.Tuning | None:
+        return self._service.tuning if self._service is not None else None
+
+    def parallelism(self) -> Parallelism:
+        """The worker processes computing the elements (0: none, a pass-through)."""
+        return Parallelism(processes=self._service.workers if self._service is not None else 0)

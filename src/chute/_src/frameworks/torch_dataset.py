@@ -1,0 +1,670 @@
+"""`chute.torch.IterableDataset`: a chute MapDataset read by `torch.utils.data.DataLoader`.
+
+torch gives each of its worker processes a copy of an `IterableDataset`; a copy that does
+not know which worker it is yields everything in every worker (every element twice with
+2 workers). This adapter reads, in each copy, one epoch of the MapDataset at a time, cut
+by position and never by content, so the parts are disjoint and cover the epoch:
+
+    epoch e            positions [e*n, (e+1)*n) of dataset.repeat(e + 1)  (a new shuffle)
+    rank r of R        ShardOptions(r, R).shard_slice(n) of those          (positions r::R)
+    worker k of W      [k::W] of the rank's part                          (get_worker_info())
+
+that is, copy `j = r + R*k` of `m = R*W` reads positions `j, j + m, ...` of the epoch: its
+share of the layout `[0, stop)`, as a host of `ElasticIterator` does. Each copy's state is
+its epoch, its share, how many positions of it it has read (elements carry their position
+through the pipeline, so a filter does not blur it) and its chute iterator's state (a few
+integers, the pipeline's identity), which `state_dict()` returns as torch's `Stateful`:
+torchdata's `StatefulDataLoader` saves one per worker and hands each back to the same
+worker. With another world size or worker count, `merge_state_dicts` takes the states of
+all old copies and returns what none has read, `explicit ++ [start, stop)` (see
+docs/elastic.md), which every new copy loads and deals out to itself by the same rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chute._src.core.checkpointing import from_state_dict
+from chute._src.core.dataset import INFINITE, MapDataset
+from chute._src.core.errors import CheckpointError
+from chute._src.core.iterator import check_int
+from chute._src.core.options import ReadOptions
+from chute._src.core.seeding import same_params
+from chute._src.core.state_checks import CHECKSUM_KEY, quote, seal, unseal
+from chute._src.frameworks.elastic import (
+    rest_of_share,
+    share_of_layout,
+    stack_tagged,
+    tagged_share,
+    union_of_remaining,
+)
+from chute._src.frameworks.sharding import NoSharding, ShardOptions
+from chute._src.frameworks.torch_tensors import to_tensors
+
+try:
+    import torch
+    import torch.utils.data
+except ImportError as e:  # pragma: no cover - the torch extra is installed for the tests
+    raise ImportError(
+        "chute.torch needs PyTorch, which is not installed: pip install 'chute[torch]'."
+    ) from e
+
+
+def shard_by_torch_rank(drop_remainder: bool = False) -> ShardOptions:
+    """ShardOptions for this rank of `torch.distributed`: shard `get_rank()` of
+    `get_world_size()`. `ValueError` outside a distributed run (no process group).
+
+    With `drop_remainder`, every rank gets the same number of elements, which
+    `DistributedDataParallel` needs (a rank with one batch more waits forever in its last
+    all-reduce).
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(
+            "shard_by_torch_rank: this is not a torch.distributed run (no process group is "
+            "initialized): call torch.distributed.init_process_group() first, or catch this "
+            "ValueError and read all data in a standalone run."
+        )
+    return ShardOptions(dist.get_rank(), dist.get_world_size(), drop_remainder=drop_remainder)
+
+
+def _default_shard_options() -> ShardOptions:
+    try:
+        return shard_by_torch_rank()
+    except ValueError:
+        return NoSharding()
+
+
+NAME = "chute.torch.IterableDataset"
+COPY_KEYS = frozenset({"epoch", "shard", "pipeline", "length", "part", "read", "iterator"})
+"""The keys of one copy's state (and CHECKSUM_KEY)."""
+OLD_COPY_KEYS = frozenset({"epoch", "shard", "iterator"})
+"""The keys of one copy's state as chute saved it before states could be merged."""
+MERGED_KEYS = frozenset(
+    {"merged_from", "epoch", "pipeline", "length", "pending", "next_index", "stop", "copies"}
+)
+"""The keys of a state `merge_state_dicts` returns (and CHECKSUM_KEY)."""
+_MERGE_FIX = (
+    "with another world size or num_workers, restore every copy of the new run from "
+    f"{NAME}.merge_state_dicts(the states of all copies of the old run) (docs/elastic.md)"
+)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One copy's share of an epoch: `pending`, then `next_index, next_index + stride, ...`
+    below `stop` (positions of the epoch)."""
+
+    pending: list[int]
+    next_index: int
+    stride: int
+    stop: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pending": self.pending,
+            "next_index": self.next_index,
+            "stride": self.stride,
+            "stop": self.stop,
+        }
+
+
+class IterableDataset(torch.utils.data.IterableDataset[Any]):
+    """`dataset` (a chute MapDataset, or any object with `__len__` and `__getitem__`, such
+    as a Hugging Face `datasets.Dataset`) as a torch `IterableDataset`.
+
+    Each iteration reads the rest of the current epoch of this rank's and this torch
+    worker's part (see the module's docstring); an epoch read to its end moves on to the
+    next, so re-iterating gets a new shuffle (from a `shuffle` in `dataset`). `set_epoch(n)`
+    chooses the epoch, as `DistributedSampler.set_epoch` does; call it before each epoch
+    when torch starts fresh workers per epoch (its default), since their copies start
+    from this object's epoch.
+
+    `batch_size` batches in chute (`IterDataset.batch`) within each worker's part, as
+    torch does for an IterableDataset: give the DataLoader `batch_size=None`. `tensors`
+    turns numeric arrays into tensors without copying (`to_tensors`). `shard_options`
+    defaults to `shard_by_torch_rank()` in a distributed run, else all data.
+    `read_options` are `to_iter_dataset`'s (threads per torch worker).
+
+    `state_dict()`/`load_state_dict()` save and restore the position (torch's
+    `Stateful`); a state restores into the same rank and worker of the same world size and
+    number of workers. With another world size or number of workers, every copy of the
+    new run loads `IterableDataset.merge_state_dicts(states of all old copies)`, and the
+    rest of the epoch is read once over all new ranks (docs/elastic.md).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        batch_size: int | None = None,
+        drop_remainder: bool = False,
+        shard_options: ShardOptions | None = None,
+        read_options: ReadOptions | None = None,
+        tensors: bool = True,
+    ) -> None:
+        super().__init__()
+        if not isinstance(dataset, MapDataset):
+            if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+                raise TypeError(
+                    f"chute.torch.IterableDataset: dataset={dataset!r} is neither a "
+                    "chute.MapDataset nor a random-access source (__len__ and __getitem__): "
+                    "the adapter shards by position; for a stream, build the pipeline with "
+                    "chute (mp_prefetch for workers) and iterate it directly."
+                )
+            dataset = MapDataset.source(dataset)
+        if len(dataset) >= INFINITE:
+            raise ValueError(
+                f"chute.torch.IterableDataset: {dataset!r} repeats forever, but the adapter "
+                "reads one epoch per iteration and repeats by itself (set_epoch): remove "
+                "the .repeat()."
+            )
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0
+        ):
+            raise ValueError(
+                f"chute.torch.IterableDataset: batch_size={batch_size!r} is invalid: it must "
+                "be a positive int, or None for single elements."
+            )
+        if shard_options is not None and not isinstance(shard_options, ShardOptions):
+            raise TypeError(
+                f"chute.torch.IterableDataset: shard_options={shard_options!r} is not a "
+                "chute.sharding.ShardOptions: use shard_by_torch_rank() or "
+                "ShardOptions(rank, world_size)."
+            )
+        self._dataset = dataset
+        self._batch_size = batch_size
+        self._drop_remainder = drop_remainder
+        self._shard = shard_options if shard_options is not None else _default_shard_options()
+        self._read_options = read_options
+        self._tensors = tensors
+        self._epoch = 0
+        self._live: tuple[Any, _Part] | None = None  # the epoch's chute iterator and share
+        self._read = 0  # positions of the live share read
+        self._pending: dict[str, Any] | None = None  # a loaded state, for the next __iter__
+
+    @property
+    def shard_options(self) -> ShardOptions:
+        return self._shard
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads (or is reading)."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reads epoch `epoch` next, from its start (a loaded state is dropped)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(
+                f"set_epoch: epoch={epoch!r} is invalid: it must be an int >= 0, e.g. the "
+                "training loop's epoch counter."
+            )
+        self._epoch = epoch
+        self._pending = None
+
+    def part(self, epoch: int, worker: int = 0, num_workers: int = 1) -> MapDataset[Any]:
+        """The positions of `dataset` that torch worker `worker` of `num_workers` of this
+        rank reads in `epoch` (from its start), as a MapDataset."""
+        n = len(self._dataset)
+        one_epoch = self._dataset.repeat(epoch + 1)[epoch * n : (epoch + 1) * n]
+        return one_epoch[self._shard.shard_slice(n)][worker::num_workers]
+
+    # -- where this copy reads ---------------------------------------------------------------
+
+    def _where(self) -> tuple[int, int]:
+        info = torch.utils.data.get_worker_info()
+        return (info.id, info.num_workers) if info is not None else (0, 1)
+
+    def _shard_key(self, worker: int, num_workers: int) -> list[int]:
+        return [self._shard.shard_index, self._shard.shard_count, worker, num_workers]
+
+    def _copy(self, worker: int, num_workers: int) -> tuple[int, int]:
+        """This copy's place `j` among the `m` copies of the run."""
+        r, world = self._shard.shard_index, self._shard.shard_count
+        return r + world * worker, world * num_workers
+
+    def _fresh_part(self, worker: int, num_workers: int) -> _Part:
+        j, m = self._copy(worker, num_workers)
+        return _Part([], j, m, self._shard.shard_slice(len(self._dataset)).stop)
+
+    def _merged_part(self, merged: dict[str, Any], worker: int, num_workers: int) -> _Part:
+        """This copy's share of what the old run left: `explicit ++ [start, stop)`, cut to
+        a multiple of the world size first with `shard_options.drop_remainder`."""
+        explicit, start, stop = list(merged["pending"]), merged["next_index"], merged["stop"]
+        if self._shard.drop_remainder:
+            tail = stop - start
+            drop = (len(explicit) + tail) % self._shard.shard_count
+            if drop <= tail:
+                stop -= drop
+            else:
+                explicit, stop = explicit[: len(explicit) - (drop - tail)], start
+        j, m = self._copy(worker, num_workers)
+        pending, next_index = share_of_layout(explicit, start, j, m)
+        return _Part(pending, next_index, m, stop)
+
+    def _start(
+        self, state: dict[str, Any] | None, worker: int, num_workers: int
+    ) -> tuple[_Part, Any, int]:
+        """The share, chute iterator state and positions read that an iteration starts
+        from: a loaded state's, else the epoch's start."""
+        key = self._shard_key(worker, num_workers)
+        if state is None:
+            return self._fresh_part(worker, num_workers), None, 0
+        if "merged_from" in state:
+            if state["merged_from"] != [key[1], key[3]]:
+                return self._merged_part(state, worker, num_workers), None, 0
+            # the same world size and workers: each copy continues exactly from its own state
+            own = next(c for c in state["copies"] if c["shard"] == key)
+            if own["epoch"] > state["epoch"]:  # it had read its share of the epoch
+                _, m = self._copy(worker, num_workers)
+                return _Part([], state["stop"], m, state["stop"]), None, 0
+            state = own
+        if state["shard"] != key:
+            raise CheckpointError(self._wrong_shard(state["shard"], worker, num_workers))
+        p = state["part"]
+        part = _Part(p["pending"], p["next_index"], p["stride"], p["stop"])
+        return part, state["iterator"], state["read"]
+
+    def _pipeline(self, part: _Part) -> Any:
+        """The share's elements (batched), each as `(position in the share, element)`."""
+        n, e = len(self._dataset), self._epoch
+        one_epoch = self._dataset.repeat(e + 1)[e * n : (e + 1) * n][: part.stop]
+        share = tagged_share(one_epoch, part.pending, part.next_index, part.stride)
+        ds = share.to_iter_dataset(self._read_options)
+        if self._batch_size is not None:
+            ds = ds.batch(
+                self._batch_size, drop_remainder=self._drop_remainder, batch_fn=stack_tagged
+            )
+        return ds
+
+    def __iter__(self) -> Iterator[Any]:
+        worker, num_workers = self._where()
+        state, self._pending = self._pending, None  # taken by this iteration
+        part, iterator_state, read = self._start(state, worker, num_workers)
+        it = iter(self._pipeline(part))
+        if iterator_state is not None:
+            it.load_state_dict(iterator_state)
+        self._live, self._read = (it, part), read
+        return self._elements(it)
+
+    def _elements(self, it: Any) -> Iterator[Any]:
+        try:
+            for position, element in it:
+                self._read = position + 1
+                yield to_tensors(element) if self._tensors else element
+            self._epoch += 1
+        finally:
+            if self._live is not None and self._live[0] is it:
+                self._live = None
+            it.close()
+
+    def _wrong_shard(self, key: list[int], worker: int, num_workers: int) -> str:
+        r, w, k, nk = key
+        return (
+            f"chute.torch.IterableDataset: the state is of rank {r} of {w}, torch worker {k} "
+            f"of {nk}, but it is loaded into rank {self._shard.shard_index} of "
+            f"{self._shard.shard_count}, worker {worker} of {num_workers}: each worker "
+            "restores its own state (torchdata's StatefulDataLoader does this); resume with "
+            f"the world size and num_workers of the run that saved it, or, {_MERGE_FIX}."
+        )
+
+    # -- state -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """This copy's position: its epoch, which part it reads (its share of the epoch),
+        how many positions of it it has read and its chute iterator's state after the last
+        element it yielded (None at the start of an epoch), with a checksum of them
+        (`load_state_dict` rejects a state changed after it was saved). A loaded state not
+        yet read from is returned as it was loaded, a merged one as this copy's share."""
+        if self._pending is not None and "merged_from" not in self._pending:
+            return dict(seal(self._pending, any_dict=True))
+        worker, num_workers = self._where()
+        if self._live is not None:
+            it, part = self._live
+            position, read = it.state_dict(), self._read
+        elif self._pending is not None:
+            part, position, read = self._start(self._pending, worker, num_workers)
+        else:
+            part, position, read = self._fresh_part(worker, num_workers), None, 0
+        state: dict[str, Any] = seal(
+            {
+                "epoch": self._epoch,
+                "shard": self._shard_key(worker, num_workers),
+                "pipeline": list(self._dataset.identity),
+                "length": len(self._dataset),
+                "part": part.as_json(),
+                "read": read,
+                "iterator": position,
+            },
+            any_dict=True,
+        )
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The next iteration continues where `state_dict()` was taken, or, given what
+        `merge_state_dicts` returned, reads this copy's share of what the old run left.
+
+        Raises `CheckpointError` for a state changed after it was saved (its checksum; one
+        without a checksum is restored unchecked), one of another dataset, or one that is
+        not a state."""
+        where = f"{NAME}.load_state_dict"
+        keys = set(state_dict) - {CHECKSUM_KEY} if isinstance(state_dict, dict) else set()
+        if keys == OLD_COPY_KEYS and CHECKSUM_KEY not in state_dict:
+            state_dict = self._from_older_version(state_dict, where)
+            keys = set(COPY_KEYS)
+        if keys not in (COPY_KEYS, MERGED_KEYS):
+            raise CheckpointError(
+                f"{where}: got {quote(state_dict)}, expected the dict state_dict() returns "
+                f"(keys {sorted(COPY_KEYS)} and 'checksum') or one merge_state_dicts() "
+                "returns."
+            )
+        state = unseal(state_dict, where, "state_dict", any_dict=True)
+        if keys == MERGED_KEYS:
+            check_merged(state, where, "state_dict")
+        else:
+            check_copy(state, where, "state_dict")
+        recorded, identity = list(state["pipeline"]), list(self._dataset.identity)
+        same = len(recorded) == len(identity) and all(map(same_params, recorded, identity))
+        if not same or state["length"] != len(self._dataset):
+            raise CheckpointError(
+                f"{where}: state_dict['pipeline'] = {quote(recorded)} (length "
+                f"{quote(state['length'])}) is not this dataset's {quote(identity)} (length "
+                f"{len(self._dataset)}): restore a state taken with the same dataset (same "
+                "sources, seeds, slicing and stages)."
+            )
+        self._epoch = state["epoch"]
+        self._pending = state
+
+    def _from_older_version(self, state_dict: dict[str, Any], where: str) -> dict[str, Any]:
+        """A state saved by chute before states could be merged (`{"epoch", "shard",
+        "iterator"}`: the copy read positions `[worker::num_workers]` of its rank's
+        `shard_slice`, the ones a fresh share reads, up to its iterator's `next_index`), as
+        this version's state of the same share, read from that index on."""
+        epoch, shard = state_dict["epoch"], state_dict["shard"]
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise _fail(where, "state_dict['epoch']", epoch, "it must be an int >= 0")
+        if not _int_list(shard) or len(shard) != 4:
+            raise _fail(
+                where,
+                "state_dict['shard']",
+                shard,
+                "it must be [rank, world size, worker, workers]",
+            )
+        rank, world, worker, workers = shard
+        if not (0 <= rank < world and 0 <= worker < workers):
+            raise _fail(where, "state_dict['shard']", shard, "a rank or worker out of range")
+        n, identity = len(self._dataset), list(self._dataset.identity)
+        read = 0
+        if state_dict["iterator"] is not None:
+            node: Any = from_state_dict(state_dict["iterator"])
+            while isinstance(node, dict) and node.get("stage") != "to_iter_dataset":
+                node = node.get("parent")
+            if not isinstance(node, dict):
+                raise _fail(
+                    where,
+                    "state_dict['iterator']",
+                    state_dict["iterator"],
+                    "it holds no reader's state",
+                )
+            read = check_int(node, "next_index", f"{where}: state_dict['iterator']", 0, n)
+            recorded = node.get("pipeline")
+            if (
+                not isinstance(recorded, list)
+                or len(recorded) <= len(identity)
+                or not all(map(same_params, recorded, identity))
+            ):
+                raise CheckpointError(
+                    f"{where}: the state's pipeline {quote(recorded)} does not begin with this "
+                    f"dataset's {quote(identity)}: restore a state taken with the same dataset "
+                    "(same sources, seeds, slicing and stages)."
+                )
+        stop = (
+            ShardOptions(rank, world, drop_remainder=self._shard.drop_remainder).shard_slice(n).stop
+        )
+        start, stride = rank + world * worker, world * workers
+        part = {"pending": [], "next_index": start + stride * read, "stride": stride}
+        return {
+            "epoch": epoch,
+            "shard": list(shard),
+            "pipeline": identity,
+            "length": n,
+            "part": {**part, "stop": stop},
+            "read": 0,
+            "iterator": None,
+        }
+
+    @staticmethod
+    def merge_state_dicts(states: Sequence[Any]) -> dict[str, Any]:
+        """What the copies of an old run have not read of the epoch, from the states of all
+        of them, for `load_state_dict` on every copy of a new run with any world size and
+        number of workers.
+
+        `states` holds, in any order, every old copy's `state_dict()` exactly once, or
+        what holds them: a torchdata `StatefulDataLoader`'s `state_dict()` (one per
+        worker, or the dataset's with `num_workers=0`), one per old rank. docs/elastic.md.
+        """
+        return merge_state_dicts(states)
+
+    def __repr__(self) -> str:
+        return (
+            f"chute.torch.IterableDataset({self._dataset!r}, batch_size={self._batch_size}, "
+            f"shard={self._shard.shard_index}/{self._shard.shard_count}, epoch={self._epoch})"
+        )
+
+
+# -- checking and merging states ---------------------------------------------------------------
+
+
+def _fail(where: str, path: str, value: Any, rule: str) -> CheckpointError:
+    return CheckpointError(
+        f"{where}: {path} = {quote(value)} is invalid: {rule}; the state is corrupt: restore "
+        f"what {NAME}.state_dict() or merge_state_dicts() returned."
+    )
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
+
+
+def _check_common(state: dict[str, Any], where: str, path: str) -> None:
+    check_int(state, "epoch", f"{where}: {path}")
+    check_int(state, "length", f"{where}: {path}", hi=INFINITE)
+    if not (
+        isinstance(state["pipeline"], list) and all(isinstance(p, str) for p in state["pipeline"])
+    ):
+        raise _fail(where, f"{path}['pipeline']", state["pipeline"], "it must be a list of str")
+
+
+def check_copy(state: dict[str, Any], where: str, path: str) -> None:
+    """Raises `CheckpointError` unless `state` (unsealed) is one copy's state."""
+    _check_common(state, where, path)
+    shard = state["shard"]
+    if not (
+        _int_list(shard)
+        and len(shard) == 4
+        and 0 <= shard[0] < shard[1]
+        and 0 <= shard[2] < shard[3]
+    ):
+        raise _fail(
+            where, f"{path}['shard']", shard, "it must be [rank, world size, worker, workers]"
+        )
+    part = state["part"]
+    if not (isinstance(part, dict) and set(part) == {"pending", "next_index", "stride", "stop"}):
+        raise _fail(where, f"{path}['part']", part, "it must have pending/next_index/stride/stop")
+    stop = check_int(part, "stop", f"{where}: {path}['part']", hi=state["length"])
+    check_int(part, "next_index", f"{where}: {path}['part']", hi=INFINITE)
+    if part["stride"] != shard[1] * shard[3]:
+        raise _fail(where, f"{path}['part']['stride']", part["stride"], "it must be R * W")
+    if not (_int_list(part["pending"]) and all(0 <= i < stop for i in part["pending"])):
+        raise _fail(where, f"{path}['part']['pending']", part["pending"], f"ints in [0, {stop})")
+    check_int(state, "read", f"{where}: {path}")
+    if state["iterator"] is not None:
+        from_state_dict(state["iterator"])  # checked now, restored by __iter__
+
+
+def check_merged(state: dict[str, Any], where: str, path: str) -> None:
+    """Raises `CheckpointError` unless `state` (unsealed) is what `merge_state_dicts`
+    returned."""
+    _check_common(state, where, path)
+    merged_from = state["merged_from"]
+    if not (_int_list(merged_from) and len(merged_from) == 2 and min(merged_from) >= 1):
+        raise _fail(where, f"{path}['merged_from']", merged_from, "[world size, workers]")
+    stop = check_int(state, "stop", f"{where}: {path}", hi=state["length"])
+    start = check_int(state, "next_index", f"{where}: {path}", hi=stop)
+    explicit = state["pending"]
+    if not (
+        _int_list(explicit)
+        and all(0 <= a < b for a, b in itertools.pairwise(explicit))
+        and (not explicit or 0 <= explicit[-1] < start)
+    ):
+        raise _fail(where, f"{path}['pending']", explicit, f"increasing ints below {start}")
+    copies = state["copies"]
+    world, workers = merged_from
+    if not isinstance(copies, list) or len(copies) != world * workers:
+        raise _fail(where, f"{path}['copies']", copies, f"a list of {world * workers} states")
+    for i, c in enumerate(copies):
+        if not (isinstance(c, dict) and set(c) == COPY_KEYS):
+            raise _fail(where, f"{path}['copies'][{i}]", c, "a copy's state")
+        check_copy(c, where, f"{path}['copies'][{i}]")
+        if c["shard"][1::2] != merged_from or c["shard"][0] + world * c["shard"][2] != i:
+            raise _fail(where, f"{path}['copies'][{i}]['shard']", c["shard"], f"copy {i}'s")
+
+
+def _copy_states(item: Any, where: str) -> list[tuple[str, Any]]:
+    """The copy states in one element of `merge_state_dicts`'s argument, with where each is."""
+    keys = set(item) - {CHECKSUM_KEY} if isinstance(item, dict) else set()
+    if keys in (COPY_KEYS, MERGED_KEYS):
+        return [(where, item)]
+    if isinstance(item, dict) and "_snapshot" in item:  # StatefulDataLoader, workers
+        late = item.get("_steps_since_snapshot", 0)
+        if late:
+            raise CheckpointError(
+                f"{NAME}.merge_state_dicts: {where} is a StatefulDataLoader state taken "
+                f"{quote(late)} batches after its workers' last snapshot, so the workers' "
+                "states do not say which of those batches were delivered: save with "
+                "snapshot_every_n_steps=1 (the default) to restore with another world size."
+            )
+        snapshots = (
+            item["_snapshot"].get("_worker_snapshots")
+            if isinstance(item["_snapshot"], dict)
+            else None
+        )
+        if isinstance(snapshots, dict) and all(isinstance(w, dict) for w in snapshots.values()):
+            return [
+                (
+                    f"{where}['_snapshot']['_worker_snapshots'][{k!r}]['dataset_state']",
+                    w.get("dataset_state"),
+                )
+                for k, w in snapshots.items()
+            ]
+    elif isinstance(item, dict) and "dataset_state" in item:  # StatefulDataLoader, no workers
+        return [(f"{where}['dataset_state']", item["dataset_state"])]
+    raise CheckpointError(
+        f"{NAME}.merge_state_dicts: {where} = {quote(item)} is neither a {NAME} state "
+        "(state_dict()) nor a torchdata StatefulDataLoader's state_dict() over one: pass, "
+        "for every rank of the old run, its loader's state_dict() (or every copy's "
+        "dataset state)."
+    )
+
+
+def merge_state_dicts(states: Sequence[Any]) -> dict[str, Any]:
+    """See `IterableDataset.merge_state_dicts`."""
+    who = f"{NAME}.merge_state_dicts"
+    if isinstance(states, dict) or not isinstance(states, Sequence) or not states:
+        raise ValueError(
+            f"{who} got {quote(states)}: pass a non-empty list of the states of every rank "
+            "of the old run (each rank's StatefulDataLoader state_dict(), or every copy's "
+            "dataset state_dict())."
+        )
+    found = [c for i, item in enumerate(states) for c in _copy_states(item, f"states[{i}]")]
+    copies: list[dict[str, Any]] = []
+    for where, s in found:
+        if not (isinstance(s, dict) and set(s) - {CHECKSUM_KEY} == COPY_KEYS):
+            raise CheckpointError(
+                f"{who}: {where} = {quote(s)} is not one copy's {NAME} state"
+                + (
+                    ": it is a merged state, which no copy has read from yet: load it into "
+                    "every copy of the new run as it is"
+                    if isinstance(s, dict) and set(s) - {CHECKSUM_KEY} == MERGED_KEYS
+                    else ""
+                )
+                + "; pass the states all copies of one run saved at one step."
+            )
+        s = unseal(s, who, where, any_dict=True)
+        check_copy(s, who, where)
+        copies.append(s)
+    first = copies[0]
+    world, workers = first["shard"][1], first["shard"][3]
+    m = world * workers
+    for (where, _), s in zip(found, copies):
+        for key, value, expected in (
+            ("['pipeline']", s["pipeline"], first["pipeline"]),
+            ("['length']", s["length"], first["length"]),
+            ("['shard'][1::2]", s["shard"][1::2], [world, workers]),
+        ):
+            if value != expected:
+                raise CheckpointError(
+                    f"{who}: {where}{key} = {quote(value)} differs from the first state's "
+                    f"{quote(expected)}: the states must come from one run (same dataset, "
+                    "world size and num_workers); pass the states all its copies saved at "
+                    "one step."
+                )
+    places = sorted(s["shard"][0] + world * s["shard"][2] for s in copies)
+    if places != list(range(m)):
+        missing = [j for j in range(m) if j not in places][:20]
+        repeated = sorted({j for j in places if places.count(j) > 1})[:20]
+        raise CheckpointError(
+            f"{who}: got {len(copies)} states of a run of {world} ranks x {workers} workers "
+            f"= {m} copies (copy r + {world}*k for rank r, worker k), missing copies "
+            f"{missing}, repeated {repeated}: every copy's state is needed exactly once "
+            "(each knows only what it has read itself); pass the loader states of all "
+            f"{world} ranks."
+        )
+    copies.sort(key=lambda s: s["shard"][0] + world * s["shard"][2])
+    epoch = min(s["epoch"] for s in copies)
+    at_epoch = [s for s in copies if s["epoch"] == epoch]
+    stop = at_epoch[0]["part"]["stop"]
+    for s in copies:
+        if s["epoch"] == epoch and s["part"]["stop"] != stop:
+            raise _fail(who, "a state's ['part']['stop']", s["part"]["stop"], f"all are {stop}")
+        if s["epoch"] != epoch and (s["epoch"] != epoch + 1 or s["read"]):
+            raise CheckpointError(
+                f"{who}: the states are of epoch {epoch} and of epoch {s['epoch']} with "
+                f"{s['read']} positions read: copies of one run at one step are at most one "
+                "epoch apart, those ahead at its start; pass the states all copies of one "
+                "run saved at one step."
+            )
+    parts = [
+        rest_of_share(s["part"]["pending"], s["part"]["next_index"], m, s["read"])
+        if s["epoch"] == epoch
+        else ([], stop)  # it has read all its share of the epoch
+        for s in copies
+    ]
+    explicit, start = union_of_remaining(
+        parts,
+        m,
+        stop,
+        who=who,
+        readers="copies",
+        fix="pass the states all copies of one run saved at one step",
+    )
+    merged: dict[str, Any] = seal(
+        {
+            "merged_from": [world, workers],
+            "epoch": epoch,
+            "pipeline": first["pipeline"],
+            "length": first["length"],
+            "pending": explicit,
+            "next_index": start,
+            "stop": stop,
+            "copies": copies,
+        },
+        any_dict=True,
+    )
+    return merged

@@ -1,0 +1,366 @@
+"""`MapDataset.cache()`: elements kept in memory by the dataset, for every iterator, epoch
+and (where the platform has shared memory) worker process.
+
+The cache belongs to the dataset, not to an iterator: `for epoch in range(2): for x in
+ds: ...` computes each element once. It is keyed by position in the epoch, as tf.data's
+`cache()`: index `i` reads position `i % len(ds)` of the parent, in every epoch, so what
+is below the cache is computed for epoch 0's positions only (put `shuffle` and
+`random_map` after the cache; below it they would give every epoch epoch 0's draws).
+Because of that rule the output never depends on what the cache holds.
+
+It is bounded by `max_elements` and/or `max_bytes` (default: a quarter of the available
+memory): the elements computed first are kept until the bound is reached; the others are
+computed again each time they are read (nothing is evicted: a cyclic reader would evict
+every element just before reading it again). Its numpy arrays are handed out as read-only views, since
+they are handed out again: a stage changing one in place raises instead of changing the
+cache.
+
+Under `mp_prefetch` the workers share one store in a shared-memory file (`/dev/shm`,
+`_src/ops/shared_cache.py`), owned by the dataset and kept across its iterators: an
+element computed by any worker is read by every other, in later epochs and iterators.
+What the main process had cached by itself is copied in when the store is made.
+
+`experimental.CacheIterDataset` / `IterDataset.cache()`: later passes from memory.
+
+The iterator keeps the elements of its first pass over the parent; a pass that starts
+again from the beginning (a `repeat` after the cache restores it to its start) is served
+from memory without touching the parent. The cache lives in the iterator, never in its
+state: a fresh iterator restored mid-pass continues from the parent's state (the cache
+fills on the next full pass), or, for a state taken while replaying the cache, reads up
+to there from the start.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from chute._src.core import tree
+from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
+from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
+from chute._src.exec.autotune import memory_budget
+
+T = TypeVar("T")
+
+MISSING: Any = object()
+"""What a store's `get` returns for a position it does not keep."""
+
+
+def element_bytes(element: Any) -> int:
+    """The memory an element holds: its arrays' bytes, other leaves' own size."""
+    total = 0
+    for leaf in tree.leaves(element):
+        total += leaf.nbytes if isinstance(leaf, np.ndarray) else sys.getsizeof(leaf)
+    return total
+
+
+def _read_only(leaf: Any) -> Any:
+    if not isinstance(leaf, np.ndarray):
+        return leaf
+    view = leaf.view()
+    view.flags.writeable = False
+    return view
+
+
+def freeze(element: Any) -> Any:
+    """`element` with read-only views of its numpy arrays (they are shared from now on;
+    the arrays themselves, which may be the user's, are left as they are)."""
+    return tree.map_leaves(_read_only, element)
+
+
+class Store(Protocol):
+    """Where a cache keeps elements by position."""
+
+    def get(self, position: int) -> Any:
+        """The element kept at `position`, or `MISSING`."""
+
+    def put(self, position: int, element: Any) -> None:
+        """Keeps `element` if the bound allows; otherwise does nothing."""
+
+    def stats(self) -> tuple[int, int]:
+        """(elements kept, bytes kept)."""
+
+
+class MemoryStore:
+    """A dict in this process, up to `max_elements` and `max_bytes`."""
+
+    def __init__(self, max_elements: int | None, max_bytes: int) -> None:
+        self.max_elements, self.max_bytes = max_elements, max_bytes
+        self._items: dict[int, Any] = {}
+        self._bytes = 0
+        self._full = False
+        self._lock = threading.Lock()
+
+    def get(self, position: int) -> Any:
+        return self._items.get(position, MISSING)
+
+    def put(self, position: int, element: Any) -> None:
+        if self._full:
+            return
+        size = element_bytes(element)
+        with self._lock:
+            if position in self._items:
+                return
+            if self._bytes + size > self.max_bytes or (
+                self.max_elements is not None and len(self._items) >= self.max_elements
+            ):
+                # Kept elements stay; a smaller element may still fit under max_bytes.
+                self._full = self.max_elements is not None and len(self._items) >= self.max_elements
+                return
+            self._items[position] = element
+            self._bytes += size
+
+    def stats(self) -> tuple[int, int]:
+        return len(self._items), self._bytes
+
+    def items(self) -> list[tuple[int, Any]]:
+        with self._lock:
+            return list(self._items.items())
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy sent elsewhere starts empty
+        return {"max_elements": self.max_elements, "max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["max_elements"], state["max_bytes"])  # type: ignore[misc]
+
+
+class _Box:
+    """The store of a cache, shared by the copies of its node; pickles as its store (a
+    `MemoryStore` arrives empty, a `SharedStore` as its file)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["store"])  # type: ignore[misc]
+
+
+def _bound(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ValueError(
+            f"MapDataset.cache: {name}={value!r} is invalid: it must be an int >= 0 (0 keeps "
+            "nothing), e.g. max_bytes=2 << 30 or max_elements=100_000, or None."
+        )
+    return int(value)
+
+
+class CacheMapDataset(MapDataset[T]):
+    """Keeps its parent's elements in memory, shared by every iterator and epoch.
+
+    >>> import chute
+    >>> calls = []
+    >>> ds = chute.MapDataset.range(4).map(lambda x: calls.append(x) or x * 10).cache()
+    >>> [list(ds) for epoch in range(2)], len(calls)
+    ([[0, 10, 20, 30], [0, 10, 20, 30]], 4)
+    >>> small = chute.MapDataset.range(4).map(lambda x: calls.append(x) or x).cache(max_elements=1)
+    >>> calls.clear(); _ = [list(small) for epoch in range(2)]; len(calls)
+    7
+    """
+
+    def __init__(
+        self,
+        parent: MapDataset[T],
+        *,
+        max_elements: int | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
+        super().__init__([parent])
+        elements = _bound(max_elements, "max_elements")
+        limit = _bound(max_bytes, "max_bytes")
+        self._max_elements = elements
+        self._max_bytes = memory_budget() if limit is None else limit
+        self._len = len(parent)
+        # Shared by the copies of this node (rewrites for workers or timing: `with_parents`).
+        self._box = _Box(MemoryStore(elements, self._max_bytes))
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """(elements, bytes) the cache holds now (in this process, or in the shared store
+        its workers use)."""
+        return self._box.store.stats()
+
+    def _getitems(self, indices: np.ndarray) -> list[T | None]:
+        n = self._len
+        positions = indices % n if 0 < n < INFINITE else indices
+        keys = positions.tolist()
+        store = self._box.store
+        out = [store.get(p) for p in keys]
+        missing = [j for j, x in enumerate(out) if x is MISSING]
+        if missing:
+            wanted = np.asarray([keys[j] for j in missing], dtype=np.int64)
+            for j, x in zip(missing, self._parents[0]._getitems(wanted)):
+                x = freeze(x)
+                store.put(keys[j], x)
+                out[j] = x
+        return out
+
+    def for_workers(self, resources: list[Any]) -> CacheMapDataset[T]:
+        """This cache with a store in shared memory that every worker reads and fills;
+        made once, kept while the dataset lives (so later iterators find it filled)."""
+        from chute._src.ops.shared_cache import SharedStore, shared_memory_available
+
+        if not shared_memory_available() or not 0 < self._len < INFINITE:
+            return self
+        box = self._box
+        with box.lock:
+            if isinstance(box.store, MemoryStore):
+                store = SharedStore(self._len, self._max_elements, self._max_bytes)
+                for position, element in box.store.items():
+                    store.put(position, element)
+                box.store = store  # this process reads and fills it too from now on
+        return self
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {}  # the bounds and the store never change the elements
+
+    def __repr__(self) -> str:
+        return f"CacheMapDataset(max_elements={self._max_elements}, max_bytes={self._max_bytes})"
+
+
+class CacheIterDataset(IterDataset[T]):
+    """Caches the stream in memory; repeating it replays the cache.
+
+    >>> import chute
+    >>> calls = []
+    >>> ds = chute.MapDataset.range(3).to_iter_dataset().map(lambda x: calls.append(x) or x)
+    >>> list(ds.cache().repeat(3)), len(calls)
+    ([0, 1, 2, 0, 1, 2, 0, 1, 2], 3)
+    """
+
+    def __init__(self, parent: IterDataset[T]) -> None:
+        super().__init__([parent])
+
+    def make_iterator(self) -> DatasetIterator[T]:
+        return _MemoryCacheIterator(self._parent_iter())
+
+    def __repr__(self) -> str:
+        return "CacheIterDataset()"
+
+
+class _MemoryCacheIterator(DatasetIterator[T]):
+    stage = "cache"
+
+    def __init__(self, parent: DatasetIterator[T]) -> None:
+        super().__init__(parent)
+        self._start = parent.get_state()
+        self._cache: list[T] = []
+        self._filled = False
+        self._pos = 0
+        # Restored from a state served from memory into an iterator without the cache: the
+        # rest of the pass is read from the parent, which ends at this state's parent state.
+        self._end_state: Any = None
+
+    def __next__(self) -> T:
+        pos = self._pos
+        if self._filled and pos < len(self._cache):
+            self._pos = pos + 1
+            return self._cache[pos]
+        if self._filled:
+            raise StopIteration
+        try:
+            x = next(self._parent)
+        except StopIteration:
+            self._filled = pos == len(self._cache)
+            raise
+        if pos == len(self._cache):
+            self._cache.append(x)
+        self._pos = pos + 1
+        return x
+
+    def _next_many(self, n: int) -> list[T]:
+        if self._filled:
+            cached = self._cache[self._pos : self._pos + n]
+            self._pos += len(cached)
+            return cached
+        out: list[T] = []
+        try:
+            for _ in range(n):
+                out.append(self.__next__())
+        except StopIteration:
+            pass
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        if self._end_state is not None and not self._filled:
+            # As the state of a run that had the cache: served from memory, parent at its end.
+            return {
+                "stage": self.stage,
+                "position": self._pos,
+                "filled": 1,
+                "parent": self._end_state,
+            }
+        return {
+            "stage": self.stage,
+            "position": self._pos,
+            "filled": int(self._filled),
+            "parent": self._parent.get_state(),
+        }
+
+    def _restore(self, state: Any, path: str) -> None:
+        check_state(state, self.stage, {"stage", "position", "filled", "parent"}, path)
+        pos = check_int(state, "position", path)
+        filled = check_int(state, "filled", path, 0, 1, "1 while the pass is served from memory")
+        self._end_state = None
+        if filled:
+            # Served from memory, the parent is not read; its state is still checked.
+            self._parent._restore(state["parent"], f"{path}['parent']")
+        if filled and self._filled:
+            if pos > len(self._cache):
+                raise bad_value(
+                    path,
+                    "position",
+                    pos,
+                    f"the stream cached has {len(self._cache)} elements",
+                )
+            self._pos = pos
+            return
+        if not filled:
+            # The parent continues from there; the cache grows again once a pass from the
+            # start reaches its end (a restored pass with a gap does not fill it).
+            self._parent._restore(state["parent"], f"{path}['parent']")
+            check_pass_position(self, state, self._start, pos, path)
+            self._pos = pos
+            return
+        # A state taken while replaying a cache this iterator does not have: read up to
+        # there from the start (filling the cache on the way).
+        self._parent._restore(self._start, f"{path}['parent']")
+        self._pos = 0
+        while self._pos < pos:
+            try:
+                self.__next__()
+            except StopIteration:
+                raise bad_value(
+                    path,
+                    "position",
+                    pos,
+                    f"the stream cached has {self._pos} elements (found by reading it again)",
+                ) from None
+        self._end_state = state["parent"]
+
+
+def check_pass_position(
+    it: DatasetIterator[Any], state: dict[str, Any], start: Any, pos: int, path: str
+) -> None:
+    """`pos`, the elements handed out in a pass from the parent, against the parent's
+    position in `state` (when the parent knows it) minus its position at `start`."""
+    count, begin = it._parent._count_at(state["parent"]), it._parent._count_at(start)
+    if count is not None and begin is not None and pos != count - begin:
+        raise bad_value(
+            path,
+            "position",
+            pos,
+            f"it counts the elements of this pass, and the parent's state {path}['parent'] "
+            f"is {count - begin} elements into it",
+        )

@@ -1,0 +1,364 @@
+"""What the packing stages share: the feature spec, a replayable reader, bin assembly.
+
+Packing turns variable-length sequences into fixed-length rows. A packed row holds several
+sequences (segments); for every packed feature `f` it carries `f_segment_ids` (1-based per
+row, 0 in padding) and `f_positions` (0-based within each segment), both int32.
+
+Two ideas keep it fast and its state small:
+
+- **Place first, copy once.** Placing a sequence only records (bin, offset, segment id);
+  the tokens of a whole batch of bins are copied with one fancy-index assignment per
+  feature when the batch is complete, so no per-token Python runs, and per sequence there
+  are a few list appends and one numpy comparison.
+- **Replay, never store.** The state never holds buffered sequences or bins. It holds the
+  upstream position where the current batch of bins began (the parent's state before a
+  chunk of elements plus how many of that chunk to skip, and which piece of a split
+  element) and how many rows were already emitted from it. Restoring re-reads from there
+  and re-packs, which gives the same bins because packing is a pure function of the
+  stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chute._src.core.errors import CheckpointError
+from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
+
+CHUNK = 256  # at most this many elements read from the parent per call
+
+
+@dataclass(frozen=True)
+class Mark:
+    """An upstream position: `parent_state`, then skip `skip` elements, then piece `piece`."""
+
+    parent_state: dict[str, Any]
+    skip: int
+    piece: int = 0
+
+
+class ReplayReader:
+    """Reads a parent in chunks and can name the position of the last element it returned.
+
+    `last_mark()` is the position of the element just returned (the parent's state before
+    its chunk, and its offset in the chunk); `mark()` that of the next one. `seek(mark)`
+    returns there after the parent has been restored to `mark.parent_state`.
+    """
+
+    __slots__ = ("_buf", "_chunk", "_chunk_state", "_parent", "_pos", "_sought")
+
+    def __init__(self, parent: DatasetIterator[Any]) -> None:
+        self._parent = parent
+        self._buf: list[Any] = []
+        self._pos = 0
+        self._chunk_state: dict[str, Any] | None = None
+        self._chunk = 1  # doubles to CHUNK: the first element is not computed far ahead
+        self._sought = False  # positioned by seek() and nothing read since
+
+    def _refill(self) -> None:
+        self._sought = False
+        self._chunk_state = self._parent.get_state()
+        self._buf = self._parent._next_many(self._chunk)
+        self._chunk = min(CHUNK, self._chunk * 2)
+        self._pos = 0
+
+    def next(self) -> Any:
+        """The next element; StopIteration at the end."""
+        pos = self._pos
+        if pos >= len(self._buf):
+            self._refill()
+            pos = 0
+            if not self._buf:
+                raise StopIteration
+        self._pos = pos + 1
+        return self._buf[pos]
+
+    def last_mark(self, piece: int = 0) -> Mark:
+        assert self._chunk_state is not None and self._pos > 0
+        return Mark(self._chunk_state, self._pos - 1, piece)
+
+    def mark(self) -> Mark:
+        if (self._pos >= len(self._buf) and not self._sought) or self._chunk_state is None:
+            # Everything read was handed out: the parent is exactly at the next element.
+            # (Right after seek() the mark restored is kept, so that get_state() after
+            # set_state(s) gives s back.)
+            self._buf, self._pos, self._chunk_state = [], 0, self._parent.get_state()
+        return Mark(self._chunk_state, self._pos)
+
+    def seek(self, mark: Mark, path: str) -> None:
+        """Positions at `mark`; the parent must just have been restored to its state."""
+        self._chunk_state = mark.parent_state
+        self._sought = True
+        self._buf = self._parent._next_many(mark.skip) if mark.skip else []
+        self._chunk = 1
+        if len(self._buf) < mark.skip:
+            raise CheckpointError(
+                f"{path}['skip'] = {mark.skip} is past the end of the upstream stream "
+                f"({len(self._buf)} elements remain): the state is from a different "
+                "pipeline or data; restore a state taken by get_state() of this pipeline."
+            )
+        self._pos = mark.skip
+
+
+def mark_state(stage: str, mark: Mark, **extra: int) -> dict[str, Any]:
+    """The state of a replaying stage at `mark` (plus its own counters)."""
+    return {
+        "stage": stage,
+        "skip": mark.skip,
+        "piece": mark.piece,
+        **extra,
+        "parent": mark.parent_state,
+    }
+
+
+def check_mark(
+    it: DatasetIterator[Any],
+    state: Any,
+    path: str,
+    extra: Sequence[str] = (),
+    max_piece: int = 0,
+    piece_rule: str = "",
+) -> Mark:
+    """Checks a state from `mark_state` (its keys, `skip` and `piece`); changes nothing.
+
+    `skip` is an offset in one chunk the reader took from the parent, so it is below
+    `CHUNK`; `piece` is the stage's own (at most `max_piece`, for the reason `piece_rule`).
+    """
+    check_state(state, it.stage, {"stage", "skip", "piece", "parent", *extra}, path)
+    skip = check_int(
+        state,
+        "skip",
+        path,
+        0,
+        CHUNK - 1,
+        f"an offset in one chunk of at most {CHUNK} elements read from the parent",
+    )
+    piece = check_int(state, "piece", path, 0, max_piece, piece_rule)
+    return Mark(state["parent"], skip, piece)
+
+
+def upstream_count(it: DatasetIterator[Any], mark: Mark) -> int | None:
+    """How many elements the parent had handed out at `mark`, when its stage knows."""
+    count = it._parent._count_at(mark.parent_state)
+    return None if count is None else count + mark.skip
+
+
+def restore_parent(it: DatasetIterator[Any], mark: Mark, path: str) -> None:
+    it._parent._restore(mark.parent_state, f"{path}['parent']")
+
+
+def restore_window_start(
+    it: DatasetIterator[Any], mark: Mark, window: int, size: int, path: str
+) -> None:
+    """Restores `it`'s parent at `mark`, the start of window `window` of `size` elements,
+    and checks, where the parent's stage can count, that the mark is there (or, between
+    windows, the end of a short last window); raises `CheckpointError` naming "window"."""
+    restore_parent(it, mark, path)
+    read = upstream_count(it, mark)
+    if read is None:
+        return
+    # Window k begins at element k * size; after the stream's last window the mark is its
+    # end, which may fall short of the next window's start.
+    if read == window * size or (not mark.piece and (window - 1) * size < read < window * size):
+        return
+    raise bad_value(
+        path,
+        "window",
+        window,
+        f"window {window} begins at element {window * size} of the stream "
+        f"(window_size={size}), but the state's upstream position is element {read}",
+    )
+
+
+def replay_error(path: str, key: str, value: Any, what: str) -> CheckpointError:
+    """The error for a state whose replay found less upstream than it records."""
+    return bad_value(path, key, value, f"{what} (found when re-reading the stream there)")
+
+
+def replay_to_piece(mark: Mark, path: str, refill: Callable[[], int], holds: str) -> None:
+    """After `seek(mark)`, for a mark inside a group (`mark.piece` > 0): `refill()` reads the
+    group the mark points into and returns its size, which must exceed `mark.piece`;
+    `holds` names what the group holds in the error ("the window there has {n} elements")."""
+    try:
+        n = refill()
+    except StopIteration:
+        raise replay_error(path, "piece", mark.piece, "the stream ends there") from None
+    if mark.piece >= n:
+        raise replay_error(path, "piece", mark.piece, holds.format(n=n))
+
+
+# -- the feature spec ------------------------------------------------------------------------
+
+
+class PackSpec:
+    """Validated `length_struct`, `meta_features`, `padding_struct`, alignment."""
+
+    def __init__(
+        self,
+        where: str,
+        length_struct: Any,
+        meta_features: Sequence[str] = (),
+        padding_struct: Any = None,
+        pack_alignment_struct: Any = None,
+    ) -> None:
+        if not isinstance(length_struct, Mapping) or not length_struct:
+            raise TypeError(
+                f"{where}: length_struct={length_struct!r} is invalid: it must be a non-empty "
+                'dict from feature name to row length, e.g. length_struct={"tokens": 128}.'
+            )
+        for k, v in length_struct.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(
+                    f"{where}: length_struct[{k!r}] = {v!r} is invalid: keys must be feature "
+                    'names and lengths positive ints, e.g. {"tokens": 128}.'
+                )
+        if isinstance(meta_features, str):
+            raise TypeError(
+                f"{where}: meta_features={meta_features!r} is a string: pass a list of "
+                f"feature names, e.g. meta_features=[{meta_features!r}]."
+            )
+        self.where = where
+        self.keys: list[str] = list(length_struct)
+        self.caps: list[int] = [int(length_struct[k]) for k in self.keys]
+        self.meta: set[str] = set(meta_features)
+        self.nonseq_meta: list[str] = [k for k in meta_features if k not in length_struct]
+        self.pads: list[Any] = [_lookup(padding_struct, k, 0, "padding_struct") for k in self.keys]
+        self.aligns: list[int] = [
+            _lookup(pack_alignment_struct, k, 1, "pack_alignment_struct") for k in self.keys
+        ]
+        for k, a in zip(self.keys, self.aligns):
+            if isinstance(a, bool) or not isinstance(a, int) or a < 1:
+                raise ValueError(
+                    f"{where}: pack_alignment_struct[{k!r}] = {a!r} is invalid: an alignment "
+                    "must be a positive int (1 for none)."
+                )
+
+    def features(self, element: Any, index: int) -> list[np.ndarray]:
+        """The packed features of `element` as arrays with a sequence axis."""
+        if not isinstance(element, Mapping):
+            raise TypeError(
+                f"{self.where}: element {index} is a {type(element).__name__}, not a dict: "
+                "packing needs dict elements with the features named in length_struct; "
+                'map them to dicts first, e.g. .map(lambda x: {"tokens": x}).'
+            )
+        out: list[np.ndarray] = []
+        for k in self.keys:
+            try:
+                x = element[k]
+            except KeyError:
+                raise KeyError(
+                    f"{self.where}: element {index} has no feature {k!r} (it has "
+                    f"{sorted(element)}): every feature of length_struct must be present; "
+                    "fix length_struct or the map that builds the elements."
+                ) from None
+            if type(x) is not np.ndarray or x.ndim == 0:
+                x = np.atleast_1d(np.asarray(x))
+            out.append(x)
+        return out
+
+    def too_long(self, index: int, lengths: Sequence[int]) -> ValueError:
+        bad = {k: (n, c) for k, n, c in zip(self.keys, lengths, self.caps) if n > c}
+        detail = ", ".join(f"{k!r} has {n} > {c}" for k, (n, c) in bad.items())
+        return ValueError(
+            f"{self.where}: element {index} is longer than a row ({detail}): a sequence "
+            "must fit in a row; cut sequences before packing (e.g. .map(lambda x: x[:128])), "
+            "or pass split_long_sequences=True to pack the overflow as further segments."
+        )
+
+
+def _lookup(struct: Any, key: str, default: Any, name: str) -> Any:
+    if struct is None:
+        return default
+    if not isinstance(struct, Mapping):
+        raise TypeError(f"{name}={struct!r} is invalid: it must be a dict keyed like length_struct")
+    value = struct.get(key)
+    return default if value is None else value
+
+
+def split_pieces(feats: list[np.ndarray], caps: list[int]) -> list[list[np.ndarray]]:
+    """An over-long element cut into pieces that each fit a row (later pieces may be empty)."""
+    n = max(-(-len(x) // c) for x, c in zip(feats, caps))
+    return [[x[j * c : (j + 1) * c] for x, c in zip(feats, caps)] for j in range(n)]
+
+
+# -- assembling bins -------------------------------------------------------------------------
+
+
+class Placements:
+    """Where the sequences of one batch of bins went: built by the packers, then assembled."""
+
+    __slots__ = ("arrays", "bins", "lengths", "metas", "offsets", "segments")
+
+    def __init__(self, num_features: int) -> None:
+        self.bins: list[int] = []
+        self.segments: list[int] = []
+        self.arrays: list[list[np.ndarray]] = [[] for _ in range(num_features)]
+        self.offsets: list[list[int]] = [[] for _ in range(num_features)]
+        self.lengths: list[list[int]] = [[] for _ in range(num_features)]
+        self.metas: list[tuple[int, Any]] = []  # (bin, element) for non-sequence meta features
+
+
+def assemble(spec: PackSpec, p: Placements, rows: int) -> dict[str, Any]:
+    """The packed batch: every feature `(rows, length, ...)`, plus segment ids/positions."""
+    bins = np.asarray(p.bins, dtype=np.int64)
+    segs = np.asarray(p.segments, dtype=np.int32)
+    out: dict[str, Any] = {}
+    aux: dict[str, np.ndarray] = {}
+    for f, (key, cap, pad) in enumerate(zip(spec.keys, spec.caps, spec.pads)):
+        arrays = p.arrays[f]
+        first = arrays[0]
+        lens = np.asarray(p.lengths[f], dtype=np.int64)
+        total = int(lens.sum())
+        starts = bins * cap + np.asarray(p.offsets[f], dtype=np.int64)
+        # The flat destination of every token: its segment's start plus its rank in the
+        # concatenation minus its segment's start there.
+        before = np.cumsum(lens) - lens
+        rank = np.arange(total, dtype=np.int64)
+        dest = np.repeat(starts - before, lens) + rank
+        values = np.full((rows * cap, *first.shape[1:]), pad, dtype=first.dtype)
+        if total:
+            try:
+                values[dest] = np.concatenate(arrays)
+            except ValueError as e:
+                shapes = sorted({a.shape[1:] for a in arrays})
+                raise ValueError(
+                    f"{spec.where}: feature {key!r} has elements with different trailing "
+                    f"shapes {shapes}: only the first (sequence) axis may vary; make the "
+                    "other axes equal before packing."
+                ) from e
+        out[key] = values.reshape(rows, cap, *first.shape[1:])
+        if key not in spec.meta:
+            seg_ids = np.zeros(rows * cap, dtype=np.int32)
+            positions = np.zeros(rows * cap, dtype=np.int32)
+            seg_ids[dest] = np.repeat(segs, lens)
+            positions[dest] = rank - np.repeat(before, lens)
+            aux[f"{key}_segment_ids"] = seg_ids.reshape(rows, cap)
+            aux[f"{key}_positions"] = positions.reshape(rows, cap)
+    for key in spec.nonseq_meta:
+        per_row: list[list[Any]] = [[] for _ in range(rows)]
+        for b, element in p.metas:
+            if key in element:
+                per_row[b].append(element[key])
+        column = np.empty(rows, dtype=object)
+        for r, values_of_row in enumerate(per_row):
+            column[r] = values_of_row
+        out[key] = column
+    out.update(aux)
+    return out
+
+
+def check_num_bins(num_packing_bins: Any, where: str) -> int:
+    if (
+        isinstance(num_packing_bins, bool)
+        or not isinstance(num_packing_bins, int)
+        or num_packing_bins < 1
+    ):
+        raise ValueError(
+            f"{where}: num_packing_bins={num_packing_bins!r} is invalid: it must be a positive "
+            "int (more bins fill rows better but mix more distant sequences), e.g. 30."
+        )
+    return num_packing_bins

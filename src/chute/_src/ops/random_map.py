@@ -1,0 +1,71 @@
+"""`MapDataset.random_map`.
+
+`IterDataset.random_map`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from chute._src.core.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
+from chute._src.core.element_rngs import ElementRngs
+from chute._src.core.errors import add_stage_note
+from chute._src.core.iterator import DatasetIterator
+from chute._src.core.seeding import seed_param, shown_seed
+from chute._src.core.transforms import as_random_map_fn, describe
+from chute._src.ops.block_apply import failed_position
+from chute._src.ops.map import IndexedIterator
+
+
+class RandomMapMapDataset(MapDataset[Any]):
+    """Applies `fn(element, rng)` with `rng` keyed by (stage seed, element index)."""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any, *, seed: int | None) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
+        self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
+        self._seed_shown = shown_seed(seed, self._pipeline_seed)
+
+    def __len__(self) -> int:
+        return len(self._parents[0])
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        xs = self._parents[0]._getitems(indices)
+        fn = self._fn
+        rngs = ElementRngs(self._seed)
+        rng = rngs.rng
+        it = iter(xs)
+        try:
+            return [
+                None if x is None else fn(x, rng(key))
+                for x, key in zip(it, rngs.for_indices(indices).tolist())
+            ]
+        except Exception as e:
+            add_stage_note(e, self, int(indices[failed_position(it, len(xs))]))
+            raise
+
+    def __repr__(self) -> str:
+        return f"RandomMapMapDataset(transform={describe(self._fn)}, seed={self._seed_shown})"
+
+    def _fingerprint_params(self) -> str:
+        return seed_param(self._seed_shown, self._seed)
+
+
+class RandomMapIterDataset(IterDataset[Any]):
+    def __init__(self, parent: IterDataset[Any], transform: Any, *, seed: int | None) -> None:
+        super().__init__([parent])
+        self._fn: Callable[[Any, np.random.Generator], Any] = as_random_map_fn(transform)
+        self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
+        self._seed_shown = shown_seed(seed, self._pipeline_seed)
+
+    def make_iterator(self) -> DatasetIterator[Any]:
+        return IndexedIterator(self._parent_iter(), self, self._fn, ElementRngs(self._seed))
+
+    def __repr__(self) -> str:
+        return f"RandomMapIterDataset(transform={describe(self._fn)}, seed={self._seed_shown})"
+
+    def _fingerprint_params(self) -> str:
+        return seed_param(self._seed_shown, self._seed)

@@ -1,0 +1,151 @@
+"""`experimental.RebatchIterDataset`: batches of a new size from batches of another."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chute._src.core import tree
+from chute._src.core.dataset import IterDataset
+from chute._src.core.iterator import MAX_POSITION, DatasetIterator
+from chute._src.core.transforms import check_batch_size
+from chute._src.ops.packing.common import (
+    Mark,
+    ReplayReader,
+    check_mark,
+    mark_state,
+    replay_to_piece,
+    restore_parent,
+)
+
+
+class RebatchIterDataset(IterDataset[Any]):
+    """Splits and joins batched elements (leading axis) into batches of `batch_size`.
+
+    The state is the position of the input batch holding the next row and the row's
+    offset in it, never buffered rows.
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(7).to_iter_dataset().batch(3)
+    >>> [b.tolist() for b in chute.experimental.RebatchIterDataset(ds, 2)]
+    [[0, 1], [2, 3], [4, 5], [6]]
+    """
+
+    def __init__(self, parent: IterDataset[Any], batch_size: int, drop_remainder: bool = False):
+        super().__init__([parent])
+        self._size = check_batch_size(batch_size, "RebatchIterDataset")
+        self._drop = bool(drop_remainder)
+
+    def make_iterator(self) -> DatasetIterator[Any]:
+        return _RebatchIterator(self._parent_iter(), self)
+
+    def __repr__(self) -> str:
+        return f"RebatchIterDataset(batch_size={self._size}, drop_remainder={self._drop})"
+
+    def _fingerprint_params(self) -> str:
+        return f"batch_size={self._size}, drop_remainder={self._drop}"
+
+
+def _rows(batch: Any, index: int) -> int:
+    sizes = {int(np.shape(x)[0]) for x in tree.leaves(batch) if np.ndim(x) > 0}
+    if len(sizes) != 1 or any(np.ndim(x) == 0 for x in tree.leaves(batch)):
+        raise ValueError(
+            f"RebatchIterDataset: input {index} has leaves with leading sizes "
+            f"{sorted(sizes)} (or scalars): every leaf of a batch needs the same leading "
+            "(batch) axis; rebatch the output of .batch(...)."
+        )
+    return sizes.pop()
+
+
+class _RebatchIterator(DatasetIterator[Any]):
+    stage = "rebatch"
+
+    def __init__(self, parent: DatasetIterator[Any], ds: RebatchIterDataset) -> None:
+        super().__init__(parent)
+        self._size, self._drop = ds._size, ds._drop
+        self._reader = ReplayReader(parent)
+        self._cur: Any = None
+        self._cur_rows = 0
+        self._cur_mark: Mark | None = None
+        self._offset = 0
+        self._seen = 0
+
+    def _read(self) -> None:
+        self._cur = self._reader.next()
+        self._cur_rows = _rows(self._cur, self._seen)
+        self._seen += 1
+        self._cur_mark = self._reader.last_mark()
+        self._offset = 0
+
+    def __next__(self) -> Any:
+        parts: list[Any] = []
+        need = self._size
+        while need:
+            if self._cur is None or self._offset >= self._cur_rows:
+                try:
+                    self._read()
+                except StopIteration:
+                    self._cur = None
+                    break
+            take = min(need, self._cur_rows - self._offset)
+            parts.append(tree.map_leaves(_Slicer(self._offset, self._offset + take), self._cur))
+            self._offset += take
+            need -= take
+        if not parts or (self._drop and need):
+            raise StopIteration
+        if len(parts) == 1:
+            return parts[0]
+        return _concat(parts)
+
+    def get_state(self) -> dict[str, Any]:
+        if self._cur is None or self._offset >= self._cur_rows:
+            mark = self._reader.mark()
+        else:
+            assert self._cur_mark is not None
+            mark = Mark(self._cur_mark.parent_state, self._cur_mark.skip, self._offset)
+        return mark_state(self.stage, mark)
+
+    def _restore(self, state: Any, path: str) -> None:
+        mark = check_mark(
+            self, state, path, (), MAX_POSITION, "the offset of the next row in an input batch"
+        )
+        restore_parent(self, mark, path)
+        self._reader.seek(mark, path)
+        self._cur = None
+        if mark.piece:
+
+            def refill() -> int:
+                self._read()
+                return self._cur_rows
+
+            replay_to_piece(mark, path, refill, "the input batch there has {n} rows")
+            self._offset = mark.piece
+            self._cur_mark = Mark(mark.parent_state, mark.skip)  # the state restored, exactly
+
+
+class _Slicer:
+    __slots__ = ("hi", "lo")
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+
+    def __call__(self, x: Any) -> Any:
+        return x[self.lo : self.hi]
+
+
+def _concat(parts: list[Any]) -> Any:
+    first = parts[0]
+    if isinstance(first, dict):
+        return type(first)((k, _concat([p[k] for p in parts])) for k in first)
+    if isinstance(first, list | tuple) and not hasattr(first, "_fields"):
+        return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
+    try:
+        return np.concatenate(parts)
+    except ValueError as e:
+        shapes = sorted({np.shape(p)[1:] for p in parts})
+        raise ValueError(
+            f"RebatchIterDataset: rows of shapes {shapes} cannot form one batch: rows of "
+            "different input batches must have equal shapes; pad to a fixed length "
+            "(batch(..., padding_struct=...)) rather than to the longest."
+        ) from e

@@ -1,0 +1,1 @@
+"""Where data lives and how it is read and written: formats (`formats/`), chute's record format (`records/`), object storage (`remote/`), and conversion, locally and on Beam (`convert/`). Imports nothing from `exec/`."""

@@ -1,0 +1,1 @@
+"""`chute convert` and its Beam form: copying records from any format into sharded `.crec` or ArrayRecord, and what `inspect`/`verify` report."""

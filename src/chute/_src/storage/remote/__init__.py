@@ -1,0 +1,1 @@
+"""Object storage: URLs, the obstore and fsspec clients, the block cache and ranged reads."""

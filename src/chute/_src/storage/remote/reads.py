@@ -1,0 +1,382 @@
+"""Reads of byte ranges across remote objects through the block cache (`read_many`).
+
+The blocks a batch of ranges needs that the cache lacks are grouped into runs (adjacent
+or nearby blocks become one request), and every run is fetched at once: through obstore
+for the objects it reads (`fetch.read_ranges`: one hand-off to its runtime, each answer
+checked against the object's identity), through fsspec's async `cat_ranges` for an async
+file system, else on the pool's threads. While every object open fits in the cache, a
+miss fetches its whole object instead (in requests of up to 16 MiB, all at once).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from chute._src.core.errors import DataError
+from chute._src.storage.remote import blocks
+from chute._src.storage.remote.calls import (
+    failure,
+    is_transient,
+    logger,
+    max_retries,
+    obstore_failure,
+)
+
+if TYPE_CHECKING:
+    from chute._src.storage.remote.file import RemoteFile
+
+__all__ = ["read_many"]
+
+_GAP_BLOCKS = 2  # missing blocks this close together are fetched in one request
+_MAX_RUN = 16 << 20  # the longest request a run grows to
+
+
+def _runs(wanted: list[int], bs: int) -> list[tuple[int, int]]:
+    """Sorted block numbers grouped into runs `(first, last)` of nearby blocks."""
+    runs: list[tuple[int, int]] = []
+    max_blocks = max(1, _MAX_RUN // bs)
+    for n in wanted:
+        if runs and n - runs[-1][1] <= _GAP_BLOCKS and n - runs[-1][0] < max_blocks:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
+def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = True) -> list[bytes]:
+    """The bytes of each `(file, start, end)`, across any number of objects, with one
+    concurrent fetch for all the blocks the cache lacks (nearby blocks coalesced), or, while
+    every object open fits in the cache (`BlockCache.holds_all`), for the whole objects
+    missing, kept whole; what another thread is fetching is waited for, not fetched again.
+    With `cache=False`, each range fetched as it is, the cache neither asked nor filled."""
+    bs = blocks.block_bytes()
+    store = blocks.cache()
+    cache_on = cache and store.max_bytes > 0
+    if cache_on:
+        hit = _all_cached(store, items, bs)
+        if hit is not None:
+            return hit
+        if store.holds_all():
+            _fetch_whole(store, items)
+            hit = _all_cached(store, items, bs)
+            if hit is not None:
+                return hit
+    direct_limit = 16 * bs
+    have: dict[tuple[int, int], bytes] = {}  # (id(file), block) -> block
+    wanted: dict[int, set[int]] = {}
+    files: dict[int, RemoteFile] = {}
+    clipped: list[tuple[RemoteFile, int, int]] = []
+    direct: list[int] = []  # ranges too long for the cache: fetched exactly
+    wholes: dict[RemoteFile, bytes | None] = {}  # objects the cache keeps whole
+    for k, (f, a, b) in enumerate(items):
+        a, b = max(0, min(a, f.size)), max(0, min(b, f.size))
+        clipped.append((f, a, b))
+        if b <= a:
+            continue
+        if b - a > direct_limit or not cache_on:
+            direct.append(k)
+            continue
+        if f not in wholes:
+            wholes[f] = store.get((f.key, blocks.WHOLE))
+        if wholes[f] is not None:
+            continue
+        fid = id(f)
+        files[fid] = f
+        want = wanted.setdefault(fid, set())
+        for n in range(a // bs, (b - 1) // bs + 1):
+            if (fid, n) not in have and n not in want:
+                block = store.get((f.key, n))
+                if block is None:
+                    want.add(n)
+                else:
+                    have[fid, n] = block
+    wanted = {fid: want for fid, want in wanted.items() if want}
+    fetched = _fetch_blocks(store, files, wanted, have, [clipped[k] for k in direct])
+    direct_data = dict(zip(direct, fetched))
+    out: list[bytes] = []
+    for k, (f, a, b) in enumerate(clipped):
+        if b <= a:
+            out.append(b"")
+        elif k in direct_data:
+            out.append(direct_data[k])
+        elif (whole := wholes.get(f)) is not None:
+            out.append(whole[a:b])
+        else:
+            fid = id(f)
+            n0, n1 = a // bs, (b - 1) // bs
+            if n0 == n1:
+                out.append(have[fid, n0][a - n0 * bs : b - n0 * bs])
+            else:
+                joined = b"".join(have[fid, n] for n in range(n0, n1 + 1))
+                out.append(joined[a - n0 * bs : b - n0 * bs])
+    return out
+
+
+def _all_cached(
+    store: blocks.BlockCache, items: Sequence[tuple[RemoteFile, int, int]], bs: int
+) -> list[bytes] | None:
+    """Each range's bytes when the cache holds them all (the common case once it holds a
+    dataset): sliced from the objects kept whole, or from blocks, taken under one lock;
+    else None."""
+    wholes: dict[RemoteFile, bytes | None] = {}
+    keys: list[Hashable] = []
+    if not all(0 <= a < b <= f.size for f, a, b in items):  # clipped to the objects
+        clipped = [(f, max(0, min(a, f.size)), max(0, min(b, f.size))) for f, a, b in items]
+        inside = _all_cached(store, [(f, a, b) for f, a, b in clipped if a < b], bs)
+        if inside is None:
+            return None
+        parts = iter(inside)
+        return [next(parts) if a < b else b"" for _, a, b in clipped]
+    for f, a, b in items:
+        whole = wholes.get(f, _UNSEEN)
+        if whole is _UNSEEN:
+            whole = wholes[f] = store.get((f.key, blocks.WHOLE))
+        if whole is not None:
+            continue
+        n0, n1 = a // bs, (b - 1) // bs
+        if n0 == n1:
+            keys.append((f.key, n0))
+        elif n1 - n0 < 16:
+            keys += [(f.key, n) for n in range(n0, n1 + 1)]
+        else:
+            return None  # a long range: fetched exactly, past the cache
+    got = store.get_many(keys) if keys else []
+    if got is None:
+        return None
+    out: list[bytes] = []
+    append = out.append
+    k = 0
+    for f, a, b in items:
+        whole = wholes[f]
+        if whole is not None:
+            append(whole[a:b])
+            continue
+        n0, n1 = a // bs, (b - 1) // bs
+        base = n0 * bs
+        if n0 == n1:
+            append(got[k][a - base : b - base])
+            k += 1
+        else:
+            append(b"".join(got[k : k + n1 - n0 + 1])[a - base : b - base])
+            k += n1 - n0 + 1
+    return out
+
+
+_UNSEEN: Any = object()
+
+
+def _fetch_whole(store: blocks.BlockCache, items: Sequence[tuple[RemoteFile, int, int]]) -> None:
+    """Puts in the cache, whole, each object of `items` it does not hold whole: those no
+    other thread is fetching are fetched here (in requests of up to `_MAX_RUN` bytes, all
+    in flight at once), the others waited for."""
+    files = {f: None for f, a, b in items if a < b and (f.key, blocks.WHOLE) not in store}
+    mine, waits = store.claim([(f.key, blocks.WHOLE) for f in files])
+    claimed = set(mine)
+    try:
+        todo = [f for f in files if (f.key, blocks.WHOLE) in claimed]
+        parts = [
+            (f, a, min(a + _MAX_RUN, f.size)) for f in todo for a in range(0, f.size, _MAX_RUN)
+        ]
+        fetched = iter(_fetch(parts)) if parts else iter(())
+        for f in todo:
+            pieces = [next(fetched) for _ in range(0, f.size, _MAX_RUN)]
+            store.put((f.key, blocks.WHOLE), pieces[0] if len(pieces) == 1 else b"".join(pieces))
+    finally:
+        store.release(mine)
+    for event in waits:
+        event.wait()
+
+
+def _fetch_blocks(
+    store: blocks.BlockCache,
+    files: dict[int, RemoteFile],
+    wanted: dict[int, set[int]],
+    have: dict[tuple[int, int], bytes],
+    direct: list[tuple[RemoteFile, int, int]],
+) -> list[bytes]:
+    """Puts the `wanted` blocks of each file in `have` (and the cache): those no other
+    thread is fetching are fetched here, in one concurrent fetch with the `direct` ranges
+    (whose bytes it returns); then those another thread was fetching are waited for, and
+    any it failed to fetch (or evicted since) are fetched here."""
+    claimed: list[Hashable] = []
+    waits: list[threading.Event] = []
+    mine: dict[int, list[int]] = {}
+    for fid, want in wanted.items():
+        key = files[fid].key
+        got, events = store.claim([(key, n) for n in sorted(want)])
+        claimed += got
+        waits += events
+        mine[fid] = [cast(tuple[Any, int], k)[1] for k in got]
+    try:
+        fetched = _fetch_runs(store, files, mine, have, direct)
+    finally:
+        store.release(claimed)
+    for event in waits:
+        event.wait()
+    again: dict[int, list[int]] = {}
+    for fid, want in wanted.items():
+        f = files[fid]
+        for n in sorted(want):
+            if (fid, n) not in have:
+                block = store.get((f.key, n))
+                if block is None:
+                    again.setdefault(fid, []).append(n)
+                else:
+                    have[fid, n] = block
+    if again:
+        _fetch_runs(store, files, again, have, [])
+    return fetched
+
+
+def _fetch_runs(
+    store: blocks.BlockCache,
+    files: dict[int, RemoteFile],
+    numbers: dict[int, list[int]],
+    have: dict[tuple[int, int], bytes],
+    direct: list[tuple[RemoteFile, int, int]],
+) -> list[bytes]:
+    """Fetches the blocks `numbers` (sorted, by file) in runs, into `have` and the cache,
+    with the `direct` ranges in the same concurrent fetch; returns the direct ranges' bytes."""
+    bs = blocks.block_bytes()
+    runs = [(files[fid], n0, n1) for fid, ns in numbers.items() for n0, n1 in _runs(ns, bs)]
+    requests = [(f, n0 * bs, min((n1 + 1) * bs, f.size)) for f, n0, n1 in runs]
+    if not requests and not direct:
+        return []
+    fetched = _fetch(requests + direct)
+    for (f, n0, n1), data in zip(runs, fetched):
+        for n in range(n0, n1 + 1):
+            block = data[(n - n0) * bs : (n - n0 + 1) * bs]
+            have[id(f), n] = block
+            store.put((f.key, n), block)
+    return fetched[len(requests) :]
+
+
+def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
+    """Each `(file, start, end)` request's bytes, all in flight at once. obstore retries
+    its own requests within the deadline; fsspec's transient failures are retried here
+    (`CHUTE_REMOTE_RETRIES`), each retry logged."""
+    from chute._src.storage.remote import fetch
+
+    results: list[bytes | None] = [None] * len(requests)
+    pending = list(range(len(requests)))
+    retries = max_retries()
+    attempt = 0
+    while pending:
+        got = _fetch_once([requests[k] for k in pending])
+        failed: list[int] = []
+        last: BaseException | None = None
+        for k, data in zip(pending, got):
+            f, a, b = requests[k]
+            if isinstance(data, fetch.Changed):
+                raise f.changed(data.now)
+            if isinstance(data, DataError):
+                raise f.explain(data)
+            if isinstance(data, BaseException):
+                if f.loc is not None:
+                    err = obstore_failure(f.url, data, f"read it as {f.what}")
+                    if isinstance(data, TimeoutError):
+                        raise err from data  # a silent server: asking it again waits too
+                    raise f.explain(err) from data
+                if not is_transient(data):
+                    err = failure(f.url, data, f"read it as {f.what}")
+                    raise f.explain(err) from data
+                failed.append(k)
+                last = data
+                continue
+            if len(data) != b - a:
+                raise f.explain(
+                    DataError(
+                        f"{f.url}: a read of bytes [{a}, {b}) returned {len(data)} bytes; the "
+                        f"object is shorter than the {f.size} bytes it had when opened, or "
+                        "the store is failing; reopen the source"
+                    )
+                )
+            results[k] = data
+        if not failed:
+            break
+        assert last is not None
+        attempt += 1
+        urls = sorted({requests[k][0].url for k in failed})
+        shown = urls[0] if len(urls) == 1 else f"{urls[0]} (and {len(urls) - 1} more)"
+        if attempt > retries:
+            raise DataError(
+                f"{shown}: cannot read it as {requests[failed[0]][0].what}: {attempt} "
+                f"attempts failed, the last with {type(last).__name__}: {last}; the storage "
+                "endpoint is unreachable or failing: check the endpoint "
+                "(storage_options=), the network and the service, or raise "
+                "CHUTE_REMOTE_RETRIES"
+            ) from last
+        delay = 0.1 * 2 ** (attempt - 1)
+        logger.warning(
+            "chute: %s: %d range reads failed (%s: %s); retry %d of %d in %.2f s",
+            shown,
+            len(failed),
+            type(last).__name__,
+            last,
+            attempt,
+            retries,
+            delay,
+        )
+        time.sleep(delay)
+        pending = failed
+    return [r if r is not None else b"" for r in results]  # all set by now
+
+
+def _fetch_once(requests: list[tuple[RemoteFile, int, int]]) -> list[Any]:
+    """One try at every request: bytes, or the exception it ended with, for each.
+    Requests to obstore's objects go out in one `fetch.read_ranges`; those to one async
+    file system in one `cat_ranges` call; the others share the pool's threads."""
+    from chute._src.storage.remote import fetch, pool
+
+    out: list[Any] = [None] * len(requests)
+    by_fs: dict[int, list[int]] = {}
+    direct: list[int] = []
+    for k, (f, _, _) in enumerate(requests):
+        if f.loc is not None:
+            direct.append(k)
+        else:
+            by_fs.setdefault(id(f.fs), []).append(k)
+    asked = []
+    for k in direct:
+        f, a, b = requests[k]
+        assert f.loc is not None
+        asked.append((f.loc, a, b, f.identity))
+    for k, data in zip(direct, fetch.read_ranges(asked)):
+        out[k] = data
+    sync: list[int] = []
+    for ks in by_fs.values():
+        fs = requests[ks[0]][0].fs
+        if not getattr(fs, "async_impl", False):
+            sync += ks
+            continue
+        try:
+            got = fs.cat_ranges(
+                [requests[k][0].fspath for k in ks],
+                [requests[k][1] for k in ks],
+                [requests[k][2] for k in ks],
+                on_error="return",
+                batch_size=max(1, len(ks)),
+            )
+        except Exception as e:  # the whole call failed (the loop, the session)
+            got = [e] * len(ks)
+        for k, data in zip(ks, got):
+            out[k] = data
+
+    def one(k: int) -> Any:
+        f, a, b = requests[k]
+        try:
+            return f.fs.cat_file(f.fspath, start=a, end=b)
+        except Exception as e:
+            return e
+
+    if len(sync) == 1:
+        out[sync[0]] = one(sync[0])
+    elif sync:
+        futures = [(k, pool.submit(functools.partial(one, k))) for k in sync]
+        for k, fut in futures:
+            out[k] = fut.result()
+    return out
