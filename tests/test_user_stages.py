@@ -197,16 +197,24 @@ def test_abstract_methods_are_enforced() -> None:
         NoNext()  # type: ignore[abstract]
 
 
-def test_a_stage_with_neither_iterator_method_names_the_fix() -> None:
+def test_a_stage_with_neither_iterator_method_cannot_be_made_and_names_the_fix() -> None:
+    # As in Grain: an IterDataset subclass without __iter__ is abstract.
     class Empty(chute.IterDataset[int]):
         pass
 
-    with pytest.raises(TypeError, match=r"Empty defines neither make_iterator nor __iter__"):
-        list(Empty().map(lambda x: x))
+    with pytest.raises(TypeError, match=r"abstract class Empty .* abstract method '__iter__'"):
+        Empty()
 
     class NoItems(chute.MapDataset[int]):
         def __len__(self) -> int:
             return 3
 
-    with pytest.raises(TypeError, match=r"NoItems defines neither __getitem__ nor _getitems"):
-        NoItems()[0]
+    with pytest.raises(TypeError, match=r"abstract class NoItems .*'__getitem__'.*implements"):
+        NoItems()
+
+    # A subclass of such a class that implements the method can be made.
+    class Items(NoItems):
+        def __getitem__(self, index):
+            return index
+
+    assert list(Items()) == [0, 1, 2]

@@ -280,7 +280,7 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         self.close()
 
 
-def walk(it: DatasetIterator[Any]) -> Iterator[DatasetIterator[Any]]:
+def walk_iterators(it: DatasetIterator[Any]) -> Iterator[DatasetIterator[Any]]:
     """`it` and every iterator below it, each once, through `children()`."""
     stack = [it]
     seen: set[int] = set()

@@ -9,7 +9,7 @@ even imported), and a pipeline pays nothing for it. Instrumented:
 
 - every IterDataset stage's iterator is wrapped in a `TimedIterator` (state, prefetch and
   close pass straight through, so checkpoints are unchanged);
-- the MapDataset under a `to_iter_dataset` is rebuilt (`rewrite_graph`) with a
+- the MapDataset under a `to_iter_dataset` is rebuilt (`rewrite`) with a
   `_TimedMapDataset` around every node, timing each block call; in worker processes the
   same copy runs, and the figures travel back with every chunk and are merged;
 - a sampler thread wakes every few milliseconds and notes, for the stage each thread is in,
@@ -37,8 +37,8 @@ import numpy as np
 
 from chute._src.core import config, observe
 from chute._src.core.contract import StageRole
-from chute._src.core.dataset import IterDataset, MapDataset, rewrite_graph, stages_sources_first
-from chute._src.core.iterator import DatasetIterator, walk
+from chute._src.core.dataset import IterDataset, MapDataset, rewrite, walk
+from chute._src.core.iterator import DatasetIterator, walk_iterators
 
 _ids = itertools.count()
 _get_ident = threading.get_ident
@@ -308,14 +308,14 @@ def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
         inputs = [cast(_TimedMapDataset, p).record.id for p in node.parents]
         return _TimedMapDataset(node, StageRecord(repr(node), "map", inputs, role=node.role))
 
-    return rewrite_graph(ds, timed)
+    return rewrite(ds, timed)
 
 
 def map_records(ds: MapDataset[Any] | None) -> list[StageRecord]:
     """The records of a timed map chain, sources first."""
     if ds is None:
         return []
-    return [n.record for n in stages_sources_first(ds) if isinstance(n, _TimedMapDataset)]
+    return [n.record for n in walk(ds) if isinstance(n, _TimedMapDataset)]
 
 
 # -- IterDataset side ---------------------------------------------------------------------
@@ -476,7 +476,7 @@ def stage_records(
     """Every stage's record below `top` (sources first), with the iterator of IterDataset
     stages (None for MapDataset stages): what the debug summary reads."""
     out: dict[int, tuple[StageRecord, DatasetIterator[Any] | None]] = {}
-    for it in walk(top):
+    for it in walk_iterators(top):
         if isinstance(it, TimedIterator):
             out[it.record.id] = (it.record, it.inner)
         for r in map_records(it.computed_dataset()):

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from chute._src.core.contract import StageRole
+from chute._src.core.node import walk
 
 __all__ = ["MOST", "REMOTE_READS_IN_FLIGHT", "for_paths", "reads_in_flight"]
 
@@ -55,15 +56,10 @@ def declared(source: Any) -> int:
 
 def reads_in_flight(ds: Any) -> int:
     """The most reads in flight that a source under the node `ds` declares (0: none)."""
-    most, seen, todo = 0, set(), [ds]
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    most = 0
+    for node in walk(ds):
         if node.role is StageRole.SOURCE:
             source = getattr(node, "data_source", None)
             if source is not None:
                 most = max(most, declared(source))
-        todo.extend(node.parents)
     return most

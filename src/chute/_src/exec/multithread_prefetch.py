@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from chute._src.core.contract import StageRole
-from chute._src.core.dataset import IterDataset, rewrite_graph
+from chute._src.core.dataset import IterDataset, rewrite
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.options import ReadOptions
 from chute._src.exec.thread_prefetch import ThreadPrefetchIterDataset, _ThreadPrefetchIterator
@@ -48,7 +48,7 @@ def multithread_prefetch(
         return node
 
     return ThreadPrefetchIterDataset(
-        rewrite_graph(ds, threaded), prefetch_buffer_size=max(1, buffer_size)
+        rewrite(ds, threaded), prefetch_buffer_size=max(1, buffer_size)
     )
 
 

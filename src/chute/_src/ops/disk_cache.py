@@ -35,9 +35,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chute._src.core.dataset import IterDataset, _Node
+from chute._src.core.dataset import IterDataset
 from chute._src.core.errors import DataError
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
+from chute._src.core.node import _Node, walk
 from chute._src.core.tree_codec import decode, encode
 from chute._src.ops.cache import check_pass_position
 from chute._src.storage.remote.urls import is_url, local_path
@@ -94,21 +95,14 @@ def cache_key(ds: _Node) -> str:
     """A hash of everything that decides `ds`'s elements (not thread or worker counts): each
     node's type and `cache_identity()`, through the node protocol (`parents`)."""
     h = hashlib.blake2b(digest_size=12)
-    seen: set[int] = set()
-
-    def visit(node: _Node) -> None:
-        if id(node) in seen:
-            return
-        seen.add(id(node))
+    position: dict[int, int] = {}
+    for k, node in enumerate(walk(ds)):  # sources first; each names its parents' positions
+        position[id(node)] = k
         h.update(type(node).__qualname__.encode())
         for name, value in sorted(node.cache_identity().items()):
             h.update(name.encode())
             h.update(_describe(value).encode())
-        h.update(str(len(node.parents)).encode())
-        for p in node.parents:
-            visit(p)
-
-    visit(ds)
+        h.update(str([position[id(p)] for p in node.parents]).encode())
     return h.hexdigest()
 
 

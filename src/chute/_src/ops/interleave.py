@@ -34,7 +34,7 @@ from chute._src.core.iterator import (
     bad_value,
     check_int,
     check_state,
-    walk,
+    walk_iterators,
 )
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE, Autotune
@@ -476,4 +476,4 @@ def _check_same(value: Any, expected: Any, path: str) -> None:
 
 
 def _fed_by_workers(it: DatasetIterator[Any]) -> bool:
-    return any(node.bound_to_thread for node in walk(it))
+    return any(node.bound_to_thread for node in walk_iterators(it))

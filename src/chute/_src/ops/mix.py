@@ -40,7 +40,7 @@ from chute._src.core.iterator import (
     check_int,
     check_state,
     int_at,
-    walk,
+    walk_iterators,
 )
 from chute._src.core.transforms import describe
 from chute._src.ops.mixing import Schedule, Weights, int_proportions
@@ -285,7 +285,9 @@ def set_mix_weights(
     >>> next(it).tolist()
     [2, 102, 103, 104]
     """
-    found = [node for node in walk(it) if callable(getattr(type(node), "set_weights", None))]
+    found = [
+        node for node in walk_iterators(it) if callable(getattr(type(node), "set_weights", None))
+    ]
     if len(found) != 1:
         raise ValueError(
             f"set_mix_weights: the pipeline of {it!r} has {len(found)} mixtures with "

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chute._src.core import observe
-from chute._src.core.dataset import MapDataset, rewrite_graph, stages_sources_first
+from chute._src.core.dataset import MapDataset, rewrite, walk
 from chute._src.core.options import MultiprocessingOptions
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
@@ -76,8 +76,8 @@ class ChunkService:
         self._shared: list[Any] = []
         # Each node as workers receive it (`for_workers`: large in-memory lists shared
         # through shared memory rather than pickled into every worker).
-        leaves = [rewrite_graph(leaf, lambda n: n.for_workers(self._shared)) for leaf in leaves]
-        stages: list[Any] = [n for leaf in leaves for n in stages_sources_first(leaf)]
+        leaves = [rewrite(leaf, lambda n: n.for_workers(self._shared)) for leaf in leaves]
+        stages: list[Any] = [n for leaf in leaves for n in walk(leaf)]
         stages += [shard for stream in streams for shard in stream.shards]
         observer = observe.observing()
         self._merge_figures = observer.figures_merger(leaves) if observer is not None else None

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chute._src.core.contract import StageRole
-from chute._src.core.dataset import IterDataset, MapDataset
+from chute._src.core.dataset import IterDataset, MapDataset, walk
 from chute._src.core.iterator import DatasetIterator
 from chute._src.exec.mp.transport import RemoteFailure
 from chute._src.exec.workers.tasks import ShardResult, ShardTask
@@ -55,13 +55,7 @@ HOLE = _Hole()
 def has_reader(ds: IterDataset[Any]) -> bool:
     """Whether `ds`'s graph has a random-access part (a READER), which workers compute by
     index chunks instead."""
-    stack: list[Any] = [ds]
-    while stack:
-        node = stack.pop()
-        if node.role is StageRole.READER:
-            return True
-        stack.extend(node.parents)
-    return False
+    return any(node.role is StageRole.READER for node in walk(ds))
 
 
 class _Items(MapDataset[Any]):
