@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import chute
+from chute._src.core import contract
 from chute._src.core.tree_codec import decode, encode
 from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
 
@@ -186,11 +187,11 @@ class _Scaled(chute.IterDataset[int]):
         self._settings = {"scale": scale}
         self._declared = declared
 
-    def make_iterator(self) -> chute.DatasetIterator[int]:
+    def _make_iterator(self) -> chute.DatasetIterator[int]:
         return _ScaledIterator(self._parent_iter(), self._settings["scale"])
 
-    def cache_identity(self) -> dict[str, Any]:
-        identity = super().cache_identity()
+    def _cache_identity(self) -> dict[str, Any]:
+        identity = super()._cache_identity()
         if self._declared:
             identity["scale"] = self._settings["scale"]
         return identity
@@ -221,5 +222,5 @@ def test_a_stage_declares_what_decides_its_elements_in_cache_identity(tmp_path: 
     def reader(threads: int) -> Any:
         return chute.MapDataset.range(5).to_iter_dataset(chute.ReadOptions(num_threads=threads))
 
-    assert "_read_options" not in reader(3).cache_identity()
+    assert "_read_options" not in contract.cache_identity(reader(3))
     assert reader(3).cache(tmp_path).directory == reader(0).cache(tmp_path).directory

@@ -373,7 +373,7 @@ class CountStream(chute.IterDataset[int]):
         super().__init__()
         self._n = n
 
-    def make_iterator(self) -> chute.DatasetIterator[int]:
+    def _make_iterator(self) -> chute.DatasetIterator[int]:
         return _Count(self._n)
 
 

@@ -8,6 +8,7 @@ from typing import Any, cast
 import pytest
 
 import chute
+from chute._src.core import contract
 from chute.testing import assert_equal_output_after_checkpoint
 
 
@@ -27,26 +28,56 @@ def test_stages_declare_their_role() -> None:
         "prefetch": stream.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)),
     }
     for role, ds in roles.items():
-        assert ds.role.value == role, ds
-    assert stream.filter(bool).role.value == "element_wise"
-    assert stream.map_with_index(lambda i, x: x).role.value == "order_dependent"
-    assert src.seed(1).role.value == "pass_through"
+        assert contract.role(ds).value == role, ds
+    assert contract.role(stream.filter(bool)).value == "element_wise"
+    assert contract.role(stream.map_with_index(lambda i, x: x)).value == "order_dependent"
+    assert contract.role(src.seed(1)).value == "pass_through"
     # With no workers, mp_prefetch hands its input on and does no work.
     none = stream.mp_prefetch(chute.MultiprocessingOptions(num_workers=0))
-    assert none.role.value == "pass_through"
+    assert contract.role(none).value == "pass_through"
     prefetch = chute.experimental.ThreadPrefetchIterDataset(stream, prefetch_buffer_size=0)
-    assert prefetch.role.value == "pass_through"
+    assert contract.role(prefetch).value == "pass_through"
 
 
 def test_element_wise_stages_give_their_map_stage() -> None:
     src = chute.MapDataset.range(10)
     stream = src.to_iter_dataset().map(_double).filter(lambda x: x % 4)
-    moved = stream.parents[0].as_map_stage(src)  # type: ignore[attr-defined]
+    moved = contract.element_wise(stream.parents[0])._as_map_stage(src)
     assert [moved[i] for i in range(3)] == [0, 2, 4]
-    kept = stream.as_map_stage(moved)
+    kept = contract.element_wise(stream)._as_map_stage(moved)
     assert list(kept.to_iter_dataset()) == list(stream)
     with pytest.raises(NotImplementedError, match="not element-wise"):
-        stream.batch(2).as_map_stage(src)
+        stream.batch(2)._as_map_stage(src)
+
+
+def test_the_contract_stays_out_of_the_users_namespace() -> None:
+    # What users see on the dataset types: operations (and Grain's `parents`).
+    engine_names = {
+        "role", "internal", "reads_shards", "concurrent", "with_parents", "for_workers",
+        "cache_identity", "position_params", "as_map_stage", "identity", "fingerprint",
+        "make_iterator", "stage_name", "allow_nones", "with_executor", "data_source",
+    }  # fmt: skip
+    for cls in (chute.MapDataset, chute.IterDataset):
+        assert engine_names.isdisjoint(dir(cls)), engine_names & set(dir(cls))
+    assert {"map", "filter", "batch", "shuffle", "parents"} <= set(dir(chute.MapDataset))
+
+
+def test_an_element_wise_stage_missing_its_contract_is_named() -> None:
+    from chute._src.core.contract import StageRole
+
+    class Half(chute.IterDataset[int]):  # declares the role but not what it promises
+        _role = StageRole.ELEMENT_WISE
+
+        def __iter__(self):
+            return iter(cast(chute.IterDataset[int], self.parents[0]))
+
+    half = Half(chute.MapDataset.range(4).to_iter_dataset())
+    with pytest.raises(
+        TypeError, match=r"Half declares the role ELEMENT_WISE but lacks _stage_name"
+    ):
+        contract.element_wise(half)
+    with pytest.raises(TypeError, match="lacks _stage_name"):
+        list(half.mp_prefetch(chute.MultiprocessingOptions(num_workers=1)))
 
 
 def test_with_parents_rebuilds_a_stage_on_equivalent_parents() -> None:
@@ -54,12 +85,14 @@ def test_with_parents_rebuilds_a_stage_on_equivalent_parents() -> None:
     b = chute.MapDataset.source(list(range(20)))
     ds = a.shuffle(seed=4).map(_double)
     shuffled = cast(chute.MapDataset[int], ds.parents[0])
-    rebuilt = shuffled.with_parents([b])
+    rebuilt = contract.with_parents(shuffled, [b])
     assert rebuilt.parents == (b,) and shuffled.parents == (a,)
     assert [rebuilt[i] for i in range(20)] == [shuffled[i] for i in range(20)]
-    assert rebuilt.fingerprint == shuffled.fingerprint  # the same stage, equivalent inputs
+    assert contract.fingerprint(rebuilt) == contract.fingerprint(
+        shuffled
+    )  # the same stage, equivalent inputs
     with pytest.raises(ValueError, match=r"got 2 parents, but the stage has 1"):
-        shuffled.with_parents([a, b])
+        contract.with_parents(shuffled, [a, b])
 
 
 def test_iterators_expose_their_children() -> None:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chute
+from chute._src.core import contract
 from chute.experimental import WindowShuffleIterDataset, WindowShuffleMapDataset
 from chute.testing import assert_equal_output_after_checkpoint
 
@@ -122,9 +123,13 @@ def test_a_shuffle_shows_the_seed_it_was_given() -> None:
     assert state["pipeline"][1] == "Shuffle(seed=42 (derived 17532488217563185893))"
     inherited = chute.MapDataset.range(60).seed(7).shuffle()
     assert repr(inherited) == "ShuffleMapDataset(seed=ds.seed(7))"
-    assert inherited.identity[1] == "Shuffle(seed=ds.seed(7) (derived 1650069959653123811))"
+    assert (
+        contract.identity(inherited)[1] == "Shuffle(seed=ds.seed(7) (derived 1650069959653123811))"
+    )
     rmap = chute.MapDataset.range(4).random_map(lambda x, rng: x, seed=5)
-    assert "seed=5" in repr(rmap) and rmap.identity[1].startswith("RandomMap(seed=5 (derived ")
+    assert "seed=5" in repr(rmap) and contract.identity(rmap)[1].startswith(
+        "RandomMap(seed=5 (derived "
+    )
 
 
 def test_a_state_of_another_seed_is_refused_naming_both_seeds() -> None:

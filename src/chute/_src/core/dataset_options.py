@@ -95,7 +95,7 @@ class WithOptionsIterDataset(IterDataset[T]):
     [0, 1, 2]
     """
 
-    role = StageRole.PASS_THROUGH
+    _role = StageRole.PASS_THROUGH
 
     def __init__(self, parent: IterDataset[T], options: DatasetOptions) -> None:
         super().__init__([parent])
@@ -112,7 +112,7 @@ class WithOptionsIterDataset(IterDataset[T]):
         below = [p.options for p in self.parents if isinstance(p, WithOptionsIterDataset)]
         return self._options.merge(below[0] if below else None)
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return self._parent_iter()
 
     def __repr__(self) -> str:

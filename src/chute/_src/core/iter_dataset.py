@@ -65,9 +65,9 @@ class IterDataset(_Node, Generic[T]):
         return self._described_iterator()
 
     def _described_iterator(self) -> DatasetIterator[T]:
-        """`make_iterator()`, its state recording this stage's position-fixing parameters
+        """`_make_iterator()`, its state recording this stage's position-fixing parameters
         (`_fingerprint_params`, as the state's "params")."""
-        it = self.make_iterator()
+        it = self._make_iterator()
         params = self._fingerprint_params()
         if params and not it.stage_params:
             it.stage_params = params
@@ -75,15 +75,17 @@ class IterDataset(_Node, Generic[T]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A stage written as in Grain (`__iter__` returning its iterator, no
-        `make_iterator`) is adapted here, once, when its class is made: its `__iter__`
-        becomes its `make_iterator`, and `iter(ds)` adds the thread guard as for any stage."""
+        `_make_iterator`) is adapted here, once, when its class is made: its `__iter__`
+        becomes its `_make_iterator`, and `iter(ds)` adds the thread guard as for any stage."""
         super().__init_subclass__(**kwargs)
-        if "__iter__" in cls.__dict__ and "make_iterator" not in cls.__dict__:
-            cls.make_iterator = cls.__dict__["__iter__"]  # type: ignore[method-assign]
+        if "__iter__" in cls.__dict__ and "_make_iterator" not in cls.__dict__:
+            cls._make_iterator = cls.__dict__["__iter__"]  # type: ignore[method-assign]
             cls.__iter__ = IterDataset.__iter__  # type: ignore[method-assign]
-        cls._unimplemented = "__iter__" if cls.make_iterator is IterDataset.make_iterator else None
+        cls._unimplemented = (
+            "__iter__" if cls._make_iterator is IterDataset._make_iterator else None
+        )
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         """A fresh iterator of this stage, reading fresh iterators of its parents
         (`self._parent_iter(i)`). Every stage implements it (or `__iter__`, as in Grain:
         see `__init_subclass__`); `iter(ds)` adds the thread guard (and the timing of debug
@@ -94,10 +96,10 @@ class IterDataset(_Node, Generic[T]):
         """A fresh iterator of parent `i`."""
         return cast("IterDataset[Any]", self._parents[i])._iter()
 
-    def as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
+    def _as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
         """For an `ELEMENT_WISE` stage: the same operation as a MapDataset stage on `parent`."""
         raise NotImplementedError(
-            f"{self!r} is not element-wise (its role is {self.role}); only ELEMENT_WISE "
+            f"{self!r} is not element-wise (its role is {self._role}); only ELEMENT_WISE "
             "stages can be moved onto a MapDataset."
         )
 

@@ -35,17 +35,20 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
     """What `MapDataset` and `IterDataset` share: the node protocol (parents, a role, how to
     rebuild with other parents), the pipeline seed, a fingerprint."""
 
-    role: StageRole = StageRole.ORDER_DEPENDENT
+    _role: StageRole = StageRole.ORDER_DEPENDENT
     """What this stage is to the engine (`_src/core/contract.py`); a class or instance attribute."""
 
-    internal: bool = False
+    _internal: bool = False
     """True for a stage the engine put in the pipeline, not the user (a stand-in for a
     stage moved into worker processes): the debug summary does not show it."""
 
-    reads_shards: bool = False
+    _reads_shards: bool = False
     """True for a stage whose parents are the shards of one stream, each read whole, from
     its start or a saved state, on its own, and merged by this stage's own rule
     (`InterleaveIterDataset`): `mp_prefetch` then reads each shard in a worker process."""
+
+    _data_source: object | None = None
+    """For a `SOURCE` node that reads a user's source object: that object."""
 
     _unimplemented: str | None = None
     """The method a subclass must still implement (set for each class by the dataset
@@ -58,7 +61,7 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
                 f"Can't instantiate abstract class {type(self).__name__} without an "
                 f"implementation for abstract method {missing!r}: a MapDataset subclass "
                 "implements __len__ and __getitem__(index) (or _getitems(indices)); an "
-                "IterDataset subclass implements __iter__ (or make_iterator) returning a "
+                "IterDataset subclass implements __iter__ (or _make_iterator) returning a "
                 "DatasetIterator."
             )
         # One dataset may be given alone, as in Grain: `super().__init__(parents=ds)`.
@@ -69,15 +72,15 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
             (p._pipeline_seed for p in self._parents if p._pipeline_seed is not None), None
         )
         self._depth: int = 1 + max((p._depth for p in self._parents), default=-1)
-        self._fingerprint: str | None = None
-        self._identity: tuple[str, ...] | None = None
+        self._fingerprint_memo: str | None = None
+        self._identity_memo: tuple[str, ...] | None = None
 
     @property
     def parents(self) -> tuple[_Node, ...]:
         """The nodes this one reads from, in order."""
         return self._parents
 
-    def with_parents(self, parents: Sequence[_Node]) -> Self:
+    def _with_parents(self, parents: Sequence[_Node]) -> Self:
         """This stage reading from `parents` instead: equivalent nodes (the same elements),
         such as a copy rewritten for worker processes or wrapped for timing. Every rewrite
         of a pipeline goes through here. The copy keeps this stage's parameters, its seed
@@ -85,20 +88,20 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         these overrides it."""
         if len(parents) != len(self._parents):
             raise ValueError(
-                f"{self!r}.with_parents got {len(parents)} parents, but the stage has "
+                f"{self!r}: with_parents got {len(parents)} parents, but the stage has "
                 f"{len(self._parents)}: give one replacement for each of node.parents."
             )
-        self.fingerprint  # noqa: B018 (computed here, with the identity: the copy keeps them)
+        self._fingerprint  # noqa: B018 (computed here, with the identity: the copy keeps them)
         new = copy.copy(self)
         new._parents = tuple(parents)
         return new
 
     @property
-    def concurrent(self) -> bool:
+    def _concurrent(self) -> bool:
         """True when this stage computes its inputs on other threads or processes."""
         return False
 
-    def for_workers(self, resources: list[Any]) -> Self:
+    def _for_workers(self, resources: list[Any]) -> Self:
         """This node as worker processes should receive it (parents already rewritten).
 
         A source holding a large in-memory list returns a copy that shares it through
@@ -127,13 +130,7 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         counts, nor a user's function (a state restores after a map function is fixed)."""
         return ""
 
-    @property
-    def position_params(self) -> str:
-        """What of this stage's parameters fixes where its elements are, as its state
-        records it (`_fingerprint_params()`, which stages override)."""
-        return self._fingerprint_params()
-
-    def cache_identity(self) -> dict[str, Any]:
+    def _cache_identity(self) -> dict[str, Any]:
         """What, besides its parents, decides this stage's elements: named values that
         `IterDataset.cache(path)` hashes into its key, with the stage's type and the same of
         every parent. A function counts by its code, a source by what its `repr` says
@@ -146,22 +143,22 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         (a version, a setting read from elsewhere)."""
         identity: dict[str, Any] = {"(fingerprint params)": self._fingerprint_params()}
         for name, value in vars(self).items():
-            if name not in ("_parents", "_fingerprint", "_identity"):
+            if name not in ("_parents", "_fingerprint_memo", "_identity_memo"):
                 identity[name] = value
         return identity
 
     @property
-    def identity(self) -> tuple[str, ...]:
+    def _identity(self) -> tuple[str, ...]:
         """What fixes the positions of this node's elements, which a state records: one
         `"Kind(params)"` per stage, sources first, with `" <- [i, j]"` naming the entries it
         reads where that is not just the entry before. Stages that hand on their input
         unchanged (`PASS_THROUGH`: seeds, timing wrappers) are left out."""
-        if self._identity is None:
+        if self._identity_memo is None:
             entries: list[str] = []
             index: dict[int, int] = {}
             for node in walk(self):
                 inputs = [index[id(p)] for p in node._parents]
-                if node.role is StageRole.PASS_THROUGH and len(inputs) == 1:
+                if node._role is StageRole.PASS_THROUGH and len(inputs) == 1:
                     index[id(node)] = inputs[0]
                     continue
                 name = type(node).__name__
@@ -173,17 +170,17 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
                     entry += f" <- {inputs}"
                 entries.append(entry)
                 index[id(node)] = len(entries) - 1
-            self._identity = tuple(entries)
-        return self._identity
+            self._identity_memo = tuple(entries)
+        return self._identity_memo
 
     @property
-    def fingerprint(self) -> str:
+    def _fingerprint(self) -> str:
         """A short hash of `identity`."""
-        if self._fingerprint is None:
+        if self._fingerprint_memo is None:
             h = hashlib.blake2b(digest_size=8)
-            h.update("\n".join(self.identity).encode())
-            self._fingerprint = h.hexdigest()
-        return self._fingerprint
+            h.update("\n".join(self._identity).encode())
+            self._fingerprint_memo = h.hexdigest()
+        return self._fingerprint_memo
 
 
 N = TypeVar("N", bound=_Node)
@@ -216,7 +213,7 @@ def rewrite(ds: N, fn: Callable[[N], N]) -> N:
     for node in walk(ds):
         parents = [memo[id(p)] for p in node.parents]
         rebuilt = (
-            node.with_parents(parents)
+            node._with_parents(parents)
             if any(a is not b for a, b in zip(parents, node.parents))
             else node
         )

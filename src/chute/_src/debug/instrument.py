@@ -16,9 +16,9 @@ even imported), and a pipeline pays nothing for it. Instrumented:
   whether it had to wait for the GIL: a wait means some thread was running Python code
   (GIL held); no wait means the work was in code that released the GIL.
 
-It finds its way through the node protocol only: `parents`, `role`, `concurrent`,
-`internal`, `with_parents` on datasets; `children()` and `computed_dataset()` on
-iterators. Each record carries the stage's `role`, whether it is a pass-through (a seed,
+It finds its way through the stage contract only (`core/contract.py`: parents, role,
+concurrency, whether the engine inserted a stage, and rebuilding on other parents, on
+datasets; `children()` and `computed_dataset()` on iterators). Each record carries the stage's `role`, whether it is a pass-through (a seed,
 `mp_prefetch` with no workers: never named the bottleneck) and whether it is `internal`
 (the engine's stand-in for a stage moved into workers: the summary hides it).
 """
@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from chute._src.core import config, observe
+from chute._src.core import config, contract, observe
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset, rewrite, walk
 from chute._src.core.iterator import DatasetIterator, walk_iterators
@@ -271,7 +271,7 @@ def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[in
 class _TimedMapDataset(MapDataset[Any]):
     """Times `_getitems` of the node it wraps (inclusive of the node's timed parents)."""
 
-    role = StageRole.PASS_THROUGH
+    _role = StageRole.PASS_THROUGH
 
     def __init__(self, inner: MapDataset[Any], record: StageRecord) -> None:
         super().__init__([inner])
@@ -282,8 +282,8 @@ class _TimedMapDataset(MapDataset[Any]):
         return self._parents[0]
 
     @property
-    def fingerprint(self) -> str:
-        return self.inner.fingerprint
+    def _fingerprint(self) -> str:
+        return contract.fingerprint(self.inner)
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -306,7 +306,9 @@ def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
 
     def timed(node: MapDataset[Any]) -> MapDataset[Any]:
         inputs = [cast(_TimedMapDataset, p).record.id for p in node.parents]
-        return _TimedMapDataset(node, StageRecord(repr(node), "map", inputs, role=node.role))
+        return _TimedMapDataset(
+            node, StageRecord(repr(node), "map", inputs, role=contract.role(node))
+        )
 
     return rewrite(ds, timed)
 
@@ -418,9 +420,9 @@ def instrumented_iter(
         repr(ds),
         "iter",
         _input_ids(inner),
-        boundary=ds.concurrent,
-        role=ds.role,
-        internal=ds.internal,
+        boundary=contract.is_concurrent(ds),
+        role=contract.role(ds),
+        internal=contract.is_internal(ds),
     )
     proxy = TimedIterator(inner, record)
     if level == 0:

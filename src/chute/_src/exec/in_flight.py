@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chute._src.core.contract import StageRole
+from chute._src.core import contract
 from chute._src.core.node import walk
 
 __all__ = ["MOST", "REMOTE_READS_IN_FLIGHT", "for_paths", "reads_in_flight"]
@@ -58,8 +58,7 @@ def reads_in_flight(ds: Any) -> int:
     """The most reads in flight that a source under the node `ds` declares (0: none)."""
     most = 0
     for node in walk(ds):
-        if node.role is StageRole.SOURCE:
-            source = getattr(node, "data_source", None)
-            if source is not None:
-                most = max(most, declared(source))
+        source = contract.source_object(node)
+        if source is not None:
+            most = max(most, declared(source))
     return most

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from chute._src.core import contract
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, rewrite
 from chute._src.core.iterator import DatasetIterator
@@ -43,7 +44,7 @@ def multithread_prefetch(
     )
 
     def threaded(node: Any) -> Any:
-        if node.role is StageRole.READER and node.parents:
+        if contract.role(node) is StageRole.READER and node.parents:
             return node.parents[0].to_iter_dataset(options)
         return node
 

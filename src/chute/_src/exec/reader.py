@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
-from chute._src.core import observe
+from chute._src.core import contract, observe
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.errors import CheckpointError
@@ -37,7 +37,7 @@ class PrefetchIterDataset(IterDataset[T]):
     """An `IterDataset` over a `MapDataset`, skipping filtered (None) elements (or, with
     `allow_nones=True`, handing them out as None, as Grain does)."""
 
-    role = StageRole.READER
+    _role = StageRole.READER
 
     def __init__(
         self,
@@ -74,28 +74,28 @@ class PrefetchIterDataset(IterDataset[T]):
         return options.num_threads != 0 and options.prefetch_buffer_size != 0
 
     @property
-    def allow_nones(self) -> bool:
+    def _hands_out_nones(self) -> bool:
         """Whether filtered elements come out as None (Grain's `allow_nones`) instead of
         being skipped."""
         return self._allow_nones
 
     @property
-    def concurrent(self) -> bool:
+    def _concurrent(self) -> bool:
         return self._executor_factory is not None or self._threaded
 
-    def cache_identity(self) -> dict[str, Any]:
-        identity = super().cache_identity()
+    def _cache_identity(self) -> dict[str, Any]:
+        identity = super()._cache_identity()
         del identity["_read_options"]  # threads and buffer sizes: the same elements
         return identity
 
-    def with_executor(self, factory: Callable[[], ChunkExecutor]) -> Self:
+    def _with_executor(self, factory: Callable[[], ChunkExecutor]) -> Self:
         """This reader with its chunks computed by `factory()`'s executor (which may compute
         another, equivalent MapDataset); state and fingerprint stay the parent's."""
-        new = self.with_parents(self._parents)
+        new = self._with_parents(self._parents)
         new._executor_factory = factory
         return new
 
-    def make_iterator(self) -> PrefetchDatasetIterator[T]:
+    def _make_iterator(self) -> PrefetchDatasetIterator[T]:
         if self._executor_factory is not None:
             return PrefetchDatasetIterator(
                 self.map_parent, self._executor_factory(), self._allow_nones
@@ -124,12 +124,12 @@ class PrefetchIterDataset(IterDataset[T]):
         return f"PrefetchIterDataset(read_options={self._read_options})"
 
     @property
-    def identity(self) -> tuple[str, ...]:
-        return self.map_parent.identity
+    def _identity(self) -> tuple[str, ...]:
+        return contract.identity(self.map_parent)
 
     @property
-    def fingerprint(self) -> str:
-        return self.map_parent.fingerprint
+    def _fingerprint(self) -> str:
+        return contract.fingerprint(self.map_parent)
 
 
 class PrefetchDatasetIterator(DatasetIterator[T]):
@@ -144,7 +144,7 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         self._len = len(ds)
         # Filters moved into the workers leave Nones in the computed dataset too.
         self._skip_none = not allow_nones and (ds._may_be_none or executor.ds._may_be_none)
-        self._identity = ds.identity
+        self._identity = contract.identity(ds)
         self._filtered = SkipCounter(ds, "to_iter_dataset over ")
         self._read = self._nones = 0  # positions read, filtered ones among them (warning)
         self._buf: list[Any] = []

@@ -53,14 +53,14 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
         self._size = prefetch_buffer_size
 
     @property
-    def role(self) -> StageRole:  # type: ignore[override]
+    def _role(self) -> StageRole:  # type: ignore[override]
         return StageRole.PREFETCH if self._size else StageRole.PASS_THROUGH
 
     @property
-    def concurrent(self) -> bool:
+    def _concurrent(self) -> bool:
         return self._size > 0
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return prefetch_iterator(self._parent_iter(), self._size)
 
     def __repr__(self) -> str:

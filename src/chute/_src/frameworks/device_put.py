@@ -142,13 +142,13 @@ class DevicePutIterDataset(IterDataset[Any]):
         self._device_buffer_size = device_buffer_size
         self._process_local = process_local
 
-    role = StageRole.PREFETCH
+    _role = StageRole.PREFETCH
 
     @property
-    def concurrent(self) -> bool:
+    def _concurrent(self) -> bool:
         return bool(self._cpu_buffer_size or self._device_buffer_size)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         host = prefetch_iterator(self._parent_iter(), self._cpu_buffer_size)
         put = _PutIterator(host, _Put(self._device, self._process_local))
         return prefetch_iterator(put, self._device_buffer_size)

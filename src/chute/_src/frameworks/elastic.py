@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.core import tree
+from chute._src.core import contract, tree
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.errors import CheckpointError
 from chute._src.core.iterator import DatasetIterator, ThreadGuardedIterator, check_int
@@ -139,7 +139,7 @@ class _ElasticDatasetIterator(DatasetIterator[Any]):
         pending, next_index = self._remaining()
         return {
             "stage": STAGE,
-            "pipeline": list(o._ds.identity),
+            "pipeline": list(contract.identity(o._ds)),
             "stop": len(o._ds),
             "shard_index": o._shard.shard_index,
             "shard_count": o._shard.shard_count,
@@ -215,12 +215,12 @@ def _check_common(state: Any, ds: MapDataset[Any], path: str) -> None:
                 f"{path} has no {key!r}: the state is corrupt; restore a state taken by "
                 "ElasticIterator.get_state() or returned by ElasticIterator.merge_states()."
             )
-    recorded, identity = list(state["pipeline"]), list(ds.identity)
+    recorded, identity = list(state["pipeline"]), list(contract.identity(ds))
     same = len(recorded) == len(identity) and all(map(same_params, recorded, identity))
     if not same or state["stop"] != len(ds):
         raise CheckpointError(
             f"{path}['pipeline'] = {state['pipeline']!r} (length {state['stop']!r}) is not "
-            f"this dataset's {list(ds.identity)!r} (length {len(ds)}): restore a state "
+            f"this dataset's {list(contract.identity(ds))!r} (length {len(ds)}): restore a state "
             "taken with the same dataset (same sources, seeds, slicing and stages)."
         )
     stop = check_int(state, "stop", path, hi=INFINITE)
@@ -481,7 +481,7 @@ class ElasticIterator(IterDataset[Any]):
 
     merge_states = staticmethod(merge_states)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _ElasticDatasetIterator(self)
 
     def __iter__(self) -> DatasetIterator[Any]:

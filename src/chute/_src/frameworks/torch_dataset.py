@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chute._src.core import contract
 from chute._src.core.checkpointing import from_state_dict
 from chute._src.core.dataset import INFINITE, MapDataset
 from chute._src.core.errors import CheckpointError
@@ -334,7 +335,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             {
                 "epoch": self._epoch,
                 "shard": self._shard_key(worker, num_workers),
-                "pipeline": list(self._dataset.identity),
+                "pipeline": list(contract.identity(self._dataset)),
                 "length": len(self._dataset),
                 "part": part.as_json(),
                 "read": read,
@@ -367,7 +368,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             check_merged(state, where, "state_dict")
         else:
             check_copy(state, where, "state_dict")
-        recorded, identity = list(state["pipeline"]), list(self._dataset.identity)
+        recorded, identity = list(state["pipeline"]), list(contract.identity(self._dataset))
         same = len(recorded) == len(identity) and all(map(same_params, recorded, identity))
         if not same or state["length"] != len(self._dataset):
             raise CheckpointError(
@@ -397,7 +398,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         rank, world, worker, workers = shard
         if not (0 <= rank < world and 0 <= worker < workers):
             raise _fail(where, "state_dict['shard']", shard, "a rank or worker out of range")
-        n, identity = len(self._dataset), list(self._dataset.identity)
+        n, identity = len(self._dataset), list(contract.identity(self._dataset))
         read = 0
         if state_dict["iterator"] is not None:
             node: Any = from_state_dict(state_dict["iterator"])

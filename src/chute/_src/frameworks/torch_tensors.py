@@ -202,13 +202,13 @@ class PinMemoryIterDataset(IterDataset[Any]):
         self._size = buffer_size
         _cuda_or_warn(stacklevel=4)
 
-    role = StageRole.PREFETCH
+    _role = StageRole.PREFETCH
 
     @property
-    def concurrent(self) -> bool:
+    def _concurrent(self) -> bool:
         return self._size > 0
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         pin = torch.cuda.is_available()
         return prefetch_iterator(_PinIterator(self._parent_iter(), pin), self._size)
 

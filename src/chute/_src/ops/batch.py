@@ -96,7 +96,7 @@ class BatchIterDataset(IterDataset[Any]):
         self._drop = bool(drop_remainder)
         self._batch_fn = as_batch_fn(batch_fn)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _BatchIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

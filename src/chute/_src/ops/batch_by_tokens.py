@@ -80,7 +80,7 @@ class BatchByTokensIterDataset(WindowBatchIterDataset):
         self._sort = bool(sort)
         self._seed = None if seed is None else validate_seed(seed, WHERE)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _TokenBatchIterator(self._parent_iter(), self)
 
     def lengths(self, items: list[Any], first_index: int) -> np.ndarray:

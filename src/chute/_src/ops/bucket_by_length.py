@@ -95,7 +95,7 @@ class BucketBySequenceLengthIterDataset(WindowBatchIterDataset):
         self._pad_to_boundary = bool(pad_to_bucket_boundary)
         self._drop = bool(drop_remainder)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _BucketIterator(self._parent_iter(), self)
 
     def lengths(self, items: list[Any], first_index: int) -> np.ndarray:

@@ -206,7 +206,7 @@ class CacheMapDataset(MapDataset[T]):
                 out[j] = x
         return out
 
-    def for_workers(self, resources: list[Any]) -> CacheMapDataset[T]:
+    def _for_workers(self, resources: list[Any]) -> CacheMapDataset[T]:
         """This cache with a store in shared memory that every worker reads and fills;
         made once, kept while the dataset lives (so later iterators find it filled)."""
         from chute._src.ops.shared_cache import SharedStore, shared_memory_available
@@ -222,7 +222,7 @@ class CacheMapDataset(MapDataset[T]):
                 box.store = store  # this process reads and fills it too from now on
         return self
 
-    def cache_identity(self) -> dict[str, Any]:
+    def _cache_identity(self) -> dict[str, Any]:
         return {}  # the bounds and the store never change the elements
 
     def __repr__(self) -> str:
@@ -242,7 +242,7 @@ class CacheIterDataset(IterDataset[T]):
     def __init__(self, parent: IterDataset[T]) -> None:
         super().__init__([parent])
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return _MemoryCacheIterator(self._parent_iter())
 
     def __repr__(self) -> str:

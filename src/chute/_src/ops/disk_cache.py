@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from chute._src.core import contract
 from chute._src.core.dataset import IterDataset
 from chute._src.core.errors import DataError
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
@@ -99,7 +100,7 @@ def cache_key(ds: _Node) -> str:
     for k, node in enumerate(walk(ds)):  # sources first; each names its parents' positions
         position[id(node)] = k
         h.update(type(node).__qualname__.encode())
-        for name, value in sorted(node.cache_identity().items()):
+        for name, value in sorted(contract.cache_identity(node).items()):
             h.update(name.encode())
             h.update(_describe(value).encode())
         h.update(str([position[id(p)] for p in node.parents]).encode())
@@ -178,7 +179,7 @@ class DiskCacheIterDataset(IterDataset[T]):
         """The cache's directory: `directory`, or for a URL `URL/<key>`."""
         return f"{self._url}/{self._key}" if self._url is not None else str(self.directory)
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         if self._url is not None:
             return _DiskCacheIterator(
                 self._parent_iter(), f"{self.location}/{_FILE}", self._storage

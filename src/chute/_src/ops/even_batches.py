@@ -111,7 +111,7 @@ class EvenBatchesIterDataset(IterDataset[Any]):
         self._count = int(num_batches)
         self._pad = pad
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _EvenIterator(self._parent_iter(), self._count, self._pad)
 
     def __repr__(self) -> str:

@@ -22,17 +22,17 @@ T = TypeVar("T")
 
 
 class FilterIterDataset(IterDataset[T]):
-    role = StageRole.ELEMENT_WISE
-    stage_name = "filter"  # what its iterator records in states
+    _role = StageRole.ELEMENT_WISE
+    _stage_name = "filter"  # what its iterator records in states
 
     def __init__(self, parent: IterDataset[T], predicate: Any) -> None:
         super().__init__([parent])
         self._fn: Callable[[Any], bool] = as_filter_fn(predicate)
 
-    def as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
+    def _as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
         return parent.filter(self._fn)
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return _FilterIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

@@ -140,7 +140,7 @@ class FlatMapIterDataset(IterDataset[Any]):
         super().__init__([parent])
         self._t = check_transform(transform, "FlatMapIterDataset", fan_out_needed=False)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _FlatMapIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

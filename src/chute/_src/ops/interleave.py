@@ -108,14 +108,14 @@ class InterleaveIterDataset(IterDataset[Any]):
         self._tuned = parallelism is AUTOTUNE
         self._threads = default if parallelism is None or parallelism is AUTOTUNE else parallelism
 
-    reads_shards = True  # each input is one shard, read whole: see `_src/core/contract.py`
+    _reads_shards = True  # each input is one shard, read whole: see `core/contract.py`
 
     @property
     def parallelism(self) -> int | Autotune:
         """Threads reading the inputs ahead (0: on the consumer's thread), or AUTOTUNE."""
         return AUTOTUNE if self._tuned else self._threads
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         its = [self._parent_iter(i) for i in range(len(self._parents))]
         return _InterleaveIterator(its, self)
 

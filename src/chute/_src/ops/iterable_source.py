@@ -54,7 +54,7 @@ class IterableSourceIterDataset(IterDataset[Any]):
     [20, 30, 40]
     """
 
-    role = StageRole.SOURCE
+    _role = StageRole.SOURCE
 
     def __init__(self, source: Iterable[Any] | Callable[[], Iterable[Any]]) -> None:
         super().__init__()
@@ -86,7 +86,7 @@ class IterableSourceIterDataset(IterDataset[Any]):
         # Where a stateful object is now: every iterator of this stream starts there.
         self._initial: Any = getattr(source, methods[0])() if methods is not None else None
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         if self._methods is not None:
             return _StatefulIterator(self)
         return _CountingIterator(self)

@@ -23,7 +23,7 @@ class LimitIterDataset(IterDataset[T]):
         super().__init__([parent])
         self._count = check_count(count, "count", "limit", allow_none=False) or 0
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return _LimitIterator(self._parent_iter(), self._count)
 
     def __repr__(self) -> str:

@@ -23,17 +23,17 @@ from chute._src.ops.block_apply import failed_position
 
 
 class MapIterDataset(IterDataset[Any]):
-    role = StageRole.ELEMENT_WISE
-    stage_name = "map"  # what its iterator records in states
+    _role = StageRole.ELEMENT_WISE
+    _stage_name = "map"  # what its iterator records in states
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
         super().__init__([parent])
         self._fn: Callable[[Any], Any] = as_map_fn(transform, "map")
 
-    def as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
+    def _as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
         return parent.map(self._fn)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _MapIterator(self._parent_iter(), self._fn, self)
 
     def __repr__(self) -> str:
@@ -83,7 +83,7 @@ class MapWithIndexIterDataset(IterDataset[Any]):
         super().__init__([parent])
         self._fn: Callable[[int, Any], Any] = as_map_with_index_fn(transform)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return IndexedIterator(self._parent_iter(), self, self._fn, None)
 
     def __repr__(self) -> str:

@@ -94,10 +94,10 @@ class MixedIterDataset(IterDataset[Any]):
             weights, len(parents), where, names=self._names, step_size=step_size
         )
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _MixIterator([self._parent_iter(i) for i in range(len(self._parents))], self)
 
-    def cache_identity(self) -> dict[str, Any]:
+    def _cache_identity(self) -> dict[str, Any]:
         w = self._weights
         weights: Any = w.fn if w.fn is not None else w.at_step(0).proportions
         return {"names": self._names, "weights": weights, "step_size": w.step_size}
@@ -378,7 +378,7 @@ class MixedMapDataset(MapDataset[Any]):
             which, keys = self._schedule.locate(indices)
         return gather(self._parents, which, keys)
 
-    def cache_identity(self) -> dict[str, Any]:
+    def _cache_identity(self) -> dict[str, Any]:
         if self._dynamic is not None:
             w = self._dynamic.weights
             return {"weights": w.fn, "step_size": w.step_size}

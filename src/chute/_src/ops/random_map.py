@@ -61,7 +61,7 @@ class RandomMapIterDataset(IterDataset[Any]):
         self._seed = self._op_seed(seed, SEED_TAG_RANDOM_MAP, "random_map")
         self._seed_shown = shown_seed(seed, self._pipeline_seed)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return IndexedIterator(self._parent_iter(), self, self._fn, ElementRngs(self._seed))
 
     def __repr__(self) -> str:

@@ -37,7 +37,7 @@ class RebatchIterDataset(IterDataset[Any]):
         self._size = check_batch_size(batch_size, "RebatchIterDataset")
         self._drop = bool(drop_remainder)
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _RebatchIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

@@ -38,7 +38,7 @@ class RepeatIterDataset(IterDataset[T]):
         super().__init__([parent])
         self._epochs = check_count(num_epochs, "num_epochs", "repeat")
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return _RepeatIterator(self._parent_iter(), self._epochs)
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ T = TypeVar("T")
 class SeedMapDataset(MapDataset[T]):
     """Passes elements through; only changes the seed its descendants inherit."""
 
-    role = StageRole.PASS_THROUGH
+    _role = StageRole.PASS_THROUGH
 
     def __init__(self, parent: MapDataset[T], seed: int) -> None:
         super().__init__([parent])
@@ -42,13 +42,13 @@ class SeedMapDataset(MapDataset[T]):
 class SeedIterDataset(IterDataset[T]):
     """Passes elements through; only changes the seed its descendants inherit."""
 
-    role = StageRole.PASS_THROUGH
+    _role = StageRole.PASS_THROUGH
 
     def __init__(self, parent: IterDataset[T], seed: int) -> None:
         super().__init__([parent])
         self._pipeline_seed = validate_seed(seed, "seed")
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return self._parent_iter()
 
     def __repr__(self) -> str:

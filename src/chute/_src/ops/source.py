@@ -18,7 +18,7 @@ SHARE_LISTS_FROM = 10_000
 class SourceMapDataset(MapDataset[Any]):
     """Reads records from a random-access source, a whole block of indices per call."""
 
-    role = StageRole.SOURCE
+    _role = StageRole.SOURCE
 
     def __init__(self, source: Any) -> None:
         super().__init__()
@@ -38,12 +38,17 @@ class SourceMapDataset(MapDataset[Any]):
 
     @property
     def data_source(self) -> Any:
+        """The source object this stage reads (Grain's name)."""
+        return self._source
+
+    @property
+    def _data_source(self) -> object | None:  # type: ignore[override]
         return self._source
 
     def __len__(self) -> int:
         return self._len
 
-    def for_workers(self, resources: list[Any]) -> Self:
+    def _for_workers(self, resources: list[Any]) -> Self:
         """A large list or tuple is written once to shared memory, which every worker maps
         (`SharedListSource`), instead of being pickled into each."""
         source = self._source
@@ -88,7 +93,7 @@ def _first_failing(source: Any, keys: list[int]) -> int | None:
 class RangeMapDataset(MapDataset[int]):
     """The integers of `range(start, stop, step)`, computed for a block with numpy."""
 
-    role = StageRole.SOURCE
+    _role = StageRole.SOURCE
 
     def __init__(self, start: int, stop: int | None = None, step: int = 1) -> None:
         super().__init__()

@@ -51,7 +51,7 @@ class WindowShuffleIterDataset(IterDataset[T]):
         self._seed = self._op_seed(seed, SEED_TAG_WINDOW_SHUFFLE, "WindowShuffleIterDataset")
         self._seed_shown = shown_seed(seed, self._pipeline_seed)
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         return _WindowShuffleIterator(self._parent_iter(), self._w, self._seed)
 
     def __repr__(self) -> str:

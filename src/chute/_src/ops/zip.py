@@ -41,7 +41,7 @@ class ZipIterDataset(IterDataset[tuple[Any, ...]]):
         super().__init__(ps)
         self._strict = bool(strict)
 
-    def make_iterator(self) -> DatasetIterator[tuple[Any, ...]]:
+    def _make_iterator(self) -> DatasetIterator[tuple[Any, ...]]:
         return _ZipIterator([self._parent_iter(i) for i in range(len(self._parents))], self._strict)
 
     def __repr__(self) -> str:

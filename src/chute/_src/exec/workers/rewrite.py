@@ -11,10 +11,10 @@ elements in the same order as without workers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from chute._src.core import observe
-from chute._src.core.contract import StageRole
+from chute._src.core import contract, observe
+from chute._src.core.contract import ElementWise, StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator
 from chute._src.exec.executors import ChunkExecutor
@@ -32,31 +32,33 @@ def substitute(
     """A copy of `ds` whose readers (`to_iter_dataset`) get their chunks from workers, and
     whose streams of shards have their shards read by workers, with the element-wise
     stages directly above them moved into the workers (see module doc)."""
-    hoisted: list[IterDataset[Any]] = []
+    hoisted: list[ElementWise] = []
     node: IterDataset[Any] = ds
-    while node.role is StageRole.ELEMENT_WISE:
-        hoisted.append(node)
+    while contract.role(node) is StageRole.ELEMENT_WISE:
+        hoisted.append(contract.element_wise(node))
         node = node.parents[0]  # type: ignore[assignment]
     shards: list[IterDataset[Any]] = list(node.parents)  # type: ignore[arg-type]
-    if node.reads_shards and not any(has_reader(p) for p in shards):
-        # A stream of shards (`_src/exec/workers/shards.py`): each shard read whole in a worker.
+    if contract.reads_shards(node) and not any(has_reader(p) for p in shards):
+        # A stream of shards (`shards.py`): each shard read whole in a worker.
         streams.append(ShardStream(shards, hoisted))
         s = len(streams) - 1
-        merged = node.with_parents([WorkerShard(p, s, j, box) for j, p in enumerate(shards)])
+        merged = contract.with_parents(
+            node, [WorkerShard(p, s, j, box) for j, p in enumerate(shards)]
+        )
         if hoisted:
             merged = DropHoles(merged)
         for stage in reversed(hoisted):
-            merged = DoneInWorkers(merged, stage.stage_name, stage.position_params)
+            merged = DoneInWorkers(merged, stage._stage_name, contract.position_params(stage))
         return merged
-    if node.role is StageRole.READER:
-        kept: list[IterDataset[Any]] = []
-        # A reader (`_src/core/contract.py`, READER) that hands filtered elements on as None:
-        if node.allow_nones:  # type: ignore[attr-defined]
+    if contract.role(node) is StageRole.READER:
+        reader = contract.reader(node)
+        kept: list[ElementWise] = []
+        if reader._hands_out_nones:
             # The stages above see the Nones: they stay in the main process, as they are.
             hoisted, kept = [], hoisted
         mapped: MapDataset[Any] = node.parents[0]  # type: ignore[assignment]
         for stage in reversed(hoisted):
-            mapped = stage.as_map_stage(mapped)
+            mapped = stage._as_map_stage(mapped)
         observer = observe.observing()
         if observer is not None:
             mapped = observer.map_chain(mapped)
@@ -67,17 +69,18 @@ def substitute(
             assert box.service is not None, "a worker-fed reader iterated before the service"
             return WorkerChunks(leaf, leaf_id, box.service)
 
-        out: IterDataset[Any] = node.with_executor(executor)  # type: ignore[attr-defined]
+        out: IterDataset[Any] = reader._with_executor(executor)
         for stage in reversed(hoisted):
-            out = DoneInWorkers(out, stage.stage_name, stage.position_params)
+            out = DoneInWorkers(out, stage._stage_name, contract.position_params(stage))
         for stage in reversed(kept):
-            out = stage.with_parents([out])
+            out = cast("IterDataset[Any]", contract.with_parents(stage, [out]))
         return out
-    return ds.with_parents(
+    return contract.with_parents(
+        ds,
         [
             substitute(p, leaves, streams, box) if isinstance(p, IterDataset) else p
             for p in ds.parents
-        ]
+        ],
     )
 
 
@@ -85,15 +88,15 @@ class DoneInWorkers(IterDataset[Any]):
     """Stands where a `map`/`filter` was that now runs in the workers: a pass-through with
     the same stage name, so the state has the same shape as without workers."""
 
-    role = StageRole.PASS_THROUGH
-    internal = True
+    _role = StageRole.PASS_THROUGH
+    _internal = True
 
     def __init__(self, parent: IterDataset[Any], stage: str, params: str) -> None:
         super().__init__([parent])
         self._stage = stage
         self._params = params
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _PassThrough(self._parent_iter(), self._stage)
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from chute._src.core import observe
+from chute._src.core import contract, observe
 from chute._src.core.dataset import MapDataset, rewrite, walk
 from chute._src.core.options import MultiprocessingOptions
 from chute._src.exec import autotune
@@ -76,7 +76,7 @@ class ChunkService:
         self._shared: list[Any] = []
         # Each node as workers receive it (`for_workers`: large in-memory lists shared
         # through shared memory rather than pickled into every worker).
-        leaves = [rewrite(leaf, lambda n: n.for_workers(self._shared)) for leaf in leaves]
+        leaves = [rewrite(leaf, lambda n: contract.for_workers(n, self._shared)) for leaf in leaves]
         stages: list[Any] = [n for leaf in leaves for n in walk(leaf)]
         stages += [shard for stream in streams for shard in stream.shards]
         observer = observe.observing()

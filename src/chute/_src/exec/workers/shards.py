@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chute._src.core import contract
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset, walk
 from chute._src.core.iterator import DatasetIterator
@@ -55,15 +56,15 @@ HOLE = _Hole()
 def has_reader(ds: IterDataset[Any]) -> bool:
     """Whether `ds`'s graph has a random-access part (a READER), which workers compute by
     index chunks instead."""
-    return any(node.role is StageRole.READER for node in walk(ds))
+    return any(contract.role(node) is StageRole.READER for node in walk(ds))
 
 
 class _Items(MapDataset[Any]):
     """The raw elements of one step of a shard, at their positions in the shard, as the
     source of the element-wise stages moved into the worker."""
 
-    role = StageRole.SOURCE
-    internal = True
+    _role = StageRole.SOURCE
+    _internal = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -81,12 +82,12 @@ class _Items(MapDataset[Any]):
 class ShardStream:
     """What the workers receive for one merge: its shards and the stages moved above them."""
 
-    def __init__(self, shards: list[IterDataset[Any]], moved: list[IterDataset[Any]]) -> None:
+    def __init__(self, shards: list[IterDataset[Any]], moved: list[Any]) -> None:
         self.shards = shards
         self.items = _Items()
         chain: MapDataset[Any] = self.items
         for stage in reversed(moved):  # `moved` is top first
-            chain = stage.as_map_stage(chain)
+            chain = contract.element_wise(stage)._as_map_stage(chain)
         self.chain: MapDataset[Any] | None = chain if moved else None
 
 
@@ -145,8 +146,8 @@ class ShardReader:
 class WorkerShard(IterDataset[Any]):
     """Stands for one shard of a merge under `mp_prefetch`: its elements come from a worker."""
 
-    role = StageRole.SOURCE
-    internal = True
+    _role = StageRole.SOURCE
+    _internal = True
 
     def __init__(self, shard: IterDataset[Any], stream: int, index: int, box: ServiceBox) -> None:
         super().__init__()
@@ -155,7 +156,7 @@ class WorkerShard(IterDataset[Any]):
         self._index = index
         self._box = box
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _WorkerShardIterator(self)
 
     def __repr__(self) -> str:
@@ -272,10 +273,10 @@ class _WorkerShardIterator(DatasetIterator[Any]):
 class DropHoles(IterDataset[Any]):
     """Removes the elements filters in the workers rejected; nothing else (no state)."""
 
-    role = StageRole.PASS_THROUGH
-    internal = True
+    _role = StageRole.PASS_THROUGH
+    _internal = True
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _DropHolesIterator(self._parent_iter())
 
     def __repr__(self) -> str:

@@ -83,15 +83,15 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         return self._options
 
     @property
-    def role(self) -> StageRole:  # type: ignore[override]
+    def _role(self) -> StageRole:  # type: ignore[override]
         # With no workers, it hands its input on and does nothing else.
         return StageRole.PASS_THROUGH if self._options.num_workers == 0 else StageRole.PREFETCH
 
     @property
-    def concurrent(self) -> bool:
+    def _concurrent(self) -> bool:
         return self._options.num_workers != 0
 
-    def make_iterator(self) -> DatasetIterator[T]:
+    def _make_iterator(self) -> DatasetIterator[T]:
         if self._options.enable_profiling and not config.get("py_debug_mode"):
             with config.debug_mode_here():  # the stages below record and print statistics
                 return self._make_unprofiled_iterator()

@@ -80,7 +80,7 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
             seed = 0
         self._seed = self._op_seed(seed, SEED_TAG_PACK, where)
 
-    def make_iterator(self) -> DatasetIterator[dict[str, Any]]:
+    def _make_iterator(self) -> DatasetIterator[dict[str, Any]]:
         return _PackIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

@@ -112,7 +112,7 @@ class ConcatThenSplitIterDataset(IterDataset[dict[str, Any]]):
         ]
         self._bos_id = bos_token_id
 
-    def make_iterator(self) -> DatasetIterator[dict[str, Any]]:
+    def _make_iterator(self) -> DatasetIterator[dict[str, Any]]:
         return _ConcatSplitIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:

@@ -129,7 +129,7 @@ class JsonlIterDataset(FileLinesIterDataset):
 class _FileLines(IterDataset[Any]):
     """One shard of a `FileLinesIterDataset`: the lines of one file."""
 
-    role = StageRole.SOURCE
+    _role = StageRole.SOURCE
 
     def __init__(
         self, path: str, parse: Callable[[bytes], Any], where: str, storage: dict[str, Any]
@@ -140,7 +140,7 @@ class _FileLines(IterDataset[Any]):
         self._parse = parse
         self._where = where
 
-    def make_iterator(self) -> DatasetIterator[Any]:
+    def _make_iterator(self) -> DatasetIterator[Any]:
         return _LinesIterator(self)
 
     def __repr__(self) -> str:
