@@ -73,6 +73,15 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
     seed), recorded as the state's "params" and checked on restore; set by
     `IterDataset` from the stage's `_fingerprint_params()`."""
 
+    _keeps_own_state: ClassVar[bool] = False
+    """True for an iterator written as in Grain, overriding `set_state` with a state of its
+    own shape (set once, when its class is made: `__init_subclass__`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "set_state" in cls.__dict__:
+            cls._keeps_own_state = True
+
     bound_to_thread: bool = False
     """True when this iterator must be advanced on the thread that created it (its chunks
     come from worker processes through a channel that is not shared across threads)."""
@@ -178,7 +187,7 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
     def _restore(self, state: Any, path: str) -> None:
         """Restores `state`, found at `path` of the pipeline's state: what a stage calls on
         its parents (`restore_child`)."""
-        if type(self).set_state is not DatasetIterator.set_state:
+        if self._keeps_own_state:
             # The stage keeps a state of its own shape (Grain's way): its own set_state.
             try:
                 self.set_state(state)
