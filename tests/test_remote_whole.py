@@ -141,7 +141,7 @@ def test_closing_a_source_lets_its_objects_go_from_the_count(tmp_path: Path) -> 
 
 
 def test_the_default_cache_is_a_share_of_the_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chute._src.exec.autotune import available_memory
+    from chute._src.core.machine import available_memory
 
     monkeypatch.delenv("CHUTE_REMOTE_CACHE_BYTES", raising=False)
     monkeypatch.setattr(blocks, "_cache", None)

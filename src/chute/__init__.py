@@ -40,12 +40,12 @@ if _typing.TYPE_CHECKING:
     from chute._src.core.transforms import MapWithIndex as MapWithIndex
     from chute._src.core.transforms import RandomMapTransform as RandomMapTransform
     from chute._src.core.transforms import TypeConversion as TypeConversion
+    from chute._src.core.tuning import AUTOTUNE as AUTOTUNE
     from chute._src.debug.progress import Progress as Progress
     from chute._src.debug.progress import progress as progress
     from chute._src.debug.stats import PipelineStats as PipelineStats
     from chute._src.debug.stats import StageStats as StageStats
     from chute._src.debug.stats import stats as stats
-    from chute._src.exec.autotune import AUTOTUNE as AUTOTUNE
     from chute._src.frameworks.dataloader import DataLoader as DataLoader
     from chute._src.frameworks.dataloader import DataLoaderIterator as DataLoaderIterator
     from chute._src.frameworks.load import load as load
@@ -77,7 +77,7 @@ _SUBMODULES = frozenset(
     }
 )
 _DEFINED_IN = {
-    "AUTOTUNE": "chute._src.exec.autotune",
+    "AUTOTUNE": "chute._src.core.tuning",
     "DataLoader": "chute._src.frameworks.dataloader",
     "DataLoaderIterator": "chute._src.frameworks.dataloader",
     "IterDataset": "chute._src.core.dataset",

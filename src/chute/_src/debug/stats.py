@@ -41,6 +41,8 @@ from typing import Any
 
 from chute._src.core import config
 from chute._src.core.iterator import DatasetIterator
+from chute._src.core.machine import thread_times_ns, usable_cores
+from chute._src.core.tuning import Decision, Parallelism
 from chute._src.debug import diagnosis
 from chute._src.debug.diagnosis import FEWER, FREE_CORES, PROCESSES, THREADS, THREADS_OR_PROCESSES
 from chute._src.debug.instrument import (
@@ -49,10 +51,7 @@ from chute._src.debug.instrument import (
     attach_view,
     nearest_records,
     stage_records,
-    thread_times_ns,
 )
-from chute._src.exec.autotune import Decision, usable_cores
-from chute._src.exec.executors import Parallelism
 
 WIDTH = 100  # the summary's lines are at most this wide
 

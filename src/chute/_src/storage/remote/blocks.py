@@ -68,7 +68,7 @@ def default_cache_bytes() -> int:
     """The cache size when `CHUTE_REMOTE_CACHE_BYTES` is not set: an eighth of the
     available memory (`MemAvailable`, within a cgroup's limit), divided among the worker
     processes of the pipeline this process works for, and at least 128 MiB."""
-    from chute._src.exec.autotune import available_memory
+    from chute._src.core.machine import available_memory
 
     return max(_MIN_DEFAULT_CACHE, available_memory() // _MEMORY_SHARE // _processes)
 
