@@ -2,10 +2,11 @@
 
 This is the debug layer: it depends on the engine, never the reverse. It plugs in through
 the engine's observer hook (`_src/core/observe.py`): importing this module installs
-`DebugObserver`, and `chute.config` imports it (through `_src/debug/stats.py`) when a debug option
-is switched on. Only when `chute.config` asks for it (`py_debug_mode`, or a visualization
-directory) does the engine hand iterators over to it; otherwise nothing here runs (or is
-even imported), and a pipeline pays nothing for it. Instrumented:
+`DebugObserver`, and `chute.config` loads it (the `chute` package registers the loader,
+which imports `_src/debug/stats.py`) when a debug option is switched on. Only when
+`chute.config` asks for it (`py_debug_mode`, or a visualization directory) does the engine
+hand iterators over to it; otherwise nothing here runs (or is even imported), and a
+pipeline pays nothing for it. Instrumented:
 
 - every IterDataset stage's iterator is wrapped in a `TimedIterator` (state, prefetch and
   close pass straight through, so checkpoints are unchanged);
