@@ -20,7 +20,8 @@ from chute._src.core.options import MultiprocessingOptions
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
 from chute._src.exec.mp.errors import WorkerDiedError
-from chute._src.exec.mp.pool import WorkerPool, forkserver_cold, forkserver_starting_s
+from chute._src.exec.mp.forkserver import forkserver_cold, forkserver_starting_s
+from chute._src.exec.mp.pool import WorkerPool
 from chute._src.exec.workers import pipeline_pickle
 from chute._src.exec.workers.shards import ShardStream
 from chute._src.exec.workers.startup import StartupHelper

@@ -31,7 +31,7 @@ from chute._src.core.options import MultiprocessingOptions
 from chute._src.core.tuning import Parallelism
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
-from chute._src.exec.mp.pool import prewarm
+from chute._src.exec.mp.forkserver import prewarm
 from chute._src.exec.workers import pipeline_pickle, worker
 from chute._src.exec.workers.rewrite import substitute
 from chute._src.exec.workers.service import ChunkService, ServiceBox
