@@ -471,14 +471,15 @@ def test_interleave_parallelism_autotune_changes_neither_output_nor_state(
 def test_no_more_threads_while_they_wait_for_a_cpu() -> None:
     """Threads runnable but waiting for a CPU (a machine shared with other processes) a
     third of the time: the CPU is the limit, more threads are not tried."""
-    from chute._src.exec.autotune import HillClimb, Tuning, queued_seconds
+    from chute._src.core.machine import process_queued_seconds
+    from chute._src.exec.autotune import HillClimb, Tuning
 
     tuning = Tuning()
     c = HillClimb("num_threads", [1, 2, 4], 2, tuning, "elements")
     for rate in (100.0, 100.0):
         c.measured(rate, cpu=0.4, queued=0.33)
     assert c.value == 1 and "waiting for a CPU 33%" in tuning.decisions[-1].reason
-    seconds = queued_seconds()
+    seconds = process_queued_seconds()
     assert seconds is None or seconds >= 0.0
 
 

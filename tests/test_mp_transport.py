@@ -320,7 +320,7 @@ def test_built_array_on_a_retired_slab_is_copied_into_the_new_one() -> None:
 
 
 def test_outbuf_uses_the_installed_allocator_only_on_its_thread_and_for_large_arrays(link) -> None:
-    from chute._src.exec import outbuf
+    from chute._src.core import outbuf
 
     sender, _ = link
     lo = sender._current.address

@@ -141,14 +141,15 @@ def test_closing_a_source_lets_its_objects_go_from_the_count(tmp_path: Path) -> 
 
 
 def test_the_default_cache_is_a_share_of_the_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chute._src.exec.autotune import available_memory
+    from chute._src.core import process
+    from chute._src.core.machine import available_memory
 
     monkeypatch.delenv("CHUTE_REMOTE_CACHE_BYTES", raising=False)
     monkeypatch.setattr(blocks, "_cache", None)
     want = max(128 << 20, available_memory() // 8)
     assert abs(blocks.cache().max_bytes - want) <= want // 10  # memory moves meanwhile
-    monkeypatch.setattr(blocks, "_processes", 1)
-    blocks.share_with_workers(4)
+    monkeypatch.setattr(process, "_worker_count", 1)  # restored after the test
+    process.set_worker_count(4)  # as the worker loop of a pool of 4 does
     assert blocks.default_cache_bytes() <= max(128 << 20, available_memory() // 32 + (64 << 20))
 
 

@@ -349,7 +349,7 @@ def test_the_summary_knows_the_threads_workers_cores_and_the_consumers_clock(
 ) -> None:
     import os
 
-    from chute._src.exec.executors import Parallelism
+    from chute._src.core.tuning import Parallelism
 
     threaded = iter(
         chute.MapDataset.range(400)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import chute
+from chute._src.core.tuning import Parallelism
 from chute._src.debug.stats import ConsumerTime
-from chute._src.exec.executors import Parallelism
 
 SOURCE, PARSE, TOKENIZE, READER, BATCH = range(5)
 

@@ -33,22 +33,22 @@ if _typing.TYPE_CHECKING:
     from chute._src.core.iterator import DatasetIterator as DatasetIterator
     from chute._src.core.options import MultiprocessingOptions as MultiprocessingOptions
     from chute._src.core.options import ReadOptions as ReadOptions
-    from chute._src.core.record import Record as Record
+    from chute._src.core.progress import Progress as Progress
+    from chute._src.core.progress import progress as progress
     from chute._src.core.transforms import Batch as Batch
     from chute._src.core.transforms import FilterTransform as FilterTransform
     from chute._src.core.transforms import MapTransform as MapTransform
     from chute._src.core.transforms import MapWithIndex as MapWithIndex
     from chute._src.core.transforms import RandomMapTransform as RandomMapTransform
     from chute._src.core.transforms import TypeConversion as TypeConversion
-    from chute._src.debug.progress import Progress as Progress
-    from chute._src.debug.progress import progress as progress
+    from chute._src.core.tuning import AUTOTUNE as AUTOTUNE
     from chute._src.debug.stats import PipelineStats as PipelineStats
     from chute._src.debug.stats import StageStats as StageStats
     from chute._src.debug.stats import stats as stats
-    from chute._src.exec.autotune import AUTOTUNE as AUTOTUNE
     from chute._src.frameworks.dataloader import DataLoader as DataLoader
     from chute._src.frameworks.dataloader import DataLoaderIterator as DataLoaderIterator
     from chute._src.frameworks.load import load as load
+    from chute._src.frameworks.record import Record as Record
     from chute._src.frameworks.samplers import IndexSampler as IndexSampler
     from chute._src.frameworks.samplers import RecordMetadata as RecordMetadata
     from chute._src.frameworks.samplers import SequentialSampler as SequentialSampler
@@ -57,7 +57,17 @@ __version__ = "0.1.0"
 
 # Checks CHUTE_CRC32C now: a wrong setting fails `import chute`, not a later read. Cheap:
 # the crc32c package itself is imported only if chosen.
+# How the engine loads the debug layer when a debug option is switched on: the engine
+# (`_src/core/config.py`) never imports it itself.
+from chute._src.core import config as _config
 from chute._src.storage.records import checksum as _checksum  # noqa: F401
+
+
+def _load_debug_layer() -> None:
+    import chute._src.debug.stats  # noqa: F401  (installs the debug observer)
+
+
+_config.register_debug_layer(_load_debug_layer)
 
 # The public submodules, and the module each other public name is defined in.
 _SUBMODULES = frozenset(
@@ -77,7 +87,7 @@ _SUBMODULES = frozenset(
     }
 )
 _DEFINED_IN = {
-    "AUTOTUNE": "chute._src.exec.autotune",
+    "AUTOTUNE": "chute._src.core.tuning",
     "DataLoader": "chute._src.frameworks.dataloader",
     "DataLoaderIterator": "chute._src.frameworks.dataloader",
     "IterDataset": "chute._src.core.dataset",
@@ -89,9 +99,9 @@ _DEFINED_IN = {
     "load": "chute._src.frameworks.load",
     "MultiprocessingOptions": "chute._src.core.options",
     "ReadOptions": "chute._src.core.options",
-    "Progress": "chute._src.debug.progress",
-    "progress": "chute._src.debug.progress",
-    "Record": "chute._src.core.record",
+    "Progress": "chute._src.core.progress",
+    "progress": "chute._src.core.progress",
+    "Record": "chute._src.frameworks.record",
     "IndexSampler": "chute._src.frameworks.samplers",
     "RecordMetadata": "chute._src.frameworks.samplers",
     "SequentialSampler": "chute._src.frameworks.samplers",

@@ -268,7 +268,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from chute._src.debug.progress import Progress
+    from chute._src.core.progress import Progress
     from chute._src.storage.convert.summary import verify_any
 
     if args.write_manifest:

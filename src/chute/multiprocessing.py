@@ -5,6 +5,7 @@ both places (`grain.multiprocessing.MultiprocessingOptions`).
 """
 
 from chute._src.core.options import MultiprocessingOptions as MultiprocessingOptions
+from chute._src.core.outbuf import empty as empty
 from chute._src.exec.mp.errors import NotPicklableError as NotPicklableError
 from chute._src.exec.mp.errors import SharedMemoryWarning as SharedMemoryWarning
 from chute._src.exec.mp.errors import WorkerDiedError as WorkerDiedError
@@ -13,7 +14,6 @@ from chute._src.exec.mp.errors import WorkerStallWarning as WorkerStallWarning
 from chute._src.exec.mp.errors import WorkerTimeoutError as WorkerTimeoutError
 from chute._src.exec.mp.shared_memory import SharedMemoryArray as SharedMemoryArray
 from chute._src.exec.mp.shared_memory import SharedMemoryArrayMetadata as SharedMemoryArrayMetadata
-from chute._src.exec.outbuf import empty as empty
 
 __all__ = [
     "MultiprocessingOptions",

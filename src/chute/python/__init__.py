@@ -12,12 +12,12 @@ import typing
 
 from chute import config as config
 from chute import experimental as experimental
+from chute._src.core.data_source import RandomAccessDataSource as RandomAccessDataSource
 from chute._src.core.dataset import IterDataset as IterDataset
 from chute._src.core.dataset import MapDataset as MapDataset
 from chute._src.core.iterator import DatasetIterator as DatasetIterator
 from chute._src.core.options import MultiprocessingOptions as MultiprocessingOptions
 from chute._src.core.options import ReadOptions as ReadOptions
-from chute._src.core.record import Record as Record
 from chute._src.core.transforms import Batch as Batch
 from chute._src.core.transforms import FilterTransform as FilterTransform
 from chute._src.core.transforms import MapTransform as MapTransform
@@ -33,6 +33,7 @@ from chute._src.frameworks.operations import FilterOperation as FilterOperation
 from chute._src.frameworks.operations import MapOperation as MapOperation
 from chute._src.frameworks.operations import Operation as Operation
 from chute._src.frameworks.operations import RandomMapOperation as RandomMapOperation
+from chute._src.frameworks.record import Record as Record
 from chute._src.frameworks.sampler_protocol import Sampler as Sampler
 from chute._src.frameworks.samplers import IndexSampler as IndexSampler
 from chute._src.frameworks.samplers import RecordMetadata as RecordMetadata
@@ -42,7 +43,6 @@ from chute._src.frameworks.sharding import ShardByJaxProcess as ShardByJaxProces
 from chute._src.frameworks.sharding import ShardOptions as ShardOptions
 from chute._src.ops.selection_map import DatasetSelectionMap as DatasetSelectionMap
 from chute._src.storage.formats.array_record import ArrayRecordDataSource as ArrayRecordDataSource
-from chute._src.storage.formats.protocol import RandomAccessDataSource as RandomAccessDataSource
 from chute._src.storage.formats.range import RangeDataSource as RangeDataSource
 from chute.constants import DATASET_INDEX as DATASET_INDEX
 from chute.constants import EPOCH as EPOCH

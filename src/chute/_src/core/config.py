@@ -14,7 +14,8 @@
 
 Both modes cost nothing when off: the choice is made once, when an iterator is created.
 Switching one on loads the debug layer, which installs itself as the engine's observer
-(`_src/core/observe.py`); the engine never imports it.
+(`_src/core/observe.py`); the engine never imports it: the `chute` package, above the
+engine, registers how to load it (`register_debug_layer`), and this module calls that.
 
 >>> import chute
 >>> chute.config.update("py_debug_mode", False)
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _DEFAULTS: dict[str, Any] = {
@@ -78,11 +79,25 @@ def update(name: str, value: Any) -> None:
     _values[name] = value
 
 
+_debug_layer_loader: Callable[[], None] | None = None
+
+
+def register_debug_layer(load: Callable[[], None]) -> None:
+    """`load()` imports the debug layer (the statistics and summary over the
+    instrumentation, which installs its observer, `_src/core/observe.py`, when first
+    imported). The `chute` package registers it when imported; a worker process gets the
+    layer by unpickling what it observes."""
+    global _debug_layer_loader
+    _debug_layer_loader = load
+
+
 def _load_debug_layer() -> None:
-    """Imports the debug layer: the statistics and summary (`_src/debug/stats.py`) over the
-    instrumentation (`_src/debug/instrument.py`), which installs its observer (`_src/core/observe.py`)
-    when first imported. A worker process gets it by unpickling what it observes."""
-    import chute._src.debug.stats  # noqa: F401
+    if _debug_layer_loader is None:
+        raise RuntimeError(
+            "a debug option was switched on, but no debug layer is registered: the chute "
+            "package registers it when imported (chute/__init__.py); import chute first"
+        )
+    _debug_layer_loader()
 
 
 def get(name: str) -> Any:

@@ -18,7 +18,7 @@ out of the way of the user operations on `MapDataset` and `IterDataset` (`map`,
 The roles (`StageRole`):
 
 - `SOURCE`: reads data; has no parents. One that reads a user's source object shows it
-  as `data_source` (what such an object may declare to the engine: `exec/in_flight.py`).
+  as `data_source` (what such an object may declare to the engine: `core/in_flight.py`).
 - `READER`: `to_iter_dataset`, reading its one MapDataset parent in index order. Its
   `_with_executor(factory)` is the same stage with its chunks computed by another
   `ChunkExecutor` (`exec/executors.py`), and `_hands_out_nones` says whether filtered

@@ -31,8 +31,7 @@ from chute._src.core.exiting import park_if_abandoned
 from chute._src.core.state_checks import clip_message, quote, seal, unseal
 
 if TYPE_CHECKING:
-    from chute._src.exec.autotune import Tuning
-    from chute._src.exec.executors import Parallelism
+    from chute._src.core.tuning import Parallelism, Tuning
 
 T = TypeVar("T")
 

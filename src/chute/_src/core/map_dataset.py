@@ -22,6 +22,7 @@ import numpy as np
 from chute._src.core.node import _Node
 
 if TYPE_CHECKING:
+    from chute._src.core.data_source import RandomAccessDataSource
     from chute._src.core.iter_dataset import IterDataset
     from chute._src.core.iterator import DatasetIterator
     from chute._src.core.options import ReadOptions
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
         SupportsRandomMap,
     )
     from chute._src.ops.cache import CacheMapDataset
-    from chute._src.storage.formats.protocol import RandomAccessDataSource
 
 # A dataset is an immutable description, so a MapDataset[int] is a MapDataset[float]:
 # the element type is covariant. Chain methods take it only inside callables.

@@ -2,9 +2,10 @@
 
 The engine calls this module, never the debug layer (`_src/debug/instrument.py`, `_src/debug/stats.py`):
 the debug layer depends on the engine, never the reverse. It implements a
-`PipelineObserver` and `install`s it when it is first imported; `chute.config` imports it
-when a debug option is switched on (`py_debug_mode`, `py_dataset_visualization_output_dir`,
-or `MultiprocessingOptions(enable_profiling=True)` for one pipeline).
+`PipelineObserver` and `install`s it when it is first imported; `chute.config` loads it,
+through the loader the `chute` package registers (`config.register_debug_layer`), when a
+debug option is switched on (`py_debug_mode`, `py_dataset_visualization_output_dir`, or
+`MultiprocessingOptions(enable_profiling=True)` for one pipeline).
 
 When the engine asks (`observing()`: an observer is installed and `config.instrumented()`),
 which it does once per iterator created, never per element:

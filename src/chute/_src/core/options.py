@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from chute._src.exec.autotune import AUTOTUNE, Autotune
+from chute._src.core.tuning import AUTOTUNE, Autotune
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.exec import outbuf
+from chute._src.core import outbuf
 
 _SCALARS = (int, float, bool, complex, np.generic, str, bytes)
 

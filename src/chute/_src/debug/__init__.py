@@ -1,1 +1,1 @@
-"""The debug layer, above the engine: per-stage timing (`instrument`), the summary and its diagnosis (`stats`, `diagnosis`), progress bars, the pipeline graph, `chute bench`, metrics export. The engine never imports it; it watches through `core/observe.py`."""
+"""The debug layer, above the engine: per-stage timing (`instrument`), the figures, their summary and its diagnosis (`stats`, `summary`, `diagnosis`), the pipeline graph, `chute bench`, metrics export. The engine never imports it; it watches through `core/observe.py`."""

@@ -42,7 +42,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING
 
-from chute._src.exec.executors import Parallelism
+from chute._src.core.tuning import Parallelism
 
 if TYPE_CHECKING:
     from chute._src.debug.stats import PipelineStats, StageStats

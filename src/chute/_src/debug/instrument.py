@@ -2,10 +2,11 @@
 
 This is the debug layer: it depends on the engine, never the reverse. It plugs in through
 the engine's observer hook (`_src/core/observe.py`): importing this module installs
-`DebugObserver`, and `chute.config` imports it (through `_src/debug/stats.py`) when a debug option
-is switched on. Only when `chute.config` asks for it (`py_debug_mode`, or a visualization
-directory) does the engine hand iterators over to it; otherwise nothing here runs (or is
-even imported), and a pipeline pays nothing for it. Instrumented:
+`DebugObserver`, and `chute.config` loads it (the `chute` package registers the loader,
+which imports `_src/debug/stats.py`) when a debug option is switched on. Only when
+`chute.config` asks for it (`py_debug_mode`, or a visualization directory) does the engine
+hand iterators over to it; otherwise nothing here runs (or is even imported), and a
+pipeline pays nothing for it. Instrumented:
 
 - every IterDataset stage's iterator is wrapped in a `TimedIterator` (state, prefetch and
   close pass straight through, so checkpoints are unchanged);
@@ -25,9 +26,7 @@ datasets; `children()` and `computed_dataset()` on iterators). Each record carri
 
 from __future__ import annotations
 
-import ctypes
 import itertools
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,54 +38,11 @@ from chute._src.core import config, contract, observe
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset, rewrite, walk
 from chute._src.core.iterator import DatasetIterator, walk_iterators
+from chute._src.core.machine import thread_times_ns
 
 _ids = itertools.count()
 _get_ident = threading.get_ident
 _perf_counter_ns = time.perf_counter_ns
-_sched = threading.local()
-
-
-def _load_libc() -> Any:
-    try:
-        # PyDLL keeps the GIL during the call: os.pread would release it, and on a loaded
-        # machine getting it back can take milliseconds, charged to the stage measured.
-        libc = ctypes.PyDLL(None)
-        libc.pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
-        libc.pread.restype = ctypes.c_ssize_t
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-_libc = _load_libc()
-
-
-def _cpu_times_ns() -> tuple[int, int]:
-    """(on a CPU, queued for one): nanoseconds this thread has spent in each.
-
-    Time queued for a CPU is neither work nor waiting for data: on a loaded machine it
-    stretches every stage's wall time. The advice leaves it out, so that the same pipeline
-    is judged the same on an idle and on a busy machine. The time on a CPU is the thread's
-    CPU clock; Linux reports the time queued in /proc/thread-self/schedstat (elsewhere: 0).
-    """
-    fd = getattr(_sched, "fd", None)
-    if fd is None:
-        try:
-            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY) if _libc else -1
-        except OSError:
-            fd = -1
-        _sched.fd = fd
-        _sched.buf = ctypes.create_string_buffer(96)
-    if fd < 0:
-        return time.thread_time_ns(), 0
-    n = _libc.pread(fd, _sched.buf, 95, 0)
-    queued = int(_sched.buf.raw[:n].split()[1]) if n > 0 else 0
-    return time.thread_time_ns(), queued
-
-
-def thread_times_ns() -> tuple[int, int]:
-    """(on a CPU, queued for one): nanoseconds the calling thread has spent in each."""
-    return _cpu_times_ns()
 
 
 class StageRecord:
@@ -225,11 +181,11 @@ def _sample_forever() -> None:
     GIL changes hands, so they are a rough measure; the advice leans first on CPU time."""
     sample_ns, busy_ns = int(_SAMPLE_S * 1e9), int(_BUSY_S * 1e9)
     while True:
-        _, q0 = _cpu_times_ns()
+        _, q0 = thread_times_ns()
         t0 = time.perf_counter_ns()
         time.sleep(_SAMPLE_S)  # lets go of the GIL, and takes it back on waking
         late = time.perf_counter_ns() - t0 - sample_ns
-        _, q1 = _cpu_times_ns()
+        _, q1 = thread_times_ns()
         busy = late - (q1 - q0) > busy_ns
         for stack in list(_stacks.values()):
             if stack:
@@ -253,7 +209,7 @@ def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[in
     """`fn(*args)` (a block of elements), its wall time and its thread's time on a CPU and
     queued for one (read on every call: ~1 us, small beside a block)."""
     stack = _stack()
-    c0, q0 = _cpu_times_ns()
+    c0, q0 = thread_times_ns()
     t0 = time.perf_counter_ns()
     stack.append((record, t0))
     try:
@@ -261,7 +217,7 @@ def _timed(record: StageRecord, fn: Any, *args: Any) -> tuple[Any, int, tuple[in
     finally:
         wall = time.perf_counter_ns() - t0
         stack.pop()
-    c1, q1 = _cpu_times_ns()
+    c1, q1 = thread_times_ns()
     return out, wall, (c1 - c0, q1 - q0)
 
 
@@ -343,7 +299,7 @@ class TimedIterator(DatasetIterator[Any]):
         record = self.record
         stack = _stacks.get(_get_ident()) or _stack()
         read_cpu = not record.calls & 15
-        c0, q0 = _cpu_times_ns() if read_cpu else (0, 0)
+        c0, q0 = thread_times_ns() if read_cpu else (0, 0)
         t0 = _perf_counter_ns()
         stack.append((record, t0))
         try:
@@ -366,7 +322,7 @@ class TimedIterator(DatasetIterator[Any]):
         if wall > record.max_ns:
             record.max_ns = wall
         if read_cpu:
-            c1, q1 = _cpu_times_ns()
+            c1, q1 = thread_times_ns()
             record.add_cpu(wall, c1 - c0, q1 - q0)
         if record.spec is None:
             record.spec = element_spec(x)

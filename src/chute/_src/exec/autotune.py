@@ -9,7 +9,7 @@ back and settles. A fall of the settled rate by more than `RETUNE_DROP` starts a
 climb. Each decision, with the rates that made it, is kept as a `Decision`: the engine
 hands them to whoever asks through `DatasetIterator.tuning()` (the debug summary does).
 
-Bounds come from the machine (`usable_cores`, `available_memory`): threads at most
+Bounds come from the machine (`_src/core/machine.py`): threads at most
 `MAX_THREADS` and never more elements computed ahead than `memory_budget()` bytes of
 arrays hold; workers at most the usable cores and the memory they would take.
 
@@ -20,26 +20,11 @@ output and the states are those of any fixed setting.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import os
 import time
 from collections.abc import Sequence
-from typing import Final, Literal, TypeAlias
 
-
-class _Autotune(enum.Enum):
-    AUTOTUNE = "AUTOTUNE"
-
-    def __repr__(self) -> str:
-        return "AUTOTUNE"
-
-
-AUTOTUNE: Final = _Autotune.AUTOTUNE
-"""Leave a setting to chute, tuned at run time (tf.data's `tf.data.AUTOTUNE`)."""
-
-Autotune: TypeAlias = Literal[_Autotune.AUTOTUNE]
-"""The type of `AUTOTUNE`, for annotations: `int | Autotune`."""
+from chute._src.core.machine import process_queued_seconds, usable_cores
+from chute._src.core.tuning import AUTOTUNE, Autotune, Decision, Tuning, is_autotune
 
 GAIN = 0.10
 """A step is kept when it raises the consumer's rate by more than this fraction."""
@@ -72,102 +57,6 @@ WINDOW_ELEMENTS = 128
 batches takes elements in bursts, which a short window counts unevenly."""
 MAX_THREADS = 64
 """The most threads AUTOTUNE gives a reader (latency-bound reads want many)."""
-MEMORY_SHARE = 0.25
-"""The share of the available memory that AUTOTUNE's buffers may hold (tf.data: 0.5 of
-the budget it is given)."""
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on (`os.sched_getaffinity`, a container's cpuset),
-    else `os.cpu_count()`."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def available_memory() -> int:
-    """Bytes of memory available without swapping (Linux `MemAvailable`, bounded by a
-    cgroup's limit); else half the physical memory."""
-    available = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    if available is None:
-        try:
-            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-        except (ValueError, OSError, AttributeError):
-            available = 4 << 30
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            available = min(available, int(text))
-    return available
-
-
-def queued_seconds() -> float | None:
-    """Seconds this process's threads have spent runnable, waiting for a CPU (the sum of
-    `/proc/self/task/*/schedstat`'s second field); None where Linux does not say."""
-    total = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/schedstat") as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # a thread that ended meanwhile
-    return total / 1e9
-
-
-def memory_budget() -> int:
-    """Bytes of arrays AUTOTUNE lets a reader compute ahead: `MEMORY_SHARE` of the
-    available memory, at least 64 MiB."""
-    return max(64 << 20, int(available_memory() * MEMORY_SHARE))
-
-
-def is_autotune(value: object) -> bool:
-    return value is AUTOTUNE
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """One choice of a tuner: the `setting` now has `value`, for `reason`."""
-
-    at_s: float  # seconds since the tuner started
-    setting: str
-    value: int
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.at_s:6.2f} s  {self.setting} = {self.value}: {self.reason}"
-
-
-class Tuning:
-    """The decisions of the tuners of one iterator stage, oldest first (at most 50 kept:
-    the first, then the latest)."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.decisions: list[Decision] = []
-        self.current: dict[str, int] = {}
-
-    def note(self, setting: str, value: int, reason: str) -> None:
-        self.current[setting] = value
-        if len(self.decisions) >= 50:
-            del self.decisions[10]
-        self.decisions.append(Decision(time.monotonic() - self.started, setting, value, reason))
 
 
 class HillClimb:
@@ -267,7 +156,7 @@ class HillClimb:
             self._count = 0
             if self._cores:
                 # The /proc reads may wait for the GIL: before the clocks, read together.
-                self._queued0 = queued_seconds()
+                self._queued0 = process_queued_seconds()
                 now = time.monotonic()
                 self._cpu0 = time.process_time()
             self._measuring_since = now
@@ -281,7 +170,7 @@ class HillClimb:
         cpu = queued = None
         if self._cores:
             cpu = (time.process_time() - self._cpu0) / elapsed / self._cores
-            now_queued = queued_seconds()
+            now_queued = process_queued_seconds()
             if now_queued is not None and self._queued0 is not None:
                 # per thread computing (the value) and the consumer's
                 queued = max(0.0, now_queued - self._queued0) / elapsed / (self.value + 1)
@@ -439,9 +328,5 @@ __all__ = [
     "Decision",
     "HillClimb",
     "Tuning",
-    "available_memory",
     "is_autotune",
-    "memory_budget",
-    "queued_seconds",
-    "usable_cores",
 ]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import abc
 import collections
-import dataclasses
 import time
 import weakref
 from concurrent import futures
@@ -34,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import machine
+from chute._src.core.tuning import Parallelism
 from chute._src.exec import autotune, in_flight
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
@@ -44,17 +45,6 @@ read, a future, the GIL handed over) stay small beside it."""
 PREFETCH_BYTES = 256 << 20
 """At most this many bytes of arrays are computed ahead by the threads (besides the
 element count of `ReadOptions.prefetch_buffer_size`)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Parallelism:
-    """What computes a stage's elements besides the consumer's thread, as configured (or
-    chosen by AUTOTUNE) now: `threads` of this process, or worker `processes`; both 0 on
-    the consumer's thread. Iterators that compute elsewhere say so with a `parallelism()`
-    method: the debug summary compares it with the usable cores."""
-
-    threads: int = 0
-    processes: int = 0
 
 
 class ChunkExecutor(abc.ABC):
@@ -154,26 +144,20 @@ def _timed_getitems(
     # compute: they stay outside the three clocks, which are read together (reading the
     # wall clock before them counted such a wait as this chunk's, the others' CPU meanwhile
     # not, and a chunk of pure Python looked as if it waited on I/O).
-    q0, all0 = (_queued_here(), autotune.queued_seconds() or 0.0) if queue else (0.0, 0.0)
+    q0, all0 = (
+        (machine.thread_queued_seconds(), machine.process_queued_seconds() or 0.0)
+        if queue
+        else (0.0, 0.0)
+    )
     t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     items = ds._getitems(idx)
     wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
     process_cpu = time.process_time() - p0
     queued = others_queued = 0.0
     if queue:
-        queued = _queued_here() - q0
-        others_queued = max(0.0, (autotune.queued_seconds() or 0.0) - all0 - queued)
+        queued = machine.thread_queued_seconds() - q0
+        others_queued = max(0.0, (machine.process_queued_seconds() or 0.0) - all0 - queued)
     return items, wall, cpu, queued, process_cpu - cpu + others_queued
-
-
-def _queued_here() -> float:
-    """Seconds this thread has waited for a CPU (runnable, not running), 0.0 where Linux
-    does not say: without it, a thread another process kept off the CPU looks idle."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 class Threads(ChunkExecutor):
@@ -369,8 +353,8 @@ class Autotuned(ChunkExecutor):
         self._tuning = autotune.Tuning()
         self._fixed_threads = threads
         self._fixed_buffer = buffer_size
-        self._budget = autotune.memory_budget()
-        self._threads = threads if threads is not None else min(autotune.usable_cores(), 4)
+        self._budget = machine.memory_budget()
+        self._threads = threads if threads is not None else min(machine.usable_cores(), 4)
         declared = in_flight.reads_in_flight(ds)  # latency-bound sources: reads ahead
         first = max(_FIRST_BUFFER, declared)
         self._buffer = buffer_size if buffer_size is not None else first

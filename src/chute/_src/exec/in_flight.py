@@ -1,19 +1,10 @@
 """How many reads a pipeline's sources want in flight from its first chunk on.
 
-A source whose reads wait on something far away (a remote store: tens of milliseconds per
-request, little CPU each) reads `reads in flight / latency` records per second, whatever
-the CPU does. Its `__getitems__` of k indices is one concurrent fetch of k ranges, so what
-counts is how many elements the reader asks for ahead, not how many threads ask. Such a
-source declares it with an optional attribute:
-
-- `reads_in_flight` (an int, 0 or more; 0 when absent): the elements a reader should
-  compute ahead from its first chunk on. chute's remote file sources set it to
-  `REMOTE_READS_IN_FLIGHT` when a file is a URL, and to 0 for local files (a local read
-  costs CPU, which more reads in flight do not make faster).
-
-`reads_in_flight(ds)` is what a reader's executor reads when it chooses its first
-prefetch buffer: the largest value any source under `ds` declares, found through the node
-protocol (`parents`, `role`, and a `SOURCE` node's `data_source`: the user's object).
+A latency-bound source declares the elements a reader should compute ahead with a
+`reads_in_flight` attribute (`_src/core/in_flight.py`). `reads_in_flight(ds)` is what a
+reader's executor reads when it chooses its first prefetch buffer: the largest value any
+source under `ds` declares, found through the node protocol (`parents`, `role`, and a
+`SOURCE` node's `data_source`: the user's object).
 """
 
 from __future__ import annotations
@@ -21,37 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from chute._src.core import contract
+from chute._src.core.in_flight import MOST, REMOTE_READS_IN_FLIGHT, declared
 from chute._src.core.node import walk
 
-__all__ = ["MOST", "REMOTE_READS_IN_FLIGHT", "for_paths", "reads_in_flight"]
-
-REMOTE_READS_IN_FLIGHT = 256
-"""What chute's remote file sources declare: at 20 ms a request, 256 reads in flight
-are about 12,000 records/s, more than one process decodes."""
-
-
-def for_paths(paths: Any) -> int:
-    """What a file source over `paths` declares: `REMOTE_READS_IN_FLIGHT` when one of
-    them is a URL (each read waits a round trip), else 0 (a local read costs CPU)."""
-    from chute._src.storage.remote.urls import is_url
-
-    return REMOTE_READS_IN_FLIGHT if any(is_url(p) for p in paths) else 0
-
-
-MOST = 4096
-"""A declared value is capped here (the most elements AUTOTUNE computes ahead)."""
-
-
-def declared(source: Any) -> int:
-    """`source.reads_in_flight` (0 when it has none), checked."""
-    n = getattr(source, "reads_in_flight", 0)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(
-            f"{type(source).__name__}.reads_in_flight is {n!r}: it must be an int, 0 or "
-            "more (the elements a reader should compute ahead of the consumer from the "
-            "start); leave it out, or return 0, for a source that is not latency-bound"
-        )
-    return min(n, MOST)
+__all__ = ["MOST", "REMOTE_READS_IN_FLIGHT", "declared", "reads_in_flight"]
 
 
 def reads_in_flight(ds: Any) -> int:

@@ -14,7 +14,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from chute._src.core.record import Record
 from chute._src.core.transforms import (
     Batch,
     FilterTransform,
@@ -22,6 +21,7 @@ from chute._src.core.transforms import (
     RandomMapTransform,
     as_batch_fn,
 )
+from chute._src.frameworks.record import Record
 from chute._src.frameworks.samplers import RecordMetadata
 
 

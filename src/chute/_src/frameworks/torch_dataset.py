@@ -18,11 +18,11 @@ torchdata's `StatefulDataLoader` saves one per worker and hands each back to the
 worker. With another world size or worker count, `merge_state_dicts` takes the states of
 all old copies and returns what none has read, `explicit ++ [start, stop)` (see
 docs/elastic.md), which every new copy loads and deals out to itself by the same rule.
+The states' checks and their merging are in `torch_states.py`.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,13 +36,23 @@ from chute._src.core.options import ReadOptions
 from chute._src.core.seeding import same_params
 from chute._src.core.state_checks import CHECKSUM_KEY, quote, seal, unseal
 from chute._src.frameworks.elastic import (
-    rest_of_share,
     share_of_layout,
     stack_tagged,
     tagged_share,
-    union_of_remaining,
 )
 from chute._src.frameworks.sharding import NoSharding, ShardOptions
+from chute._src.frameworks.torch_states import (
+    COPY_KEYS,
+    MERGE_FIX,
+    MERGED_KEYS,
+    NAME,
+    OLD_COPY_KEYS,
+    check_copy,
+    check_merged,
+    fail,
+    int_list,
+    merge_state_dicts,
+)
 from chute._src.frameworks.torch_tensors import to_tensors
 
 try:
@@ -78,21 +88,6 @@ def _default_shard_options() -> ShardOptions:
         return shard_by_torch_rank()
     except ValueError:
         return NoSharding()
-
-
-NAME = "chute.torch.IterableDataset"
-COPY_KEYS = frozenset({"epoch", "shard", "pipeline", "length", "part", "read", "iterator"})
-"""The keys of one copy's state (and CHECKSUM_KEY)."""
-OLD_COPY_KEYS = frozenset({"epoch", "shard", "iterator"})
-"""The keys of one copy's state as chute saved it before states could be merged."""
-MERGED_KEYS = frozenset(
-    {"merged_from", "epoch", "pipeline", "length", "pending", "next_index", "stop", "copies"}
-)
-"""The keys of a state `merge_state_dicts` returns (and CHECKSUM_KEY)."""
-_MERGE_FIX = (
-    "with another world size or num_workers, restore every copy of the new run from "
-    f"{NAME}.merge_state_dicts(the states of all copies of the old run) (docs/elastic.md)"
-)
 
 
 @dataclass(frozen=True)
@@ -310,7 +305,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             f"of {nk}, but it is loaded into rank {self._shard.shard_index} of "
             f"{self._shard.shard_count}, worker {worker} of {num_workers}: each worker "
             "restores its own state (torchdata's StatefulDataLoader does this); resume with "
-            f"the world size and num_workers of the run that saved it, or, {_MERGE_FIX}."
+            f"the world size and num_workers of the run that saved it, or, {MERGE_FIX}."
         )
 
     # -- state -------------------------------------------------------------------------------
@@ -387,9 +382,9 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         this version's state of the same share, read from that index on."""
         epoch, shard = state_dict["epoch"], state_dict["shard"]
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise _fail(where, "state_dict['epoch']", epoch, "it must be an int >= 0")
-        if not _int_list(shard) or len(shard) != 4:
-            raise _fail(
+            raise fail(where, "state_dict['epoch']", epoch, "it must be an int >= 0")
+        if not int_list(shard) or len(shard) != 4:
+            raise fail(
                 where,
                 "state_dict['shard']",
                 shard,
@@ -397,7 +392,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             )
         rank, world, worker, workers = shard
         if not (0 <= rank < world and 0 <= worker < workers):
-            raise _fail(where, "state_dict['shard']", shard, "a rank or worker out of range")
+            raise fail(where, "state_dict['shard']", shard, "a rank or worker out of range")
         n, identity = len(self._dataset), list(contract.identity(self._dataset))
         read = 0
         if state_dict["iterator"] is not None:
@@ -405,7 +400,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             while isinstance(node, dict) and node.get("stage") != "to_iter_dataset":
                 node = node.get("parent")
             if not isinstance(node, dict):
-                raise _fail(
+                raise fail(
                     where,
                     "state_dict['iterator']",
                     state_dict["iterator"],
@@ -455,217 +450,3 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             f"chute.torch.IterableDataset({self._dataset!r}, batch_size={self._batch_size}, "
             f"shard={self._shard.shard_index}/{self._shard.shard_count}, epoch={self._epoch})"
         )
-
-
-# -- checking and merging states ---------------------------------------------------------------
-
-
-def _fail(where: str, path: str, value: Any, rule: str) -> CheckpointError:
-    return CheckpointError(
-        f"{where}: {path} = {quote(value)} is invalid: {rule}; the state is corrupt: restore "
-        f"what {NAME}.state_dict() or merge_state_dicts() returned."
-    )
-
-
-def _int_list(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    )
-
-
-def _check_common(state: dict[str, Any], where: str, path: str) -> None:
-    check_int(state, "epoch", f"{where}: {path}")
-    check_int(state, "length", f"{where}: {path}", hi=INFINITE)
-    if not (
-        isinstance(state["pipeline"], list) and all(isinstance(p, str) for p in state["pipeline"])
-    ):
-        raise _fail(where, f"{path}['pipeline']", state["pipeline"], "it must be a list of str")
-
-
-def check_copy(state: dict[str, Any], where: str, path: str) -> None:
-    """Raises `CheckpointError` unless `state` (unsealed) is one copy's state."""
-    _check_common(state, where, path)
-    shard = state["shard"]
-    if not (
-        _int_list(shard)
-        and len(shard) == 4
-        and 0 <= shard[0] < shard[1]
-        and 0 <= shard[2] < shard[3]
-    ):
-        raise _fail(
-            where, f"{path}['shard']", shard, "it must be [rank, world size, worker, workers]"
-        )
-    part = state["part"]
-    if not (isinstance(part, dict) and set(part) == {"pending", "next_index", "stride", "stop"}):
-        raise _fail(where, f"{path}['part']", part, "it must have pending/next_index/stride/stop")
-    stop = check_int(part, "stop", f"{where}: {path}['part']", hi=state["length"])
-    check_int(part, "next_index", f"{where}: {path}['part']", hi=INFINITE)
-    if part["stride"] != shard[1] * shard[3]:
-        raise _fail(where, f"{path}['part']['stride']", part["stride"], "it must be R * W")
-    if not (_int_list(part["pending"]) and all(0 <= i < stop for i in part["pending"])):
-        raise _fail(where, f"{path}['part']['pending']", part["pending"], f"ints in [0, {stop})")
-    check_int(state, "read", f"{where}: {path}")
-    if state["iterator"] is not None:
-        from_state_dict(state["iterator"])  # checked now, restored by __iter__
-
-
-def check_merged(state: dict[str, Any], where: str, path: str) -> None:
-    """Raises `CheckpointError` unless `state` (unsealed) is what `merge_state_dicts`
-    returned."""
-    _check_common(state, where, path)
-    merged_from = state["merged_from"]
-    if not (_int_list(merged_from) and len(merged_from) == 2 and min(merged_from) >= 1):
-        raise _fail(where, f"{path}['merged_from']", merged_from, "[world size, workers]")
-    stop = check_int(state, "stop", f"{where}: {path}", hi=state["length"])
-    start = check_int(state, "next_index", f"{where}: {path}", hi=stop)
-    explicit = state["pending"]
-    if not (
-        _int_list(explicit)
-        and all(0 <= a < b for a, b in itertools.pairwise(explicit))
-        and (not explicit or 0 <= explicit[-1] < start)
-    ):
-        raise _fail(where, f"{path}['pending']", explicit, f"increasing ints below {start}")
-    copies = state["copies"]
-    world, workers = merged_from
-    if not isinstance(copies, list) or len(copies) != world * workers:
-        raise _fail(where, f"{path}['copies']", copies, f"a list of {world * workers} states")
-    for i, c in enumerate(copies):
-        if not (isinstance(c, dict) and set(c) == COPY_KEYS):
-            raise _fail(where, f"{path}['copies'][{i}]", c, "a copy's state")
-        check_copy(c, where, f"{path}['copies'][{i}]")
-        if c["shard"][1::2] != merged_from or c["shard"][0] + world * c["shard"][2] != i:
-            raise _fail(where, f"{path}['copies'][{i}]['shard']", c["shard"], f"copy {i}'s")
-
-
-def _copy_states(item: Any, where: str) -> list[tuple[str, Any]]:
-    """The copy states in one element of `merge_state_dicts`'s argument, with where each is."""
-    keys = set(item) - {CHECKSUM_KEY} if isinstance(item, dict) else set()
-    if keys in (COPY_KEYS, MERGED_KEYS):
-        return [(where, item)]
-    if isinstance(item, dict) and "_snapshot" in item:  # StatefulDataLoader, workers
-        late = item.get("_steps_since_snapshot", 0)
-        if late:
-            raise CheckpointError(
-                f"{NAME}.merge_state_dicts: {where} is a StatefulDataLoader state taken "
-                f"{quote(late)} batches after its workers' last snapshot, so the workers' "
-                "states do not say which of those batches were delivered: save with "
-                "snapshot_every_n_steps=1 (the default) to restore with another world size."
-            )
-        snapshots = (
-            item["_snapshot"].get("_worker_snapshots")
-            if isinstance(item["_snapshot"], dict)
-            else None
-        )
-        if isinstance(snapshots, dict) and all(isinstance(w, dict) for w in snapshots.values()):
-            return [
-                (
-                    f"{where}['_snapshot']['_worker_snapshots'][{k!r}]['dataset_state']",
-                    w.get("dataset_state"),
-                )
-                for k, w in snapshots.items()
-            ]
-    elif isinstance(item, dict) and "dataset_state" in item:  # StatefulDataLoader, no workers
-        return [(f"{where}['dataset_state']", item["dataset_state"])]
-    raise CheckpointError(
-        f"{NAME}.merge_state_dicts: {where} = {quote(item)} is neither a {NAME} state "
-        "(state_dict()) nor a torchdata StatefulDataLoader's state_dict() over one: pass, "
-        "for every rank of the old run, its loader's state_dict() (or every copy's "
-        "dataset state)."
-    )
-
-
-def merge_state_dicts(states: Sequence[Any]) -> dict[str, Any]:
-    """See `IterableDataset.merge_state_dicts`."""
-    who = f"{NAME}.merge_state_dicts"
-    if isinstance(states, dict) or not isinstance(states, Sequence) or not states:
-        raise ValueError(
-            f"{who} got {quote(states)}: pass a non-empty list of the states of every rank "
-            "of the old run (each rank's StatefulDataLoader state_dict(), or every copy's "
-            "dataset state_dict())."
-        )
-    found = [c for i, item in enumerate(states) for c in _copy_states(item, f"states[{i}]")]
-    copies: list[dict[str, Any]] = []
-    for where, s in found:
-        if not (isinstance(s, dict) and set(s) - {CHECKSUM_KEY} == COPY_KEYS):
-            raise CheckpointError(
-                f"{who}: {where} = {quote(s)} is not one copy's {NAME} state"
-                + (
-                    ": it is a merged state, which no copy has read from yet: load it into "
-                    "every copy of the new run as it is"
-                    if isinstance(s, dict) and set(s) - {CHECKSUM_KEY} == MERGED_KEYS
-                    else ""
-                )
-                + "; pass the states all copies of one run saved at one step."
-            )
-        s = unseal(s, who, where, any_dict=True)
-        check_copy(s, who, where)
-        copies.append(s)
-    first = copies[0]
-    world, workers = first["shard"][1], first["shard"][3]
-    m = world * workers
-    for (where, _), s in zip(found, copies):
-        for key, value, expected in (
-            ("['pipeline']", s["pipeline"], first["pipeline"]),
-            ("['length']", s["length"], first["length"]),
-            ("['shard'][1::2]", s["shard"][1::2], [world, workers]),
-        ):
-            if value != expected:
-                raise CheckpointError(
-                    f"{who}: {where}{key} = {quote(value)} differs from the first state's "
-                    f"{quote(expected)}: the states must come from one run (same dataset, "
-                    "world size and num_workers); pass the states all its copies saved at "
-                    "one step."
-                )
-    places = sorted(s["shard"][0] + world * s["shard"][2] for s in copies)
-    if places != list(range(m)):
-        missing = [j for j in range(m) if j not in places][:20]
-        repeated = sorted({j for j in places if places.count(j) > 1})[:20]
-        raise CheckpointError(
-            f"{who}: got {len(copies)} states of a run of {world} ranks x {workers} workers "
-            f"= {m} copies (copy r + {world}*k for rank r, worker k), missing copies "
-            f"{missing}, repeated {repeated}: every copy's state is needed exactly once "
-            "(each knows only what it has read itself); pass the loader states of all "
-            f"{world} ranks."
-        )
-    copies.sort(key=lambda s: s["shard"][0] + world * s["shard"][2])
-    epoch = min(s["epoch"] for s in copies)
-    at_epoch = [s for s in copies if s["epoch"] == epoch]
-    stop = at_epoch[0]["part"]["stop"]
-    for s in copies:
-        if s["epoch"] == epoch and s["part"]["stop"] != stop:
-            raise _fail(who, "a state's ['part']['stop']", s["part"]["stop"], f"all are {stop}")
-        if s["epoch"] != epoch and (s["epoch"] != epoch + 1 or s["read"]):
-            raise CheckpointError(
-                f"{who}: the states are of epoch {epoch} and of epoch {s['epoch']} with "
-                f"{s['read']} positions read: copies of one run at one step are at most one "
-                "epoch apart, those ahead at its start; pass the states all copies of one "
-                "run saved at one step."
-            )
-    parts = [
-        rest_of_share(s["part"]["pending"], s["part"]["next_index"], m, s["read"])
-        if s["epoch"] == epoch
-        else ([], stop)  # it has read all its share of the epoch
-        for s in copies
-    ]
-    explicit, start = union_of_remaining(
-        parts,
-        m,
-        stop,
-        who=who,
-        readers="copies",
-        fix="pass the states all copies of one run saved at one step",
-    )
-    merged: dict[str, Any] = seal(
-        {
-            "merged_from": [world, workers],
-            "epoch": epoch,
-            "pipeline": first["pipeline"],
-            "length": first["length"],
-            "pending": explicit,
-            "next_index": start,
-            "stop": stop,
-            "copies": copies,
-        },
-        any_dict=True,
-    )
-    return merged

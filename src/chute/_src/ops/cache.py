@@ -41,7 +41,7 @@ import numpy as np
 from chute._src.core import tree
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
-from chute._src.exec.autotune import memory_budget
+from chute._src.core.machine import memory_budget
 
 T = TypeVar("T")
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.core import tree
-from chute._src.exec import outbuf
+from chute._src.core import outbuf, tree
 
 
 class PadStack:

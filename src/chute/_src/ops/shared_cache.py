@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.core import tree_codec
-from chute._src.exec.mp.shm_files import sweep_stale
+from chute._src.core.shm_files import sweep_stale
 from chute._src.ops.cache import MISSING
 
 _MAGIC = b"CHUTECAC"

@@ -7,9 +7,9 @@ from typing import Any, Self
 import numpy as np
 
 from chute._src.core.contract import StageRole
+from chute._src.core.data_source import getitems
 from chute._src.core.dataset import MapDataset
 from chute._src.core.errors import add_stage_note
-from chute._src.storage.formats.protocol import getitems
 
 SHARE_LISTS_FROM = 10_000
 """List and tuple sources at least this long are shared with workers, not copied."""

@@ -133,7 +133,7 @@ def run_worker(spec: WorkerSpec) -> None:
         headroom=spec.headroom,
     )
     if slab is not None:
-        from chute._src.exec import outbuf  # imports numpy, which the forkserver preloads
+        from chute._src.core import outbuf  # imports numpy, which the forkserver preloads
 
         outbuf.install(sender.allocate_array)  # large arrays stages build go to the slab
     tasks: SimpleQueue[bytes | None] = SimpleQueue()
@@ -141,9 +141,9 @@ def run_worker(spec: WorkerSpec) -> None:
         target=_receive, args=(conn, tasks, sender), name="chute-receive", daemon=True
     ).start()
     index, count = spec.index, spec.num_workers
-    from chute._src.storage.remote import blocks
+    from chute._src.core import process
 
-    blocks.share_with_workers(count)  # the workers share one process's remote cache
+    process.set_worker_count(count)  # what sizes a resource per process reads it
     try:
         worker_fn: Callable[[int, int, Any], Any]
         try:

@@ -8,7 +8,7 @@ buffer lies. The main process unpickles with the buffers given as views into the
 so the arrays it hands out are zero-copy.
 
 A stage can also build a large array in the slab in the first place
-(`ResultSender.allocate_array`, reached through `chute._src.exec.outbuf.empty`; `batch`
+(`ResultSender.allocate_array`, reached through `chute._src.core.outbuf.empty`; `batch`
 stacks into it): such a buffer is sent where it lies, with no copy, as a region of its own.
 
 The region is freed only when every array built on it has been garbage collected: all of

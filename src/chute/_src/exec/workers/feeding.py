@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from chute._src.core.dataset import MapDataset
-from chute._src.exec.executors import ChunkExecutor, Parallelism, getitems_exact, nbytes
+from chute._src.core.tuning import Parallelism
+from chute._src.exec.executors import ChunkExecutor, getitems_exact, nbytes
 from chute._src.exec.mp import heap
 from chute._src.exec.workers.service import TARGET_CHUNK_S, ChunkService, Ticket
 from chute._src.exec.workers.startup import compute_beside

@@ -14,13 +14,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from chute._src.core import contract, observe
+from chute._src.core import contract, machine, observe
 from chute._src.core.dataset import MapDataset, rewrite, walk
 from chute._src.core.options import MultiprocessingOptions
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
 from chute._src.exec.mp.errors import WorkerDiedError
-from chute._src.exec.mp.pool import WorkerPool, forkserver_cold, forkserver_starting_s
+from chute._src.exec.mp.forkserver import forkserver_cold, forkserver_starting_s
+from chute._src.exec.mp.pool import WorkerPool
 from chute._src.exec.workers import pipeline_pickle
 from chute._src.exec.workers.shards import ShardStream
 from chute._src.exec.workers.startup import StartupHelper
@@ -40,7 +41,7 @@ _DIED_AT_START = (
 def autotuned_workers() -> int:
     """`num_workers=AUTOTUNE`: the cores this process may use, fewer if the memory budget
     (a quarter of the available memory) would not hold 256 MiB per worker."""
-    return max(1, min(autotune.usable_cores(), autotune.memory_budget() // _WORKER_BYTES))
+    return max(1, min(machine.usable_cores(), machine.memory_budget() // _WORKER_BYTES))
 
 
 class Ticket:
@@ -91,8 +92,8 @@ class ChunkService:
             self.tuning.note(
                 "num_workers",
                 self.workers,
-                f"{autotune.usable_cores()} usable cores, memory for "
-                f"{autotune.memory_budget() // _WORKER_BYTES} workers of 256 MiB",
+                f"{machine.usable_cores()} usable cores, memory for "
+                f"{machine.memory_budget() // _WORKER_BYTES} workers of 256 MiB",
             )
         else:
             self.workers = options.num_workers

@@ -28,10 +28,10 @@ from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.options import MultiprocessingOptions
+from chute._src.core.tuning import Parallelism
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
-from chute._src.exec.executors import Parallelism
-from chute._src.exec.mp.pool import prewarm
+from chute._src.exec.mp.forkserver import prewarm
 from chute._src.exec.workers import pipeline_pickle, worker
 from chute._src.exec.workers.rewrite import substitute
 from chute._src.exec.workers.service import ChunkService, ServiceBox

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._src.core.errors import DataError
-from chute._src.debug.progress import Progress
+from chute._src.core.progress import Progress
 from chute._src.storage.convert.inputs import ARRAY_RECORD_SUFFIXES, Format, detect_format
 from chute._src.storage.convert.prepare import RecordJob, check_transforms
 from chute._src.storage.formats._paths import expand_paths

@@ -9,9 +9,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from chute._src.exec import in_flight
 from chute._src.storage.formats._open import DataFile
-from chute._src.storage.formats._paths import PathsArg, expand_paths
+from chute._src.storage.formats._paths import PathsArg, expand_paths, reads_in_flight_for
 from chute._src.storage.remote.file import RemoteFile, open_concurrently, read_many
 from chute._src.storage.remote.urls import StorageOptions
 
@@ -124,9 +123,9 @@ class MultiFileSource(abc.ABC, Generic[F]):
 
     @property
     def reads_in_flight(self) -> int:
-        """Reads a pipeline should keep in flight from the start (`_src/exec/in_flight.py`):
+        """Reads a pipeline should keep in flight from the start (`_src/core/in_flight.py`):
         many for remote files (each read waits a round trip), none for local ones."""
-        return in_flight.for_paths(self._paths)
+        return reads_in_flight_for(self._paths)
 
     def __getstate__(self) -> dict[str, Any]:
         options = {n: getattr(self, f"_{n}") for n in self._options}

@@ -17,13 +17,20 @@ import dataclasses
 import glob
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from chute._src.core.errors import MissingFileError
+from chute._src.core.in_flight import REMOTE_READS_IN_FLIGHT
 from chute._src.storage.remote.urls import StorageOptions, is_url, local_path
 
-__all__ = ["MissingFileError", "PathsArg", "expand_paths", "remote_manifest"]
+__all__ = [
+    "MissingFileError",
+    "PathsArg",
+    "expand_paths",
+    "reads_in_flight_for",
+    "remote_manifest",
+]
 
 PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -226,3 +233,10 @@ def expand_paths(paths: PathsArg, who: str, storage_options: StorageOptions = No
                 pass
             out.append(p)
     return out
+
+
+def reads_in_flight_for(paths: Iterable[str]) -> int:
+    """What a file source over `paths` declares as its `reads_in_flight`
+    (`_src/core/in_flight.py`): `REMOTE_READS_IN_FLIGHT` when one of them is a URL (each
+    read waits a round trip), else 0 (a local read costs CPU)."""
+    return REMOTE_READS_IN_FLIGHT if any(is_url(p) for p in paths) else 0

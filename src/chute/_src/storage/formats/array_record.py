@@ -15,12 +15,11 @@ from typing import Any
 import numpy as np
 
 from chute._src.core.errors import DataError
-from chute._src.exec import in_flight
 from chute._src.storage.formats._concat import Concat
 from chute._src.storage.formats._file_guard import FileGuard
 from chute._src.storage.formats._index_cache import cached_index, cached_remote_index
 from chute._src.storage.formats._index_checks import riegeli_spans_agree
-from chute._src.storage.formats._paths import PathsArg
+from chute._src.storage.formats._paths import PathsArg, reads_in_flight_for
 from chute._src.storage.formats._riegeli import (
     decode_record,
     decode_record_from,
@@ -448,9 +447,9 @@ class ArrayRecordDataSource:
 
     @property
     def reads_in_flight(self) -> int:
-        """Reads a pipeline should keep in flight from the start (`_src/exec/in_flight.py`):
+        """Reads a pipeline should keep in flight from the start (`_src/core/in_flight.py`):
         many for remote files (each read waits a round trip), none for local ones."""
-        return in_flight.for_paths(self._paths)
+        return reads_in_flight_for(self._paths)
 
     def __repr__(self) -> str:
         p = self._paths

@@ -14,8 +14,7 @@ from typing import Any, cast
 import numpy as np
 
 from chute._src.core.errors import DataError
-from chute._src.exec import in_flight
-from chute._src.storage.formats._paths import PathsArg, expand_paths
+from chute._src.storage.formats._paths import PathsArg, expand_paths, reads_in_flight_for
 from chute._src.storage.records.checksum import crc32c, read_checked
 from chute._src.storage.records.manifest import (
     MANIFEST_NAME,
@@ -124,9 +123,9 @@ class RecordFileDataSource:
 
     @property
     def reads_in_flight(self) -> int:
-        """Reads a pipeline should keep in flight from the start (`_src/exec/in_flight.py`):
+        """Reads a pipeline should keep in flight from the start (`_src/core/in_flight.py`):
         many for remote files (each read waits a round trip), none for local ones."""
-        return in_flight.for_paths(e[0] for e in self._entries)
+        return reads_in_flight_for(e[0] for e in self._entries)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"entries": self._entries, "verify": self._verify, "options": self._options}

@@ -22,7 +22,7 @@ from chute._src.core.dataset import IterDataset
 from chute._src.core.errors import CheckpointError, DataError
 from chute._src.core.iterator import DatasetIterator, check_int
 from chute._src.core.transforms import describe
-from chute._src.exec.autotune import AUTOTUNE, Autotune
+from chute._src.core.tuning import AUTOTUNE, Autotune
 from chute._src.ops.interleave import InterleaveIterDataset
 from chute._src.storage.formats._open import open_binary
 from chute._src.storage.formats._paths import expand_paths

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.exec.mp.shm_files import sweep_stale
+from chute._src.core.shm_files import sweep_stale
 
 _MAGIC = b"CHUTELST"
 _PREFIX = "chute_list_"

@@ -32,13 +32,11 @@ __all__ = [
     "cache",
     "default_cache_bytes",
     "open_objects",
-    "share_with_workers",
 ]
 
 _DEFAULT_BLOCK = 32 << 10
 _MIN_DEFAULT_CACHE = 128 << 20
-_MEMORY_SHARE = 8  # the default cache is 1/8 of the available memory...
-_processes = 1  # ...divided among the processes of a pipeline (see share_with_workers)
+_MEMORY_SHARE = 8  # the default cache is 1/8 of the available memory, divided among workers
 WHOLE = -1
 """The block number under which an object kept whole is cached."""
 WHOLE_SHARE = 0.75
@@ -68,16 +66,10 @@ def default_cache_bytes() -> int:
     """The cache size when `CHUTE_REMOTE_CACHE_BYTES` is not set: an eighth of the
     available memory (`MemAvailable`, within a cgroup's limit), divided among the worker
     processes of the pipeline this process works for, and at least 128 MiB."""
-    from chute._src.exec.autotune import available_memory
+    from chute._src.core.machine import available_memory
+    from chute._src.core.process import worker_count
 
-    return max(_MIN_DEFAULT_CACHE, available_memory() // _MEMORY_SHARE // _processes)
-
-
-def share_with_workers(count: int) -> None:
-    """Called in a worker process, one of `count`, before it reads: its default cache is
-    a `count`-th of the default, so the workers together hold what one process would."""
-    global _processes
-    _processes = max(1, count)
+    return max(_MIN_DEFAULT_CACHE, available_memory() // _MEMORY_SHARE // worker_count())
 
 
 class BlockCache:

@@ -1,10 +1,10 @@
 """Files in shared memory that outlive no process: the sweep both shared stores use.
 
-A process that makes such a file (`sources/shared_list.py`, `map/shared_cache.py`) holds
-a shared `flock` on it for as long as it lives. A later process sweeps the files of its
-kind that nobody holds any more (their makers died without removing them): it takes an
-exclusive lock without waiting, and only if that succeeds removes the file, after checking
-the name still names the file it locked.
+A process that makes such a file (`_src/storage/formats/shared_list.py`,
+`_src/ops/shared_cache.py`) holds a shared `flock` on it for as long as it lives. A later
+process sweeps the files of its kind that nobody holds any more (their makers died without
+removing them): it takes an exclusive lock without waiting, and only if that succeeds
+removes the file, after checking the name still names the file it locked.
 """
 
 from __future__ import annotations

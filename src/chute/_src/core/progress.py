@@ -9,6 +9,11 @@ Where it draws:
   turns it off everywhere.
 
 `chute convert` and `chute verify` draw theirs with the same class.
+
+It is a user's tool, not the debug layer's (it watches an iterable, not a pipeline's
+stages, and imports nothing of chute), so it sits on the lowest floor, where the
+conversion tools (`_src/storage/convert/`), the command line and the public API all
+import it.
 """
 
 from __future__ import annotations

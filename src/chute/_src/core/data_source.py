@@ -18,7 +18,7 @@ class RandomAccessDataSource(Protocol[T_co]):
     lets a reader amortise its per-call cost. Sources handed to worker processes must be
     picklable; sources holding open files should reopen them lazily after unpickling.
     A latency-bound source (remote reads) may declare `reads_in_flight: int`, the elements
-    a reader should compute ahead from the start (`chute._src.exec.in_flight`).
+    a reader should compute ahead from the start (`_src/core/in_flight.py`).
     """
 
     def __len__(self) -> int: ...

@@ -5,6 +5,9 @@ places arrays of at least `MIN_BYTES` in the slab, so a result holding one reach
 main process without a copy; anywhere else (the main process, a thread a stage started,
 a full slab) it is `np.empty`. `batch` stacks into `empty`, so the one copy that
 stacking makes anyway is also the copy into shared memory.
+
+It is a hook with no dependency: `tree.stack` and the operations build through it, and
+the worker loop (`_src/exec/mp/_worker.py`) installs the allocator.
 """
 
 from __future__ import annotations
