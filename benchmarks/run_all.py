@@ -33,6 +33,26 @@ Workloads (`--only NAME`, repeatable):
   worker processes (torch: padded, torchdata's `StatefulDataLoader`, default
   `snapshot_every_n_steps=1`): median `get_state()` (`state_dict()`) time, and the time
   from a fresh iterator with a restored state to its first batch.
+
+Four more peers, in a table of their own (`--peers` adds them to the run, `--only peers`
+runs them alone; `peers.py` tells how each is written): SPDL 0.8.0, torchdata 0.11.0's
+`torchdata.nodes`, MosaicML Streaming 0.13.0 and LitData 0.2.76, beside chute on the
+per-element overhead, seed 003's text pipeline with 0 and 2 workers, images with 2
+processes and 2 threads, and a converted corpus streamed with 2 workers. They pull their
+own torch, so they run from a virtualenv of their own, made once from the checkout:
+
+    python3 -m venv .venv-peers
+    .venv-peers/bin/pip install -e . tokenizers pillow array-record psutil \
+        torch==2.13.0 torchvision==0.28.0 spdl==0.8.0 torchdata==0.11.0 \
+        mosaicml-streaming==0.13.0 litdata==0.2.76
+    .venv/bin/python benchmarks/run_all.py --only peers [--quick]   # ~10 minutes
+
+Each measurement, chute's too, runs in a fresh `.venv-peers` process; each figure is the
+median of 3 rounds (`--peer-rounds`) after a warm-up round, contenders alternating with
+the order turning each round; the table gives each row's spread (slowest to fastest
+round over the median, the widest contender's) and the 1-minute load average at its start
+and end. Without the virtualenv the peers' rows are skipped with a message naming that
+command.
 """
 
 from __future__ import annotations
@@ -53,7 +73,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +89,8 @@ from _harness import machine, rates, table
 OUT = Path(__file__).resolve().parents[1] / "bench_out"
 LIBS = ("chute", "grain", "torch")
 SECTIONS = ("overhead", "text", "image", "transfer", "storage", "waiting", "checkpoint")
+PEER_LIBS = ("chute", "spdl", "torchdata.nodes", "mosaic", "litdata")  # peers.PEERS
+PEER_SECTION = "peers"
 
 
 @dataclass
@@ -78,6 +100,9 @@ class Row:
     values: dict[str, float | None]  # library -> figure; None: not measured / no such thing
     higher_is_better: bool = True
     note: str = ""
+    spread: str = ""  # peers' rows: the widest spread of a contender's rounds
+    load: str = ""  # peers' rows: 1-minute load average at the row's start and end
+    rounds: dict[str, list[float]] = field(default_factory=dict)  # peers' rows
 
     def ratio(self, other: str) -> float | None:
         c, o = self.values.get("chute"), self.values.get(other)
@@ -325,6 +350,57 @@ def section_checkpoint(quick: bool) -> list[Row]:
     ]
 
 
+def section_peers(quick: bool, rounds: int = 3) -> list[Row]:
+    """The rows of SPDL, torchdata.nodes, MosaicML Streaming and LitData beside chute,
+    measured in `.venv-peers` (see `peers.py`); none, with a message, without it."""
+    import peers  # here, not above: the forkserver imports this script's imports
+
+    exe = peers.python()
+    if exe is None:
+        print(f"# peers skipped: {peers.missing_message()}", file=sys.stderr, flush=True)
+        return []
+    bench_torch.corpus()  # the corpus and the images, made with this Python's packages
+    bench_image.make_images(peers.IMAGES_QUICK if quick else peers.IMAGES_FULL)
+    print(f"# peers' Python: {exe}: {peers.versions(exe)}", flush=True)
+    results = peers.collect(
+        exe,
+        quick,
+        rounds=rounds,
+        seconds=1.5 if quick else 4.0,
+        log=lambda line: print(line, flush=True),
+    )
+    rows = []
+    for res in results:
+        spec = res.spec
+        values: dict[str, float | None] = {lib: res.median(lib) for lib in PEER_LIBS}
+        notes = []
+        for lib in PEER_LIBS[1:]:
+            if lib in res.errors:
+                last = res.errors[lib].rsplit("|", 1)[-1].strip()
+                notes.append(f"{lib}: failed ({last[:120]})")
+            elif res.beats_chute(lib):
+                c, o = res.median("chute"), res.median(lib)
+                assert c and o
+                notes.append(f"{lib} WINS beyond the noise ({o / c:.2f}x chute)")
+        for why in dict.fromkeys(spec.missing.values()):  # one note per reason
+            libs = ", ".join(lib for lib, w in spec.missing.items() if w == why)
+            notes.append(f"{libs}: - ({why})")
+        spreads = {lib: res.spread(lib) for lib in res.rounds}
+        widest = max(spreads, key=lambda k: spreads[k] or 0.0) if spreads else None
+        rows.append(
+            Row(
+                spec.title,
+                spec.unit,
+                values,
+                note="; ".join(notes),
+                spread=f"{spreads[widest]:.0%} ({widest})" if widest else "-",
+                load=f"{res.load_start:.1f} -> {res.load_end:.1f}",
+                rounds=res.rounds,
+            )
+        )
+    return rows
+
+
 SECTION_FUNCS: dict[str, Callable[[bool], list[Row]]] = {
     "overhead": section_overhead,
     "text": section_text,
@@ -353,6 +429,31 @@ def ratio_text(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def print_peer_table(rows: list[Row]) -> str:
+    body = [
+        [
+            r.workload,
+            r.unit,
+            *(fmt(r.values.get(lib), r.unit) for lib in PEER_LIBS),
+            *(ratio_text(r.ratio(lib)) for lib in PEER_LIBS[1:]),
+            r.spread,
+            r.load,
+            r.note,
+        ]
+        for r in rows
+    ]
+    headers = [
+        "workload",
+        "unit",
+        *PEER_LIBS,
+        *(f"chute vs {lib}" for lib in PEER_LIBS[1:]),
+        "spread",
+        "load 1m",
+        "note",
+    ]
+    return table(headers, body)
+
+
 def print_table(rows: list[Row]) -> str:
     body = [
         [
@@ -369,13 +470,16 @@ def print_table(rows: list[Row]) -> str:
     return table(headers, body)
 
 
-def plot(rows: list[Row], path: Path, title: str) -> None:
+def plot(rows: list[Row], path: Path, title: str) -> bool:
+    """The ratios to Grain and torch as bars in `path`; False when no row has one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     shown = [r for r in rows if r.ratio("grain") or r.ratio("torch")]
+    if not shown:
+        return False
     fig, ax = plt.subplots(figsize=(10, 0.55 * len(shown) + 1.8))
     ys = range(len(shown))
     for k, (other, color) in enumerate((("grain", "#4c72b0"), ("torch", "#dd8452"))):
@@ -399,33 +503,60 @@ def plot(rows: list[Row], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds: ~3 min")
-    p.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=(*SECTIONS, PEER_SECTION),
+        help="run only these sections",
+    )
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="add the rows of SPDL, torchdata.nodes, Streaming and LitData (.venv-peers)",
+    )
+    p.add_argument("--peer-rounds", type=int, default=3, help="rounds of each peer row")
     p.add_argument("--out", type=Path, default=OUT, help="where suite.json/.png go")
     args = p.parse_args()
+    if args.peer_rounds < 1:
+        p.error(f"--peer-rounds {args.peer_rounds}: needs at least 1 round (3 for a median)")
     warnings.filterwarnings("ignore")
     sections = args.only or list(SECTIONS)
+    if args.peers and PEER_SECTION not in sections:
+        sections.append(PEER_SECTION)
     args.out.mkdir(parents=True, exist_ok=True)
     header = f"# chute benchmark suite{' (--quick)' if args.quick else ''}: {machine()}"
     print(header, flush=True)
     rows: list[Row] = []
+    peer_rows: list[Row] = []
     seconds: dict[str, float] = {}
     errors: dict[str, str] = {}
     for name in sections:
         t0 = time.perf_counter()
         print(f"# running {name} ...", file=sys.stderr, flush=True)
         try:
-            rows += SECTION_FUNCS[name](args.quick)
+            if name == PEER_SECTION:
+                peer_rows += section_peers(args.quick, args.peer_rounds)
+                if not peer_rows:
+                    errors[name] = "no peer rows: .venv-peers is missing (see above)"
+            else:
+                rows += SECTION_FUNCS[name](args.quick)
         except Exception:  # one broken section must not lose the others' figures
             errors[name] = traceback.format_exc()
             print(f"# {name} failed:\n{errors[name]}", file=sys.stderr, flush=True)
         seconds[name] = time.perf_counter() - t0
-    print()
-    print(print_table(rows))
+    if rows:
+        print()
+        print(print_table(rows))
+    if peer_rows:
+        print("\n# chute beside SPDL, torchdata.nodes, MosaicML Streaming and LitData (median")
+        print("# of the rounds; chute vs X above 1: chute is faster):")
+        print(print_peer_table(peer_rows))
     took = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
     print(f"\n# took {sum(seconds.values()):.0f} s ({took}); shared machine: figures are noisy")
     result = {
@@ -440,11 +571,16 @@ def main() -> None:
             {**asdict(r), "chute_vs_grain": r.ratio("grain"), "chute_vs_torch": r.ratio("torch")}
             for r in rows
         ],
+        "peer_rows": [
+            {**asdict(r), "chute_vs": {lib: r.ratio(lib) for lib in PEER_LIBS[1:]}}
+            for r in peer_rows
+        ],
     }
     (args.out / "suite.json").write_text(json.dumps(result, indent=1))
-    if rows:
-        plot(rows, args.out / "suite.png", header.lstrip("# "))
-    print(f"# wrote {args.out / 'suite.json'} and {args.out / 'suite.png'}")
+    wrote = [args.out / "suite.json"]
+    if rows and plot(rows, args.out / "suite.png", header.lstrip("# ")):
+        wrote.append(args.out / "suite.png")
+    print(f"# wrote {' and '.join(map(str, wrote))}")
     if errors:
         sys.exit(1)
 

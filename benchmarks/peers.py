@@ -1,0 +1,684 @@
+"""chute beside four more loaders, each written as its own docs show, on the suite's work.
+
+The peers: SPDL 0.8.0 (`spdl.pipeline.PipelineBuilder`), torchdata 0.11.0's
+`torchdata.nodes`, MosaicML Streaming 0.13.0 and LitData 0.2.76. They pull their own torch,
+so they live in a virtualenv of their own, `.venv-peers` at the checkout's root:
+
+    python3 -m venv .venv-peers
+    .venv-peers/bin/pip install -e . tokenizers pillow array-record psutil \\
+        torch==2.13.0 torchvision==0.28.0 spdl==0.8.0 torchdata==0.11.0 \\
+        mosaicml-streaming==0.13.0 litdata==0.2.76
+
+(torchvision is pinned to the release built for torch 2.13; Streaming and LitData import
+it.) `run_all.py --peers` (or `--only peers`) drives the rows from the suite's own
+Python; every measurement runs here, in a fresh `.venv-peers` process, chute's included,
+so chute and the peers meet with the same packages, the same process kind and the same
+rounds. The rows, each library on the same per-element work as the rest of the suite:
+
+- `overhead`: range(n), shuffle, x * 2, batch 32 in the consumer's process (chute:
+  `bench_core.chute_dataset`; SPDL: source -> pipe -> aggregate(32) -> sink, one thread;
+  torchdata.nodes: IterableWrapper -> Mapper -> Batcher(32) -> Loader); elements/s of a
+  whole pass (`OVERHEAD_N` elements, fewer for SPDL, whose pass is slow), the library
+  imported before the clock starts.
+- `text, 0 workers` / `text, 2 workers`: seed 003's pipeline on the shared corpus
+  (ArrayRecord, `group_size:1`): parse JSON, tokenize (bert-base-uncased), trim and pad
+  to 128, shuffle (seed 42), repeat, shard 1 of 16, batch 512; rows/s. chute:
+  `bench_torch.text_dataset` (0 threads), with `mp_prefetch(2 workers)` for 2. The peers
+  read the same records from an endless stream of `DistributedSampler(num_replicas=16,
+  rank=1, seed=42)` epochs, through chute's public ArrayRecord reader (the same reader
+  as chute's pipeline, so the row compares loaders; array_record's own reader takes
+  ~1 ms a record here, more than the rest of the work): torchdata.nodes: IterableWrapper -> ParallelMapper
+  (num_workers 0, or 2 with method="process") -> Batcher(512) -> Mapper(stack) ->
+  Prefetcher(2) -> Loader; SPDL: add_source -> pipe(concurrency 1 on its thread pool,
+  or 2 with a ProcessPoolExecutor(2)) -> aggregate(512) -> pipe(stack) -> add_sink(3).
+- `image, 2 processes` / `image, 2 threads`: `bench_image`'s JPEG decode (Pillow),
+  random 224 crop and flip, batch 64; images/s. chute: `bench_image.dataset` with
+  `mp_prefetch(2 workers)` (its default ReadOptions inside each), or the same pipeline
+  with `ReadOptions(num_threads=2)`; torchdata.nodes: ParallelMapper(num_workers=2,
+  method="process" or "thread"); SPDL: pipe(concurrency=2) on a ProcessPoolExecutor(2) or
+  on its thread pool (`build(num_threads=2)`).
+- `stream, 2 workers`: the corpus converted once to each library's own format and read
+  back shuffled with 2 worker processes, each record parsed, tokenized, trimmed and
+  padded to 128, batch 512; rows/s. chute: `chute.records.RecordWriter` (what `chute
+  convert` writes), `RecordFileDataSource` -> shuffle -> repeat -> maps -> batch ->
+  `mp_prefetch(2)` (`examples/demo.py`'s pipeline); Streaming: `MDSWriter`, then a
+  `StreamingDataset(local=..., shuffle=True)` subclass whose `__getitem__` does the work,
+  in a torch `DataLoader(num_workers=2)`; LitData: `litdata.optimize`, then
+  `StreamingDataset(transform=...)` in a `StreamingDataLoader(num_workers=2)`.
+
+Streaming and LitData read their own formats only: they are in the `stream` row and `-`
+elsewhere. SPDL and torchdata.nodes read no converted format of their own: `-` there.
+
+Every figure is the median of `rounds` rounds; a warm-up round (short runs of everyone)
+comes first; within a round the contenders alternate, the order turning by one each round,
+each in a fresh process timed from its first batch for `seconds`. The 1-minute load
+average is read at each row's start and end. A peer "wins beyond the noise" when its
+slowest round beats chute's fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.random  # numpy 2 imports it on first use: imported up front, see below
+import PIL.Image  # noqa: F401  (imported up front, as numpy.random)
+import tokenizers  # noqa: F401  (imported up front, as numpy.random)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_core
+import bench_image
+import bench_torch
+import chute
+from _corpus import Tokenize
+
+# The functions below run on peers' threads and in their forked worker processes: every
+# module they need is imported here, up front, since a fork taken while another thread
+# holds a module's import lock leaves the child waiting on that lock for ever.
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench_out"
+PEERS_OUT = OUT / "peers"
+VENV = Path(os.environ.get("CHUTE_PEERS_VENV", REPO / ".venv-peers"))  # where they live
+PEERS = ("spdl", "torchdata.nodes", "mosaic", "litdata")
+PEER_PACKAGES = {
+    "spdl": "spdl==0.8.0",
+    "torchdata.nodes": "torchdata==0.11.0",
+    "mosaic": "mosaicml-streaming==0.13.0",
+    "litdata": "litdata==0.2.76",
+}
+INSTALL = (
+    "python3 -m venv .venv-peers && .venv-peers/bin/pip install -e . tokenizers pillow "
+    "array-record psutil torch==2.13.0 torchvision==0.28.0 " + " ".join(PEER_PACKAGES.values())
+)
+CORPUS = 120_000  # bench_torch.CORPUS_RECORDS
+IMAGES_FULL, IMAGES_QUICK = 320, 192  # bench_image's counts
+TEXT_BATCH, IMAGE_BATCH = 512, 64
+# Elements of one overhead pass: about a second each on a quiet 2-core machine (SPDL
+# hands each element through its asyncio stages at ~0.3 ms).
+OVERHEAD_N = {"chute": 400_000, "torchdata.nodes": 400_000, "spdl": 10_000}
+SHARD_BYTES = 4 << 20  # MDS shards and LitData chunks: 7 of the 25 MB corpus, for 2 workers
+
+
+@dataclass
+class Spec:
+    key: str
+    title: str
+    unit: str
+    contenders: tuple[str, ...]
+    missing: dict[str, str] = field(default_factory=dict)  # peer -> why it has no figure
+
+
+_NOT_A_READER = "no converted format of its own"
+_READER_ONLY = "readers of their own formats: stream row"
+SPECS = (
+    Spec(
+        "overhead",
+        "peers: overhead, range/shuffle/x*2/batch 32",
+        "elem/s",
+        ("chute", "spdl", "torchdata.nodes"),
+        {"mosaic": _READER_ONLY, "litdata": _READER_ONLY},
+    ),
+    Spec(
+        "text0",
+        "peers: seed 003 text, batch 512, 0 workers",
+        "rows/s",
+        ("chute", "spdl", "torchdata.nodes"),
+        {"mosaic": _READER_ONLY, "litdata": _READER_ONLY},
+    ),
+    Spec(
+        "text2",
+        "peers: seed 003 text, batch 512, 2 workers",
+        "rows/s",
+        ("chute", "spdl", "torchdata.nodes"),
+        {"mosaic": _READER_ONLY, "litdata": _READER_ONLY},
+    ),
+    Spec(
+        "image_proc",
+        "peers: image decode+crop+flip, batch 64, 2 processes",
+        "img/s",
+        ("chute", "spdl", "torchdata.nodes"),
+        {"mosaic": _READER_ONLY, "litdata": _READER_ONLY},
+    ),
+    Spec(
+        "image_thread",
+        "peers: image decode+crop+flip, batch 64, 2 threads",
+        "img/s",
+        ("chute", "spdl", "torchdata.nodes"),
+        {"mosaic": _READER_ONLY, "litdata": _READER_ONLY},
+    ),
+    Spec(
+        "stream",
+        "peers: stream converted corpus, text work, batch 512, 2 workers",
+        "rows/s",
+        ("chute", "mosaic", "litdata"),
+        {"spdl": _NOT_A_READER, "torchdata.nodes": _NOT_A_READER},
+    ),
+)
+
+
+def python() -> Path | None:
+    """`.venv-peers`'s Python when it holds all four peers and chute, else None."""
+    exe = VENV / "bin" / "python"
+    if not exe.exists():
+        return None
+    probe = "import chute, spdl.pipeline, torchdata.nodes, streaming, litdata, tokenizers"
+    ok = subprocess.run([str(exe), "-c", probe], capture_output=True, timeout=300)
+    return exe if ok.returncode == 0 else None
+
+
+def missing_message() -> str:
+    return (
+        f"the peer rows need a virtualenv at {VENV} holding chute and SPDL, torchdata, "
+        f"MosaicML Streaming and LitData; from {REPO}: {INSTALL}"
+    )
+
+
+# -- the shared work (runs in .venv-peers) ---------------------------------------------------
+
+_SOURCES: dict[str, Any] = {}
+
+
+def text_row(path: str, i: int) -> dict[str, Any]:
+    """Record i of the ArrayRecord corpus, parsed, tokenized, trimmed and padded to 128
+    (`bench_torch.TorchText`'s work), the file opened once per process."""
+    source = _SOURCES.get(path)
+    if source is None:
+        source = _SOURCES[path] = chute.sources.ArrayRecordDataSource(path)
+    return parse_tokenize_pad(source[i])
+
+
+def parse_tokenize_pad(record: bytes | str) -> dict[str, Any]:
+    tokenize = _SOURCES.get("tokenize")
+    if tokenize is None:
+        tokenize = _SOURCES["tokenize"] = Tokenize()
+    return bench_torch.trim_and_pad(tokenize(json.loads(record)))
+
+
+def image_at(item: tuple[int, str]) -> Any:
+    """`bench_image`'s work on (index, path): decode, crop and flip keyed by the index."""
+    i, path = item
+    return bench_image.augment(bench_image.decode(path), np.random.default_rng([3, i]))
+
+
+def stack_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"description": np.stack([r["description"] for r in rows])}
+
+
+def stack_images(images: list[Any]) -> Any:
+    return np.stack(images)
+
+
+def double(x: int) -> int:
+    return x * 2
+
+
+def text_indices(n: int) -> Iterator[int]:
+    """Endless epochs of `DistributedSampler(num_replicas=16, rank=1, seed=42)` (made
+    here, on the caller's thread: the generator runs on a peer's)."""
+    from torch.utils.data import DistributedSampler
+
+    sampler: Any = DistributedSampler(
+        range(n),  # type: ignore[arg-type]
+        num_replicas=16,
+        rank=1,
+        shuffle=True,
+        seed=42,
+    )
+    return _epochs(sampler)
+
+
+def _epochs(sampler: Any) -> Iterator[int]:
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yield from sampler
+        epoch += 1
+
+
+def image_items(paths: list[str]) -> Iterator[tuple[int, str]]:
+    """Endless epochs of the image files, each epoch in a new shuffled order."""
+    epoch = 0
+    while True:
+        for i in np.random.default_rng([7, epoch]).permutation(len(paths)).tolist():
+            yield i, paths[i]
+        epoch += 1
+
+
+def spdl_iter(pipeline: Any) -> Iterator[Any]:
+    with pipeline.auto_stop():
+        yield from pipeline.get_iterator()
+
+
+def spdl_pipeline(
+    source: Any,
+    op: Callable[[Any], Any],
+    batch: int,
+    collate: Callable[[Any], Any] | None,
+    concurrency: int,
+    processes: bool,
+) -> Iterator[Any]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from spdl.pipeline import PipelineBuilder
+
+    executor = ProcessPoolExecutor(max_workers=concurrency) if processes else None
+    builder = (
+        PipelineBuilder()
+        .add_source(source)
+        .pipe(op, concurrency=concurrency, executor=executor)
+        .aggregate(batch, drop_last=True)
+    )
+    if collate is not None:
+        builder = builder.pipe(collate)
+    return spdl_iter(builder.add_sink(3).build(num_threads=max(1, concurrency)))
+
+
+def nodes_loader(
+    source: Any,
+    op: Callable[[Any], Any],
+    batch: int,
+    collate: Callable[[Any], Any],
+    workers: int,
+    method: str,
+    prefetch: bool = True,
+) -> Iterator[Any]:
+    import torchdata.nodes as tn
+
+    node: Any = tn.IterableWrapper(source)
+    node = tn.ParallelMapper(node, map_fn=op, num_workers=workers, method=method)
+    node = tn.Batcher(node, batch_size=batch, drop_last=True)
+    node = tn.Mapper(node, collate)
+    if prefetch:
+        node = tn.Prefetcher(node, prefetch_factor=2)
+    return iter(tn.Loader(node))
+
+
+def _corpus_paths() -> tuple[Path, Path]:
+    return OUT / f"corpus_{CORPUS}.jsonl", OUT / f"corpus_{CORPUS}.array_record"
+
+
+def _image_paths(quick: bool) -> list[str]:
+    return bench_image.make_images(IMAGES_QUICK if quick else IMAGES_FULL)
+
+
+def _rows(batch: Any) -> int:
+    return len(batch["description"])
+
+
+def _converted(fmt: str) -> Path:
+    return PEERS_OUT / f"corpus_{CORPUS}.{fmt}"
+
+
+def _mosaic_iter() -> Iterator[Any]:
+    from streaming import StreamingDataset
+    from torch.utils.data import DataLoader
+
+    class TextDataset(StreamingDataset):
+        def __getitem__(self, idx: int) -> Any:
+            return parse_tokenize_pad(super().__getitem__(idx)["json"])
+
+    ds = TextDataset(
+        local=str(_converted("mds")), shuffle=True, shuffle_seed=42, batch_size=TEXT_BATCH
+    )
+    loader: Any = DataLoader(
+        ds, batch_size=TEXT_BATCH, num_workers=2, drop_last=True, collate_fn=stack_rows
+    )
+    while True:
+        yield from loader
+
+
+def _litdata_iter() -> Iterator[Any]:
+    import litdata
+
+    ds = litdata.StreamingDataset(
+        str(_converted("litdata")), shuffle=True, seed=42, transform=_litdata_work
+    )
+    loader = litdata.StreamingDataLoader(
+        ds, batch_size=TEXT_BATCH, num_workers=2, drop_last=True, collate_fn=stack_rows
+    )
+    while True:
+        yield from loader
+
+
+def _litdata_work(item: dict[str, Any]) -> dict[str, Any]:
+    return parse_tokenize_pad(item["json"])
+
+
+def _chute_stream() -> Iterator[Any]:
+    ds = (
+        chute.MapDataset.source(chute.sources.RecordFileDataSource(_converted("crec")))
+        .map(json.loads)
+        .map(Tokenize())
+        .shuffle(seed=42)
+        .repeat(num_epochs=100)
+        .map(bench_torch.trim_and_pad)
+        .batch(TEXT_BATCH, drop_remainder=True)
+        .to_iter_dataset(chute.ReadOptions(num_threads=0))
+        .mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+    )
+    return iter(ds)
+
+
+def make_iter(key: str, lib: str, quick: bool) -> tuple[Iterator[Any], Callable[[Any], int]]:
+    """A fresh iterator of `lib` on row `key`, and how to count a batch's items."""
+    _, ar = _corpus_paths()
+    if key in ("text0", "text2"):
+        workers = 0 if key == "text0" else 2
+        op = partial(text_row, str(ar))
+        if lib == "chute":
+            ds = bench_torch.text_dataset("chute", ar, 0)
+            if workers:
+                ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+            return iter(ds), _rows
+        if lib == "spdl":
+            it = spdl_pipeline(
+                text_indices(CORPUS), op, TEXT_BATCH, stack_rows, max(1, workers), workers > 0
+            )
+            return it, _rows
+        if lib == "torchdata.nodes":
+            it = nodes_loader(text_indices(CORPUS), op, TEXT_BATCH, stack_rows, workers, "process")
+            return it, _rows
+    if key in ("image_proc", "image_thread"):
+        paths = _image_paths(quick)
+        procs = key == "image_proc"
+        if lib == "chute":
+            if procs:
+                return iter(bench_image.dataset("chute", paths, 2)), len
+            ds = (
+                chute.MapDataset.source(paths)
+                .shuffle(seed=7)
+                .repeat()
+                .random_map(bench_image.load_and_augment, seed=3)
+                .batch(IMAGE_BATCH)
+                .to_iter_dataset(chute.ReadOptions(num_threads=2))
+            )
+            return iter(ds), len
+        if lib == "spdl":
+            it = spdl_pipeline(image_items(paths), image_at, IMAGE_BATCH, stack_images, 2, procs)
+            return it, len
+        if lib == "torchdata.nodes":
+            method = "process" if procs else "thread"
+            return nodes_loader(
+                image_items(paths), image_at, IMAGE_BATCH, stack_images, 2, method
+            ), len
+    if key == "overhead":
+        raise ValueError("overhead is timed whole: see overhead_rate")
+    if key == "stream":
+        if lib == "chute":
+            return _chute_stream(), _rows
+        if lib == "mosaic":
+            return _mosaic_iter(), _rows
+        if lib == "litdata":
+            return _litdata_iter(), _rows
+    raise ValueError(f"no {lib!r} contender in row {key!r}; rows: {[s.key for s in SPECS]}")
+
+
+def overhead_rate(lib: str, n: int) -> float:
+    """Elements/s of one whole pass over range(n), shuffled, doubled, batched by 32 (the
+    library imported before the clock starts, as in the suite's overhead row)."""
+    if lib == "chute":
+        t0 = time.perf_counter()
+        count = bench_core.chute_dataset(n)
+    elif lib == "spdl":
+        from spdl.pipeline import PipelineBuilder
+
+        t0 = time.perf_counter()
+        count = 0
+        pipeline = (
+            PipelineBuilder()
+            .add_source(np.random.default_rng(1).permutation(n).tolist())
+            .pipe(double)
+            .aggregate(32)
+            .add_sink(3)
+            .build(num_threads=1)
+        )
+        with pipeline.auto_stop():
+            for batch in pipeline.get_iterator():
+                count += len(batch)
+    elif lib == "torchdata.nodes":
+        import torchdata.nodes as tn
+
+        t0 = time.perf_counter()
+        count = 0
+        perm = np.random.default_rng(1).permutation(n).tolist()
+        node: Any = tn.Mapper(tn.IterableWrapper(perm), double)
+        for batch in tn.Loader(tn.Batcher(node, batch_size=32, drop_last=False)):
+            count += len(batch)
+    else:
+        raise ValueError(f"no {lib!r} contender in row 'overhead'")
+    if count != n:
+        raise AssertionError(f"overhead: {lib} gave {count} elements, not {n}")
+    return count / (time.perf_counter() - t0)
+
+
+# -- preparing the converted corpus (runs in .venv-peers, once) ------------------------------
+
+
+def _litdata_record(line: str) -> dict[str, str]:
+    return {"json": line}
+
+
+def prepare() -> dict[str, float]:
+    """The corpus as .crec, MDS and LitData chunks under bench_out/peers/, each written
+    once; returns the seconds each write took (absent when already there)."""
+    jsonl, ar = _corpus_paths()
+    if not jsonl.exists() or not ar.exists():
+        raise SystemExit(f"{jsonl} or {ar} missing: run_all.py makes them (bench_torch.corpus)")
+    lines = jsonl.read_text().splitlines()
+    PEERS_OUT.mkdir(parents=True, exist_ok=True)
+    took: dict[str, float] = {}
+    crec = _converted("crec")
+    if not crec.exists():
+        t0 = time.perf_counter()
+        tmp = crec.with_name(crec.name + ".partial")
+        with chute.records.RecordWriter(tmp) as w:
+            for line in lines:
+                w.write(line.encode())
+        tmp.rename(crec)
+        took["crec"] = time.perf_counter() - t0
+    mds = _converted("mds")
+    if not mds.exists():
+        from streaming import MDSWriter
+
+        t0 = time.perf_counter()
+        tmp = mds.with_name(mds.name + ".partial")
+        with MDSWriter(out=str(tmp), columns={"json": "str"}, size_limit=SHARD_BYTES) as w:
+            for line in lines:
+                w.write({"json": line})
+        tmp.rename(mds)
+        took["mds"] = time.perf_counter() - t0
+    lit = _converted("litdata")
+    if not lit.exists():
+        import litdata
+
+        t0 = time.perf_counter()
+        tmp = lit.with_name(lit.name + ".partial")
+        litdata.optimize(
+            fn=_litdata_record,
+            inputs=lines,
+            output_dir=str(tmp),
+            chunk_bytes=SHARD_BYTES,
+            num_workers=1,
+            verbose=False,
+        )
+        tmp.rename(lit)
+        took["litdata"] = time.perf_counter() - t0
+    return took
+
+
+# -- one measurement (runs in .venv-peers, a fresh process each) ------------------------------
+
+
+def measure_one(key: str, lib: str, seconds: float, quick: bool) -> dict[str, float]:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    if key == "overhead":
+        n = OVERHEAD_N[lib] // (4 if quick else 1)
+        return {"rate": overhead_rate(lib, n)}
+    it, size = make_iter(key, lib, quick)
+    rate, first_s = bench_torch.rate_after_first(it, seconds, size=size)
+    return {"rate": rate, "first_s": first_s}
+
+
+# -- the driver (runs in any Python) ----------------------------------------------------------
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+@dataclass
+class Result:
+    spec: Spec
+    rounds: dict[str, list[float]]  # contender -> rate of each round, in round order
+    load_start: float
+    load_end: float
+    errors: dict[str, str]
+
+    def median(self, lib: str) -> float | None:
+        r = self.rounds.get(lib)
+        return statistics.median(r) if r else None
+
+    def spread(self, lib: str) -> float | None:
+        """(slowest - fastest) / median of the rounds, a fraction."""
+        r, m = self.rounds.get(lib), self.median(lib)
+        return (max(r) - min(r)) / m if r and m else None
+
+    def beats_chute(self, lib: str) -> bool:
+        """Every round of `lib` faster than every round of chute."""
+        p, c = self.rounds.get(lib), self.rounds.get("chute")
+        return bool(p and c and min(p) > max(c))
+
+
+def run_one(exe: Path, key: str, lib: str, seconds: float, quick: bool) -> dict[str, float]:
+    cmd = [str(exe), str(Path(__file__).resolve()), "measure", key, lib, f"--seconds={seconds}"]
+    if quick:
+        cmd.append("--quick")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=120 + 10 * seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)  # the measurement and whatever it started
+        stdout, stderr = proc.communicate()
+        raise RuntimeError(f"{lib} on {key}: no result in {120 + 10 * seconds:.0f} s") from None
+    lines = stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        tail = (stderr or stdout).strip().splitlines()[-6:]
+        raise RuntimeError(f"{lib} on {key} exited {proc.returncode}: " + " | ".join(tail))
+    out: dict[str, float] = json.loads(lines[-1])
+    return out
+
+
+def collect(
+    exe: Path,
+    quick: bool,
+    rounds: int,
+    seconds: float,
+    only: list[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> list[Result]:
+    """Each row's rounds, contenders alternating, the order turning each round."""
+    took = run_prepare(exe)
+    if took:
+        log("# converted the corpus: " + ", ".join(f"{k} {v:.1f} s" for k, v in took.items()))
+    results = []
+    for spec in SPECS:
+        if only and spec.key not in only:
+            continue
+        load_start = load1()
+        log(f"# {spec.key}: load {load_start:.2f} at the start")
+        errors: dict[str, str] = {}
+        libs = list(spec.contenders)
+        for lib in libs:  # warm-up: page cache, bytecode, the forkserver's imports
+            try:
+                run_one(exe, spec.key, lib, min(0.5, seconds), quick)
+            except Exception as e:  # recorded; the row goes on without it
+                errors[lib] = str(e)
+        got: dict[str, list[float]] = {lib: [] for lib in libs if lib not in errors}
+        for r in range(rounds):
+            order = [libs[(r + k) % len(libs)] for k in range(len(libs))]
+            for lib in order:
+                if lib in errors:
+                    continue
+                try:
+                    got[lib].append(run_one(exe, spec.key, lib, seconds, quick)["rate"])
+                except Exception as e:
+                    errors[lib] = str(e)
+                    got.pop(lib, None)
+            log(
+                f"#   round {r + 1}: "
+                + ", ".join(f"{lib} {got[lib][-1]:,.0f}" for lib in order if lib in got)
+            )
+        res = Result(spec, got, load_start, load1(), errors)
+        log(f"# {spec.key}: load {res.load_end:.2f} at the end")
+        for lib, err in errors.items():
+            log(f"# {spec.key}: {lib} failed: {err}")
+        results.append(res)
+    return results
+
+
+def run_prepare(exe: Path) -> dict[str, float]:
+    p = subprocess.run(
+        [str(exe), str(Path(__file__).resolve()), "prepare"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if p.returncode != 0:
+        raise RuntimeError("preparing the converted corpus failed:\n" + p.stderr[-3000:])
+    out: dict[str, float] = json.loads(p.stdout.strip().splitlines()[-1])
+    return out
+
+
+def versions(exe: Path) -> str:
+    code = (
+        "import importlib.metadata as m, sys; print(f'Python {sys.version.split()[0]}; ' + "
+        "', '.join(f'{p} {m.version(p)}' for p in ('chute', 'numpy', 'torch', 'tokenizers', "
+        "'spdl', 'torchdata', 'mosaicml-streaming', 'litdata')))"
+    )
+    return subprocess.run([str(exe), "-c", code], capture_output=True, text=True).stdout.strip()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("prepare", help="write the converted corpus (in .venv-peers)")
+    m = sub.add_parser("measure", help="one measurement, printed as JSON (in .venv-peers)")
+    m.add_argument("key", choices=[s.key for s in SPECS])
+    m.add_argument("lib", choices=("chute", *PEERS))
+    m.add_argument("--seconds", type=float, default=3.0)
+    m.add_argument("--quick", action="store_true")
+    args = p.parse_args()
+    if args.cmd == "prepare":
+        print(json.dumps(prepare()))
+    else:
+        print(json.dumps(measure_one(args.key, args.lib, args.seconds, args.quick)), flush=True)
+    sys.stdout.flush()
+    # A peer's worker processes left running (torchdata.nodes' have no close) would hold
+    # the pipe to the driver open, and its threads the exit: end them, then leave.
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        child.kill()
+    psutil.wait_procs(children, timeout=10)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
