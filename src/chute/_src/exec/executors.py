@@ -30,7 +30,7 @@ import dataclasses
 import time
 import weakref
 from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -102,22 +102,45 @@ class ChunkExecutor(abc.ABC):
 
 def getitems_exact(ds: Any, start: int, k: int) -> tuple[list[Any], bool]:
     """Elements `[start, start + k)`, and whether one failed: a block that raises is
-    recomputed one element at a time, so the elements before the failing one are returned
-    (and the failing one raises when asked for alone, as the first of a later chunk)."""
+    recomputed by `elements_before_failure`, so the elements before the failing one are
+    returned (and the failing one raises when asked for alone, as the first of a later
+    chunk)."""
     try:
         return ds._getitems(np.arange(start, start + k, dtype=np.int64)), False
-    except Exception:
-        if k == 1:
-            raise
+    except Exception as e:
+        failure: Exception = e
+    # Outside the handler: an element's exception does not carry the block's as context.
+    items, exc = elements_before_failure(ds, start, k, failure, Exception)
+    del failure  # (its traceback holds this frame: no cycle through the locals)
+    if exc is not None and not items:
+        try:
+            raise exc
+        finally:
+            del exc
+    return items, True
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def elements_before_failure(
+    ds: Any, start: int, k: int, exc: E, catch: type[E] | tuple[type[E], ...]
+) -> tuple[list[Any], E | None]:
+    """The one recompute-on-failure path of every executor (threads, the consumer's
+    thread, worker processes): `exc` was raised computing elements `[start, start + k)`
+    as one block; they are computed again one at a time, up to the first that raises one
+    of `catch`, so every element before it comes out before its error. Returns those
+    elements and that element's exception (`exc` itself when `k` is 1; None if each
+    element alone succeeds)."""
+    if k == 1:
+        return [], exc
     items: list[Any] = []
     for i in range(start, start + k):
         try:
             items.extend(ds._getitems(np.array([i], dtype=np.int64)))
-        except Exception:
-            if not items:
-                raise
-            break
-    return items, True
+        except catch as e:
+            return items, e
+    return items, None
 
 
 class InProcess(ChunkExecutor):
