@@ -71,6 +71,31 @@ def test_filter_then_batch_gives_full_batches() -> None:
     assert next(iter(loader))[:, 0].tolist() == [0, 2, 4, 6, 8, 10]
 
 
+class Repeat(chute.experimental.FlatMapTransform):
+    max_fan_out = 3
+
+    def flat_map(self, element: int) -> list[int]:
+        return [element] * (element % 3)
+
+
+def test_flat_map_operation_is_applied_as_by_apply() -> None:
+    # The loader dispatches its operations as ds.apply does: a flat map too (as Grain's
+    # DataLoader), with the batches after it full, and its state restoring.
+    def loader() -> chute.DataLoader:
+        return chute.DataLoader(
+            data_source=list(range(10)),
+            sampler=chute.SequentialSampler(10),
+            operations=[Repeat(), chute.Batch(batch_size=4)],
+            num_threads=0,
+        )
+
+    ds = chute.MapDataset.range(10).to_iter_dataset().apply([Repeat(), chute.Batch(4)])
+    expected = [[1, 2, 2, 4], [5, 5, 7, 8], [8]]
+    assert [b.tolist() for b in ds] == expected
+    assert [b.tolist() for b in loader()] == expected
+    assert_equal_output_after_checkpoint(loader(), restore_into=loader())
+
+
 def test_loader_state_restores_across_thread_counts() -> None:
     it = iter(seed_000_loader())
     for _ in range(9):

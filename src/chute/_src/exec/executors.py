@@ -5,10 +5,10 @@ consumed; its executor computes elements `[start, ...)` of the MapDataset when a
 
 - `InProcess`: on the consumer's thread, a block at a time; the block grows while
   blocks take under 8 ms (to 4096) and shrinks when they take over 50 ms.
-- `Threads`: chunks submitted to a thread pool, consumed in order, at most
-  `prefetch_buffer_size` elements (and `PREFETCH_BYTES` of arrays) ahead; a chunk holds
-  about `CHUNK_S` of work once an element's time is measured (a source read per
-  element costs little in a chunk of 50, much in chunks of 4).
+- `Threads`: chunks submitted to a thread pool (`threadpool.ComputePool`), consumed in
+  order, at most `prefetch_buffer_size` elements (and `PREFETCH_BYTES` of arrays) ahead;
+  a chunk holds about `CHUNK_S` of work once an element's time is measured (a source
+  read per element costs little in a chunk of 50, much in chunks of 4).
 - `Autotuned`: `ReadOptions(num_threads=AUTOTUNE)`: `InProcess` or `Threads`, the number
   of threads (0 to 64) chosen from the consumer's rate by a `HillClimb`
   (`_src/exec/autotune.py`), starting higher when the elements after the first spent their
@@ -27,15 +27,14 @@ from __future__ import annotations
 import abc
 import collections
 import time
-import weakref
-from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from chute._src.core import machine
 from chute._src.core.tuning import Parallelism
 from chute._src.exec import autotune, in_flight
+from chute._src.exec.threadpool import ComputePool
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
 _FAST_BLOCK_S, _SLOW_BLOCK_S = 0.008, 0.05
@@ -92,22 +91,45 @@ class ChunkExecutor(abc.ABC):
 
 def getitems_exact(ds: Any, start: int, k: int) -> tuple[list[Any], bool]:
     """Elements `[start, start + k)`, and whether one failed: a block that raises is
-    recomputed one element at a time, so the elements before the failing one are returned
-    (and the failing one raises when asked for alone, as the first of a later chunk)."""
+    recomputed by `elements_before_failure`, so the elements before the failing one are
+    returned (and the failing one raises when asked for alone, as the first of a later
+    chunk)."""
     try:
         return ds._getitems(np.arange(start, start + k, dtype=np.int64)), False
-    except Exception:
-        if k == 1:
-            raise
+    except Exception as e:
+        failure: Exception = e
+    # Outside the handler: an element's exception does not carry the block's as context.
+    items, exc = elements_before_failure(ds, start, k, failure, Exception)
+    del failure  # (its traceback holds this frame: no cycle through the locals)
+    if exc is not None and not items:
+        try:
+            raise exc
+        finally:
+            del exc
+    return items, True
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def elements_before_failure(
+    ds: Any, start: int, k: int, exc: E, catch: type[E] | tuple[type[E], ...]
+) -> tuple[list[Any], E | None]:
+    """The one recompute-on-failure path of every executor (threads, the consumer's
+    thread, worker processes): `exc` was raised computing elements `[start, start + k)`
+    as one block; they are computed again one at a time, up to the first that raises one
+    of `catch`, so every element before it comes out before its error. Returns those
+    elements and that element's exception (`exc` itself when `k` is 1; None if each
+    element alone succeeds)."""
+    if k == 1:
+        return [], exc
     items: list[Any] = []
     for i in range(start, start + k):
         try:
             items.extend(ds._getitems(np.array([i], dtype=np.int64)))
-        except Exception:
-            if not items:
-                raise
-            break
-    return items, True
+        except catch as e:
+            return items, e
+    return items, None
 
 
 class InProcess(ChunkExecutor):
@@ -172,7 +194,7 @@ class Threads(ChunkExecutor):
         self._threads = threads
         self._buffer_size = buffer_size
         self._max_bytes = max_bytes
-        self._executor: futures.ThreadPoolExecutor | None = None
+        self._pool = ComputePool(max(1, threads), "chute-read")
         self._pending: collections.deque[tuple[int, int, Any]] = collections.deque()
         self._submitted = 0  # next index to submit to the pool
         self._max_chunk = max(1, min(256, buffer_size // max(1, 2 * threads)))
@@ -195,11 +217,11 @@ class Threads(ChunkExecutor):
         """Computes with `threads` threads and `buffer_size` elements ahead from now on:
         chunks running finish where they are, chunks queued move to the new pool (128
         reads of 2-20 ms queued for 2 threads took ~0.7 s to drain at that pace)."""
-        old = self._executor if threads != self._threads else None
+        resized = threads != self._threads
         self._threads, self._buffer_size = threads, buffer_size
         self._max_chunk = max(1, min(256, buffer_size // max(1, 2 * threads)))
-        if old is not None:
-            self._executor = None
+        if resized:
+            self._pool.resize(threads)
             moved: collections.deque[tuple[int, int, Any]] = collections.deque()
             for start, k, fut in self._pending:
                 if fut.cancel():  # not started: the new pool computes it, once
@@ -207,23 +229,14 @@ class Threads(ChunkExecutor):
                     fut = self._submit(idx)
                 moved.append((start, k, fut))
             self._pending = moved
-            _shutdown(old, cancel=False)
 
     def parallelism(self) -> Parallelism:
         return Parallelism(threads=self._threads)
 
-    def _ensure_pool(self) -> futures.ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = futures.ThreadPoolExecutor(
-                self._threads, thread_name_prefix="chute-read"
-            )
-            weakref.finalize(self, _shutdown, self._executor)
-        return self._executor
-
     def _submit(self, idx: np.ndarray) -> Any:
         self._chunks += 1
         queue = self._chunks <= self.queue_chunks
-        return self._ensure_pool().submit(_timed_getitems, self.ds, idx, queue)
+        return self._pool.submit(_timed_getitems, self.ds, idx, queue)
 
     def _ahead_limit(self) -> int:
         """How many elements may be computed ahead: `prefetch_buffer_size`, and no more
@@ -295,13 +308,7 @@ class Threads(ChunkExecutor):
 
     def release(self) -> None:
         self.seek(self._submitted)
-        if self._executor is not None:
-            _shutdown(self._executor)
-            self._executor = None
-
-
-def _shutdown(executor: futures.ThreadPoolExecutor, cancel: bool = True) -> None:
-    executor.shutdown(wait=False, cancel_futures=cancel)
+        self._pool.release()
 
 
 _THREAD_CHOICES = (0, 1, 2, 4, 8, 16, 32, autotune.MAX_THREADS)

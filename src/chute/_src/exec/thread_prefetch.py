@@ -5,6 +5,11 @@ elements ready, so a training step overlaps with producing the next batch (in th
 pipeline, the share of time spent waiting for data falls from 46% to ~1.6%). With each element the thread records the
 parent's state right after producing it; `get_state` returns the state recorded with the
 last element handed out, so a checkpoint is exact whatever is buffered.
+
+It is one daemon thread of its own, not `threadpool.ComputePool`'s: the parent is one
+iterator, whose elements come one after another (each from the state the last left), so
+more threads would have nothing to compute; a loop filling a bounded queue hands over an
+element for one queue put, where a pool would cost a future per element.
 """
 
 from __future__ import annotations

@@ -14,15 +14,9 @@ from chute._src.core.iterator import DatasetIterator, concurrent_next_error, one
 from chute._src.core.options import MultiprocessingOptions, ReadOptions
 from chute._src.core.seeding import derive_seed
 from chute._src.core.state_checks import seal
-from chute._src.core.transforms import (
-    Batch,
-    FilterTransform,
-    MapTransform,
-    MapWithIndex,
-    RandomMapTransform,
-)
 from chute._src.frameworks.samplers import IndexSampler
 from chute._src.frameworks.sharding import NoSharding, ShardOptions
+from chute._src.ops.apply import Kind, apply_transform, transform_kind
 
 
 class DataLoader:
@@ -116,17 +110,21 @@ class DataLoader:
         it: IterDataset[Any] | None = None
         filtered = False
         for position, op in enumerate(self._operations):
-            if isinstance(op, Batch):
+            kind = transform_kind(op)
+            if kind is None:
+                if not callable(op):
+                    raise _bad_operation(op, position)
+                kind = Kind.MAP  # a plain function
+            if kind is Kind.BATCH:
                 if it is None and not filtered:
-                    ds = ds.batch(
-                        op.batch_size, drop_remainder=op.drop_remainder, batch_fn=op.batch_fn
-                    )
+                    ds = apply_transform(ds, op, kind)
                     continue
                 if it is None:  # full batches after a filter are formed while iterating
                     it = ds.to_iter_dataset(self._read_options)
-                it = it.batch(op.batch_size, drop_remainder=op.drop_remainder, batch_fn=op.batch_fn)
+                it = apply_transform(it, op, kind)
                 continue
-            if isinstance(op, RandomMapTransform):
+            op_seed = None
+            if kind is Kind.RANDOM_MAP:
                 if seed is None:
                     raise ValueError(
                         f"DataLoader: operation {position} ({type(op).__name__}) is random, but "
@@ -134,16 +132,13 @@ class DataLoader:
                         "IndexSampler(..., seed=42)."
                     )
                 op_seed = derive_seed(seed, SEED_TAG_RANDOM_MAP, position)
-                if it is None:
-                    ds = ds.random_map(op, seed=op_seed)
-                else:
-                    it = it.random_map(op, seed=op_seed)
-                continue
-            filtered = filtered or isinstance(op, FilterTransform)
+            # A filter or a flat map leaves some positions empty: batches formed after it
+            # are formed while iterating, to be full.
+            filtered = filtered or kind in (Kind.FILTER, Kind.FLAT_MAP)
             if it is None:
-                ds = _apply_op(ds, op, position)
+                ds = apply_transform(ds, op, kind, seed=op_seed)
             else:
-                it = _apply_op(it, op, position)
+                it = apply_transform(it, op, kind, seed=op_seed)
         if it is None:
             it = ds.to_iter_dataset(self._read_options)
         if self._worker_count > 0 or self._enable_profiling:  # 0 workers: profiling only
@@ -225,22 +220,11 @@ def _with_shard_options(sampler: Any, shard_options: ShardOptions | None) -> Any
     return sampler.with_shard_options(shard_options)
 
 
-def _apply_op(ds: Any, op: Any, position: int) -> Any:
-    """`op` applied to a MapDataset or an IterDataset (both have these methods)."""
-    if isinstance(op, FilterTransform):
-        return ds.filter(op)
-    if isinstance(op, MapWithIndex):
-        return ds.map_with_index(op)
-    if isinstance(op, MapTransform) or callable(op):
-        return ds.map(op)
-    raise _bad_operation(op, position)
-
-
 def _bad_operation(op: Any, position: int) -> TypeError:
     return TypeError(
         f"DataLoader: operation {position}, {op!r} of type {type(op).__name__}, is not an "
         "operation: use a MapTransform, RandomMapTransform, FilterTransform, MapWithIndex, "
-        "Batch or a plain function."
+        "FlatMapTransform, Batch or a plain function."
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from typing import Any, TypeVar, Union
 
@@ -22,6 +23,61 @@ Transformations = Sequence[Transformation]
 D = TypeVar("D")
 
 
+class Kind(enum.Enum):
+    """What a transform does, which says the dataset method that applies it."""
+
+    BATCH = "batch"
+    MAP = "map"
+    RANDOM_MAP = "random_map"
+    MAP_WITH_INDEX = "map_with_index"
+    FLAT_MAP = "flat_map"
+    FILTER = "filter"
+
+
+def transform_kind(t: Any) -> Kind | None:
+    """The kind of transform `t` is, tested in Grain's order (an object of two kinds is
+    the first: `Batch`, `MapTransform`, `RandomMapTransform`, `MapWithIndex`,
+    `FlatMapTransform`, `FilterTransform`); None for anything else, which each caller
+    names in its own error."""
+    if isinstance(t, Batch):
+        return Kind.BATCH
+    if isinstance(t, MapTransform):
+        return Kind.MAP
+    if isinstance(t, RandomMapTransform):
+        return Kind.RANDOM_MAP
+    if isinstance(t, MapWithIndex):
+        return Kind.MAP_WITH_INDEX
+    if isinstance(t, FlatMapTransform):
+        return Kind.FLAT_MAP
+    if isinstance(t, FilterTransform):
+        return Kind.FILTER
+    return None
+
+
+def apply_transform(ds: Any, t: Any, kind: Kind, *, seed: int | None = None) -> Any:
+    """`t` applied to `ds` (a `MapDataset` or an `IterDataset`) as a transform of `kind`:
+    the one dispatcher of `ds.apply` and the `DataLoader`'s operations. `seed` is the
+    random map's (None: derived from the pipeline's seed, as `random_map`'s default)."""
+    from chute._src.core.dataset import MapDataset
+
+    match kind:
+        case Kind.BATCH:
+            return ds.batch(t.batch_size, drop_remainder=t.drop_remainder, batch_fn=t.batch_fn)
+        case Kind.MAP:
+            return ds.map(t)
+        case Kind.RANDOM_MAP:
+            return ds.random_map(t, seed=seed)
+        case Kind.MAP_WITH_INDEX:
+            return ds.map_with_index(t)
+        case Kind.FLAT_MAP:
+            from chute._src.ops.flat_map import FlatMapIterDataset, FlatMapMapDataset
+
+            flat: Any = FlatMapMapDataset if isinstance(ds, MapDataset) else FlatMapIterDataset
+            return flat(ds, t)
+        case Kind.FILTER:
+            return ds.filter(t)
+
+
 def apply_transformations(ds: D, transformations: Any) -> D:
     """`ds` (a `MapDataset` or an `IterDataset`) with `transformations` (one or a
     sequence) applied in order, each as the method of its kind: `Batch` as `batch`,
@@ -36,32 +92,17 @@ def apply_transformations(ds: D, transformations: Any) -> D:
     >>> [b.tolist() for b in ds]
     [[1, 2], [3, 4], [5]]
     """
-    from chute._src.core.dataset import MapDataset
-
     if not isinstance(transformations, Sequence):
         transformations = (transformations,)
     out: Any = ds
     for position, t in enumerate(transformations):
-        if isinstance(t, Batch):
-            out = out.batch(t.batch_size, drop_remainder=t.drop_remainder, batch_fn=t.batch_fn)
-        elif isinstance(t, MapTransform):
-            out = out.map(t)
-        elif isinstance(t, RandomMapTransform):
-            out = out.random_map(t)
-        elif isinstance(t, MapWithIndex):
-            out = out.map_with_index(t)
-        elif isinstance(t, FlatMapTransform):
-            from chute._src.ops.flat_map import FlatMapIterDataset, FlatMapMapDataset
-
-            flat: Any = FlatMapMapDataset if isinstance(out, MapDataset) else FlatMapIterDataset
-            out = flat(out, t)
-        elif isinstance(t, FilterTransform):
-            out = out.filter(t)
-        else:
+        kind = transform_kind(t)
+        if kind is None:
             raise TypeError(
                 f"apply: transformation {position}, {t!r} of type {type(t).__name__}, is not "
                 "a transformation: use a Batch, MapTransform, RandomMapTransform, "
                 "MapWithIndex, FlatMapTransform or FilterTransform (or call ds.map(fn) "
                 "for a plain function)."
             )
+        out = apply_transform(out, t, kind)
     return out

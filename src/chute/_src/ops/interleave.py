@@ -23,7 +23,6 @@ keeps one shape for the whole run (where the inputs' states have one shape).
 from __future__ import annotations
 
 import concurrent.futures
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +37,7 @@ from chute._src.core.iterator import (
 )
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE, Autotune
+from chute._src.exec.threadpool import ComputePool
 
 
 class InterleaveIterDataset(IterDataset[Any]):
@@ -184,7 +184,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._pos = 0  # next slot of the cycle to read
         self._next_input = 0  # next input to open
         self._feeds: dict[int, _Feed] = {}
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool: ComputePool | None = None
         self._inline_reads: list[bool] | None = None
         self._closed = False
 
@@ -205,10 +205,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
             feed.future = _Deferred(self._its[j], skip, self._chunk)
             return
         if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                self._threads, thread_name_prefix="chute-interleave"
-            )
-            weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+            self._pool = ComputePool(self._threads, "chute-interleave")
         feed.future = self._pool.submit(_read, self._its[j], skip, self._chunk)
 
     def _open(self, j: int, state: dict[str, Any] | None = None, skip: int = 0) -> _Feed:
@@ -320,8 +317,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
             assert self._tuning is not None
             self._tuning.note("inputs opened ahead", ahead, f"{threads} threads to keep busy")
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=False)
-            self._pool = None
+            self._pool.resize(threads)
         self._prefetch_next_inputs()
 
     def tuning(self) -> autotune.Tuning | None:
@@ -451,7 +447,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._closed = True
         self._drain()
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.release()
             self._pool = None
         for it in self._its:
             it.close()

@@ -26,6 +26,10 @@ workers, gives them the elements after these as soon as they are started.
   `benchmarks/bench_rampup.py`'s A/B).
 
 The consumer waits for each answer, so the pipeline is never used by two threads at once.
+
+Both run on daemon threads of their own, not `threadpool.ComputePool`'s: an element that
+hangs is abandoned to its thread (the workers compute it instead), and a pool's thread
+would hold up the interpreter's exit until it returned.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The code each worker process runs: it unpickles the pipeline once, then computes the
 tasks (`tasks.py`) the main process sends.
 
-A chunk whose element raises is recomputed one element at a time (as the reader does in
-one process): the result holds the elements before the failing one and its exception, so
-the consumer receives every element before it, whatever the number of workers. A shard's
+A chunk whose element raises is recomputed one element at a time by
+`executors.elements_before_failure`, the reader's path in one process too: the result
+holds the elements before the failing one and its exception, so the consumer receives
+every element before it, whatever the number of workers. A shard's
 steps are read by `shards.ShardReader`.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from chute._src.core import observe
 from chute._src.core.dataset import MapDataset
+from chute._src.exec.executors import elements_before_failure
 from chute._src.exec.mp.transport import RemoteFailure
 from chute._src.exec.workers import pipeline_pickle
 from chute._src.exec.workers.shards import ShardReader
@@ -66,7 +68,7 @@ class ChunkWorker:
                 try:
                     items = ds._getitems(np.arange(start, start + k, dtype=np.int64))
                 except (Exception, SystemExit) as e:
-                    items, exc = elements_before_failure(ds, start, k, e)
+                    items, exc = elements_before_failure(ds, start, k, e, (Exception, SystemExit))
                     if isinstance(exc, SystemExit):
                         exc = exit_as_error(exc, start + len(items))
                     failure = RemoteFailure.capture(exc) if exc is not None else None
@@ -127,22 +129,6 @@ class ShippedInit:
 
     def __call__(self, worker_index: int, num_workers: int) -> None:
         pipeline_pickle.loads(self._payload)(worker_index, num_workers)
-
-
-def elements_before_failure(
-    ds: MapDataset[Any], start: int, k: int, exc: Exception | SystemExit
-) -> tuple[list[Any], Exception | SystemExit | None]:
-    """Elements `[start, start + k)` one at a time, up to the first that raises; with its
-    exception (None if each element alone succeeds)."""
-    if k == 1:
-        return [], exc
-    items: list[Any] = []
-    for i in range(start, start + k):
-        try:
-            items.extend(ds._getitems(np.array([i], dtype=np.int64)))
-        except (Exception, SystemExit) as e:
-            return items, e
-    return items, None
 
 
 def exit_as_error(exc: SystemExit, index: int) -> RuntimeError:

@@ -5,6 +5,12 @@ reading ahead), returning `concurrent.futures.Future`s.
 a read stalled on a silent server would hold the exit up until its deadline. These
 threads are daemons: a process that abandons a remote read exits at once. Work is only
 ever reads (nothing to flush), so dropping it at exit loses nothing.
+
+It is not the compute-ahead pool of `exec/threadpool.py` (the reader's threads,
+interleave's): that one belongs to an iterator and joins its threads at exit, this one
+is the process's, for blocking I/O, grows a thread for each piece of work waiting (a
+burst of opens must not queue), is reset in a forked child, and the storage layer does
+not import `exec/`.
 """
 
 from __future__ import annotations
