@@ -15,7 +15,7 @@ consumed; its executor computes elements `[start, ...)` of the MapDataset when a
   time waiting rather than computing; with `prefetch_buffer_size=AUTOTUNE` too, the
   elements computed ahead doubled by a second climb while the consumer finds nothing
   ready and that pays.
-- worker processes: `_src/exec/workers/stage.py`'s `WorkerChunks`, on the same interface.
+- worker processes: `_src/exec/workers/feeding.py`'s `WorkerChunks`, on the same interface.
 
 Which one runs is chosen by the reader (`ReadOptions`, or `mp_prefetch`'s rewrite); the
 elements never depend on it. Every executor surfaces an element's exception at that

@@ -34,7 +34,7 @@ forkserver or spawn unpickle sources and open the files again, so they lease the
 `close()` releases the lease before closing (a mapping keeps a duplicate of the
 descriptor, which would otherwise keep the lease alive).
 
-Windows that remain (also in `docs/design.md`, "Storage"):
+Windows that remain (`docs/design.md`, "Storage", points here):
 - A read that tested the flag and was then paused at a bytecode boundary, before its
   copy out of the map, for longer than the thread's 1 ms grace can still fault; for a
   block read with no lease, the window is the whole block.
