@@ -105,9 +105,9 @@ INSTALL = (
 CORPUS = 120_000  # bench_torch.CORPUS_RECORDS
 IMAGES_FULL, IMAGES_QUICK = 320, 192  # bench_image's counts
 TEXT_BATCH, IMAGE_BATCH = 512, 64
-# Elements of one overhead pass: about a second each on a quiet 2-core machine (SPDL
-# hands each element through its asyncio stages at ~0.3 ms).
-OVERHEAD_N = {"chute": 400_000, "torchdata.nodes": 400_000, "spdl": 10_000}
+# Elements of one overhead pass: 0.5-3 s each on a 2-core machine (SPDL hands each
+# element through its asyncio stages at ~0.2-0.4 ms); a quarter with --quick.
+OVERHEAD_N = {"chute": 2_000_000, "torchdata.nodes": 2_000_000, "spdl": 10_000}
 SHARD_BYTES = 4 << 20  # MDS shards and LitData chunks: 7 of the 25 MB corpus, for 2 workers
 
 
@@ -675,7 +675,10 @@ def main() -> None:
 
     children = psutil.Process().children(recursive=True)
     for child in children:
-        child.kill()
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:  # it ended on its own meanwhile
+            pass
     psutil.wait_procs(children, timeout=10)
     os._exit(0)
 

@@ -42,17 +42,18 @@ processes and 2 threads, and a converted corpus streamed with 2 workers. They pu
 own torch, so they run from a virtualenv of their own, made once from the checkout:
 
     python3 -m venv .venv-peers
-    .venv-peers/bin/pip install -e . tokenizers pillow array-record psutil \
-        torch==2.13.0 torchvision==0.28.0 spdl==0.8.0 torchdata==0.11.0 \
+    .venv-peers/bin/pip install -e . tokenizers pillow array-record psutil \\
+        torch==2.13.0 torchvision==0.28.0 spdl==0.8.0 torchdata==0.11.0 \\
         mosaicml-streaming==0.13.0 litdata==0.2.76
-    .venv/bin/python benchmarks/run_all.py --only peers [--quick]   # ~10 minutes
+    .venv/bin/python benchmarks/run_all.py --only peers   # ~9 minutes; --quick: ~4
 
 Each measurement, chute's too, runs in a fresh `.venv-peers` process; each figure is the
-median of 3 rounds (`--peer-rounds`) after a warm-up round, contenders alternating with
-the order turning each round; the table gives each row's spread (slowest to fastest
-round over the median, the widest contender's) and the 1-minute load average at its start
-and end. Without the virtualenv the peers' rows are skipped with a message naming that
-command.
+median of 5 rounds (3 with `--quick`; `--peer-rounds`) after a warm-up round, the
+contenders alternating, their order turning each round; the table gives each row's
+spread (slowest to fastest round over the median, the widest contender's) and the
+1-minute load average at its start and end. A peer whose slowest round beats chute's
+fastest is named in the note as winning beyond the noise. Without the virtualenv the
+peers' rows are skipped (exit status 1) with a message naming that command.
 """
 
 from __future__ import annotations
@@ -520,9 +521,13 @@ def main() -> None:
         action="store_true",
         help="add the rows of SPDL, torchdata.nodes, Streaming and LitData (.venv-peers)",
     )
-    p.add_argument("--peer-rounds", type=int, default=3, help="rounds of each peer row")
+    p.add_argument(
+        "--peer-rounds", type=int, help="rounds of each peer row (default 5; 3 with --quick)"
+    )
     p.add_argument("--out", type=Path, default=OUT, help="where suite.json/.png go")
     args = p.parse_args()
+    if args.peer_rounds is None:
+        args.peer_rounds = 3 if args.quick else 5
     if args.peer_rounds < 1:
         p.error(f"--peer-rounds {args.peer_rounds}: needs at least 1 round (3 for a median)")
     warnings.filterwarnings("ignore")
