@@ -7,14 +7,12 @@ Each scenario runs in a fresh interpreter, so that what is imported shows in `sy
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 import chute
 from chute._src.core import config, observe
 from process_helpers import run_main

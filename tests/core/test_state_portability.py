@@ -12,8 +12,6 @@ difference. The map and filter functions are not part of it: fixing one mid-run 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,8 +19,6 @@ import pytest
 
 import chute
 from chute.testing import assert_equal_output_after_checkpoint
-
-sys.path.insert(0, str(Path(__file__).parent))
 from mp_pipelines import double, jitter, keep
 
 STEPS = [0, 1, 7, 23]  # batches taken before the state

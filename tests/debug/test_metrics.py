@@ -6,7 +6,6 @@ own reader)."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,9 @@ import pytest
 
 import chute
 import chute.metrics
-
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import run_main
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 

@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 
 import chute
-from chute.testing import assert_equal_output_after_checkpoint
-
-sys.path.insert(0, str(Path(__file__).parent))
 import mp_pipelines as mpp
+from chute.testing import assert_equal_output_after_checkpoint
 
 
 def python_work(x: int) -> int:

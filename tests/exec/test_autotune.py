@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,8 +20,6 @@ import pytest
 
 import chute
 from chute.testing import assert_equal_output_after_checkpoint
-
-sys.path.insert(0, str(Path(__file__).parent))
 from mp_pipelines import double, jitter, keep
 
 
@@ -322,7 +319,7 @@ def test_worker_states_move_between_autotune_and_fixed_counts() -> None:
         )
 
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "performance.md"
 
 
 def test_the_example_of_performance_md_runs() -> None:

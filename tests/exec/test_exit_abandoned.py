@@ -14,7 +14,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import SRC
 
 SCRIPT = """

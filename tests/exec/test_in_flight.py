@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +11,6 @@ import chute
 from chute import sources
 from chute._src.exec import in_flight
 from chute.records import RecordWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import RangeServer
 
 

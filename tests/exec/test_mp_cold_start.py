@@ -9,11 +9,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 from chute._src.exec.workers.startup import StartupHelper
 from process_helpers import run_python
 

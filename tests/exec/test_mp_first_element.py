@@ -5,14 +5,10 @@ done (they were idle until then: ~0.1 s for a batch of images)."""
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
 import chute
-
-sys.path.insert(0, str(Path(__file__).parent))
 from mp_pipelines import double, fail_first, stamp_slow_first
 
 OPTIONS = chute.MultiprocessingOptions(num_workers=2)

@@ -6,7 +6,6 @@ run a real script in a fresh interpreter, where the forkserver starts."""
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -14,11 +13,9 @@ from pathlib import Path
 import numpy as np
 
 import chute
+import mp_pipelines as mpp
 from chute._src.exec.workers import pipeline_pickle
 from chute._src.exec.workers.stage import _worker_modules
-
-sys.path.insert(0, str(Path(__file__).parent))
-import mp_pipelines as mpp
 from process_helpers import run_python
 
 # A module of the user's: its top level says which process imports it.

@@ -9,14 +9,11 @@ larger than any freed before: 36 MiB of faults. Reused, the heap grows to 8 MiB 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from chute._src.exec.mp import heap
-
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import run_main
 
 pytestmark = pytest.mark.skipif(

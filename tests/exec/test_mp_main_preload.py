@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import SRC, run_python
 
 # The script's top level says where it runs: the main process, the forkserver, or a worker

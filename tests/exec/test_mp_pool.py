@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import functools
-import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
-from chute._src.exec.mp import NotPicklableError, PoolClosedError, PoolUsageError, WorkerPool
-
-sys.path.insert(0, str(Path(__file__).parent))
 import mp_helpers
+from chute._src.exec.mp import NotPicklableError, PoolClosedError, PoolUsageError, WorkerPool
 
 SHM = 4 << 20  # small slabs keep pool start-up quick
 

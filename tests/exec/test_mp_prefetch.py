@@ -19,10 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chute
-from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
-
-sys.path.insert(0, str(Path(__file__).parent))
 import mp_pipelines as mpp
+from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
 
 
 def _ppid_and_state(pid: int) -> tuple[int, str] | None:
@@ -274,7 +272,7 @@ def test_interpreter_exit_and_keyboard_interrupt_leave_nothing(tmp_path: Path) -
     script = textwrap.dedent(
         f"""
         import os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
         import mp_pipelines as mpp
         it = iter(mpp.rich_pipeline(2))
         next(it)

@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
+import mp_helpers
 from chute._src.exec.mp import (
     PoolClosedError,
     RemoteTraceback,
@@ -26,10 +27,7 @@ from chute._src.exec.mp import (
     WorkerPool,
 )
 
-sys.path.insert(0, str(Path(__file__).parent))
-import mp_helpers
-
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # the helpers shared by every folder
 SHM = 4 << 20
 
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import run_python
 
 pytestmark = pytest.mark.skipif(

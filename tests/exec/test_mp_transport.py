@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from multiprocessing import Pipe
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,11 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mp_helpers
 from chute._src.exec.mp.shm import create_slab_fd, map_slab, plan_slabs
 from chute._src.exec.mp.transport import ALIGN, ResultReceiver, ResultSender, SlabAllocator
-
-sys.path.insert(0, str(Path(__file__).parent))
-import mp_helpers
 
 SLAB = 1 << 20
 

@@ -20,8 +20,9 @@ from chute.experimental import InterleaveIterDataset, JsonlIterDataset
 from chute.testing import assert_equal_output_after_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
-import shard_helpers as sh
 from test_mp_prefetch import worker_pids
+
+import shard_helpers as sh
 
 
 def _opts(workers: int) -> chute.MultiprocessingOptions:

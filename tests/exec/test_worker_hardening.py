@@ -20,11 +20,9 @@ import psutil
 import pytest
 
 import chute
+import mp_pipelines as mpp
 from chute.multiprocessing import WorkerStallWarning, WorkerTimeoutError
 from chute.testing import assert_trees_equal
-
-sys.path.insert(0, str(Path(__file__).parent))
-import mp_pipelines as mpp
 
 WORKER_COUNTS = [0, 1, 2, 3]
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import SRC
 
 WORKERS = [0, 2, 16]

@@ -1,4 +1,4 @@
-"""One host of an elastic run, as its own process (tests/test_elastic.py).
+"""One host of an elastic run, as its own process (tests/frameworks/test_elastic.py).
 
     python elastic_host.py CONFIG_JSON
 

@@ -17,6 +17,7 @@ import chute
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ckpt_jax_worker as worker
+
 from process_helpers import wait_all
 
 ocp = pytest.importorskip(

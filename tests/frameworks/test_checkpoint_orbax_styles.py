@@ -15,7 +15,6 @@ import pytest
 
 pytest.importorskip("orbax.checkpoint")
 
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import SRC
 
 SETUP = {

@@ -18,6 +18,7 @@ import chute
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ckpt_torch_worker as worker
+
 from process_helpers import wait_all
 
 torch = pytest.importorskip("torch", reason="torch not installed: the torch tests need it")

@@ -19,8 +19,6 @@ import pytest
 
 import chute
 from chute.testing import assert_equal_output_after_checkpoint
-
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import wait_all
 
 jax = pytest.importorskip("jax", reason="jax not installed: pip install 'chute[jax]'")

@@ -1,6 +1,6 @@
 """`chute.experimental.ElasticIterator`: resuming with another host count (docs/elastic.md).
 
-The resize tests run every host as its own process (`tests/elastic_host.py`), which saves
+The resize tests run every host as its own process (`tests/frameworks/elastic_host.py`), which saves
 its state as JSON to a shared directory, as `process_{i}-of-{n}.json`; the next run's
 hosts read them.
 """
@@ -24,6 +24,7 @@ from chute.testing import assert_equal_output_after_checkpoint
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import elastic_host  # noqa: E402
+
 from process_helpers import wait_all  # noqa: E402
 
 N = elastic_host.N
@@ -171,7 +172,7 @@ def test_bad_states_name_the_rule_and_the_fix() -> None:
         ElasticIterator.merge_states([olds[0].get_state(), saved[1]])
 
 
-DOC = HERE.parent / "docs" / "elastic.md"
+DOC = HERE.parents[1] / "docs" / "elastic.md"
 
 
 def test_the_example_of_elastic_md_runs() -> None:

@@ -1,7 +1,7 @@
 """`chute.torch.IterableDataset` with another world size or number of torch workers:
 `merge_state_dicts` of all old copies' states, loaded by every new copy (docs/elastic.md).
 In one process (ranks as ShardOptions, torch workers as StatefulDataLoader's) and on real
-gloo ranks (`tests/torch_elastic_worker.py`)."""
+gloo ranks (`tests/frameworks/torch_elastic_worker.py`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from process_helpers import wait_all
 torch = pytest.importorskip("torch", reason="torch not installed: pip install 'chute[torch]'")
 sdl = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata not installed")
 
-import chute.torch as ct  # noqa: E402
 import torch_elastic_worker as w  # noqa: E402
+
+import chute.torch as ct  # noqa: E402
 
 WORKER = Path(w.__file__)
 merge = ct.IterableDataset.merge_state_dicts

@@ -1,4 +1,4 @@
-"""Grain's own documented examples, copied into tests/grain_examples/, run with chute.
+"""Grain's own documented examples, copied into tests/grain/grain_examples/, run with chute.
 
 Each file there is the code of one of Grain's documents (the README's example, the
 tutorials for the Dataset API, the DataLoader, data sources, checkpointing), as Grain
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,13 +22,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from conftest import shared_data_or_skip_now
 from grain_helpers import base_env, grain_missing, imported_modules, run_python, to_grain
 
 HERE = Path(__file__).resolve().parent
-SRC = HERE.parent / "src"
+SRC = HERE.parents[1] / "src"
 EXAMPLES = {path.stem: path for path in sorted((HERE / "grain_examples").glob("*.py"))}
 
 # The documents copied, one file each.

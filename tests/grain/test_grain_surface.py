@@ -52,7 +52,7 @@ GRAIN_MODULES = [
     "grain.python",
     "grain.python.experimental",
 ]
-DOC = Path(__file__).resolve().parent.parent / "docs" / "grain_differences.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "grain_differences.md"
 P = inspect.Parameter
 PLAIN = (type(None), bool, int, float, str)
 

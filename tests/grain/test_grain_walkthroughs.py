@@ -1,4 +1,4 @@
-"""The Grain walkthroughs in tests/grain_walkthroughs/ run with chute and with Grain.
+"""The Grain walkthroughs in tests/grain/grain_walkthroughs/ run with chute and with Grain.
 
 Each script there follows one of Grain's tutorials as a Grain user writes it, with
 `import chute as grain`. Every script runs in a fresh interpreter twice: once as written, on
@@ -10,17 +10,14 @@ that chute runs it.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from grain_helpers import base_env, grain_missing, imported_modules, run_python, to_grain
 
 HERE = Path(__file__).resolve().parent
-SRC = HERE.parent / "src"
+SRC = HERE.parents[1] / "src"
 SCRIPTS = sorted((HERE / "grain_walkthroughs").glob("walk_*.py"))
 
 # Scripts whose chute run fails for a known reason, kept strict so a fix is noticed.

@@ -222,7 +222,7 @@ def test_the_examples_of_docs_sequences_run() -> None:
     import re
     from pathlib import Path
 
-    doc = Path(__file__).resolve().parent.parent / "docs" / "sequences.md"
+    doc = Path(__file__).resolve().parents[2] / "docs" / "sequences.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
     assert len(blocks) >= 4
     namespace: dict[str, Any] = {}

@@ -4,17 +4,13 @@ HF-style streaming dataset) resume exactly from their own state."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import chute
-from chute.testing import assert_equal_output_after_checkpoint
-
-sys.path.insert(0, str(Path(__file__).parent))
 import shard_helpers as sh
+from chute.testing import assert_equal_output_after_checkpoint
 
 
 def test_a_list_and_a_factory_resume_by_counting() -> None:

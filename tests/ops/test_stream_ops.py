@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +17,6 @@ from chute.experimental import (
     ZipMapDataset,
 )
 from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
-
-sys.path.insert(0, str(Path(__file__).parent))
 from stream_helpers import First as _First
 from stream_helpers import Upto
 

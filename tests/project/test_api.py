@@ -156,7 +156,7 @@ def shared_data_dir() -> Path:
     env = os.environ.get("CHUTE_SHARED_DATA")
     if env:
         return Path(env)
-    for parent in Path(__file__).resolve().parents[1].parents:
+    for parent in Path(__file__).resolve().parents[2].parents:
         if (parent / "shared" / "data").is_dir():
             return parent / "shared" / "data"
     raise RuntimeError("shared/data not found beside the checkout: set CHUTE_SHARED_DATA")
@@ -165,7 +165,7 @@ def shared_data_dir() -> Path:
 def _demo_outside_the_checkout(tmp_path: Path) -> Path:
     """A copy of the demo where no `shared/` directory is beside it."""
     demo = tmp_path / "demo.py"
-    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "demo.py", demo)
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "demo.py", demo)
     return demo
 
 

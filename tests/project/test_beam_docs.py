@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("apache_beam", reason="docs/beam.md needs the [beam] extra")
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "beam.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "beam.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 pytestmark = pytest.mark.slow

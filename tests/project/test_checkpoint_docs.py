@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "checkpointing.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "checkpointing.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 NEEDS = {"jax": "jax", "orbax": "orbax.checkpoint", "torch": "torch", "torchdata": "torchdata"}
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks.md"
 
 
 def test_the_examples_of_frameworks_md_run() -> None:

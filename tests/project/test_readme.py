@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_python_examples_of_the_readme_run() -> None:

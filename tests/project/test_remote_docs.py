@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "remote.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "remote.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 

@@ -11,7 +11,7 @@ import pytest
 import chute
 from chute.testing import assert_equal_output_after_checkpoint
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 
 
 def test_the_examples_of_extending_md_run() -> None:

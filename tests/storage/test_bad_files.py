@@ -25,7 +25,7 @@ import chute
 from chute import sources
 from chute.records import RecordWriter
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECORDS = [b"record %05d " % i + bytes(range(256)) * (1 + i % 3) for i in range(400)]
 
 

@@ -30,7 +30,7 @@ import chute.cli
 from chute.records import verify
 from chute.sources import ArrayRecordDataSource, RecordFileDataSource
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # beam_helpers, for Beam's workers
 sys.path.insert(0, str(TESTS))
 import beam_helpers  # noqa: E402
 

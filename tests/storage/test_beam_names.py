@@ -97,7 +97,7 @@ def test_both_runners_write_the_same_shards_and_count_the_same_bytes(
 ) -> None:
     pytest.importorskip("apache_beam", reason="chute.beam needs the [beam] extra")
     # Beam's worker processes import beam_helpers (its Filter drops the empty texts).
-    tests = str(Path(__file__).resolve().parent)
+    tests = str(Path(__file__).resolve().parents[1])
     monkeypatch.syspath_prepend(tests)
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from chute.records import RecordWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import run_python
 
 READ_ALL = """

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "fuzz_formats.py"
 MUTATIONS = 250
 FORMATS = ["crec", "crec-zstd", "arrayrecord", "tfrecord", "jsonl", "parquet", "parquet-crc"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +15,6 @@ import pytest
 
 from chute.cli import main
 from chute.sources import ArrayRecordDataSource, JsonlDataSource, TFRecordDataSource
-
-sys.path.insert(0, str(Path(__file__).parent))
 from process_helpers import run_python
 
 # magic, version, kind, device, inode, size, mtime_ns, ctime_ns, sample CRC, count, body CRC

@@ -5,7 +5,6 @@ logged, connections reused rather than opened per request."""
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from pathlib import Path
 
@@ -15,8 +14,6 @@ import pytest
 import chute
 from chute import sources
 from chute.records import RecordWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import RangeServer, use_remote_env
 
 

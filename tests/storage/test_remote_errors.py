@@ -6,7 +6,6 @@ failures are retried a bounded number of times, each retry logged. A real S3 ser
 from __future__ import annotations
 
 import socket
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,6 @@ import chute
 from chute import sources
 from chute._src.storage.remote import file as remote_file
 from chute.records import RecordWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import TcpProxy, read_by_blocks
 
 

@@ -16,8 +16,6 @@ import pytest
 import chute
 from chute import sources
 from chute._src.storage.remote import stores
-
-sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import use_remote_env
 
 LINES = b"".join(b'{"i": %d}\n' % i for i in range(200))

@@ -6,7 +6,6 @@ replaced between building and reading is still a DataError naming it (moto)."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,6 @@ import pytest
 
 import chute
 from chute._src.storage.remote import file as remote_file
-
-sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import RangeServer, use_remote_env
 
 SHARDS = 8

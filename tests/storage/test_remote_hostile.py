@@ -22,8 +22,6 @@ import pytest
 
 import chute
 from chute import sources
-
-sys.path.insert(0, str(Path(__file__).parent))
 from hostile_server import HostileServer, basic
 from process_helpers import SRC, run_python
 from remote_helpers import read_by_blocks, use_remote_env
@@ -91,7 +89,7 @@ def test_a_flood_costs_no_more_memory_than_the_range(
     a 32 KiB range; chute reads every answer as a stream, for every store)."""
     body = f"""
     import json, os, resource, sys
-    sys.path.insert(0, {str(Path(__file__).parent)!r})
+    sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
     from hostile_server import HostileServer
     import chute
     data = {DATA!r}

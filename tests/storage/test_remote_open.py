@@ -6,7 +6,6 @@ keep-alive range server (tests/remote_helpers.py) and moto's S3 server."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,6 @@ import pytest
 import chute
 from chute import sources
 from chute.records import RecordWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import RangeServer, read_by_blocks, use_remote_env
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -19,8 +18,6 @@ import pytest
 import chute
 from chute import sources
 from chute.records import RecordWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import RangeServer, use_remote_env
 
 RECORDS = [bytes([i % 251]) * (100 + i % 900) for i in range(600)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,8 +18,6 @@ import pytest
 from chute import sources
 from chute.cli import main
 from chute.records import RecordWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 RECORDS = [f"record {i} ".encode() * (i % 7 + 1) for i in range(300)]
 INDICES = [299, 0, 17, 150, 17, 42]

@@ -6,7 +6,6 @@ Threads reading at once fetch each block once. A real keep-alive range server on
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,6 @@ from chute import sources
 from chute._src.storage.remote import blocks
 from chute._src.storage.remote import file as remote_file
 from chute.records import RecordWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 from remote_helpers import RangeServer, read_by_blocks, use_remote_env
 
 SHARDS, PER = 4, 500  # 4 objects of 500 records of 1 KiB: ~2 MB in all
