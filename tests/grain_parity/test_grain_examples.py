@@ -1,4 +1,4 @@
-"""Grain's own documented examples, copied into tests/grain/grain_examples/, run with chute.
+"""Grain's own documented examples, copied into tests/grain_parity/grain_examples/, run with chute.
 
 Each file there is the code of one of Grain's documents (the README's example, the
 tutorials for the Dataset API, the DataLoader, data sources, checkpointing), as Grain

@@ -1,4 +1,4 @@
-"""The Grain walkthroughs in tests/grain/grain_walkthroughs/ run with chute and with Grain.
+"""The Grain walkthroughs in tests/grain_parity/grain_walkthroughs/ run with chute and with Grain.
 
 Each script there follows one of Grain's tutorials as a Grain user writes it, with
 `import chute as grain`. Every script runs in a fresh interpreter twice: once as written, on
