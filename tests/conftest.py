@@ -13,6 +13,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The tests live in folders that mirror src/chute/_src (core, ops, exec, storage, debug,
+# frameworks), plus grain_parity and project; the helpers they share (process_helpers,
+# mp_helpers, mp_pipelines, ...) live here, importable from every folder and, through
+# sys.path, by the worker processes the tests start.
+TESTS = str(Path(__file__).resolve().parent)
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
 
 def shared_data_dir() -> Path:
     """`shared/data` beside the checkout (override with CHUTE_SHARED_DATA)."""
@@ -140,7 +148,7 @@ def s3_server() -> Iterator[S3Server]:
         server.stop()
 
 
-# Grain's documented examples (tests/grain_examples/) run top to bottom when imported, as a
-# notebook's cells do; tests/test_grain_examples.py runs each in its own interpreter, so
-# the doctest collector must not import them.
-collect_ignore = ["grain_examples"]
+# Grain's documented examples (tests/grain_parity/grain_examples/) run top to bottom when
+# imported, as a notebook's cells do; tests/grain_parity/test_grain_examples.py runs each in
+# its own interpreter, so the doctest collector must not import them.
+collect_ignore = ["grain_parity/grain_examples"]

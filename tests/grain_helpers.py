@@ -1,9 +1,10 @@
 """Running a script as a Grain user would, with chute and with the real Grain.
 
-Shared by tests/test_grain_walkthroughs.py (chute's own walkthroughs of Grain's tutorials)
-and tests/test_grain_examples.py (Grain's documented examples, copied): the scripts are
-written with `import chute as grain`; `to_grain` switches the imports back so the same
-script runs on grain 0.2.18, and `grain_missing` says why that run cannot happen here.
+Shared by tests/grain_parity/test_grain_walkthroughs.py (chute's own walkthroughs of Grain's
+tutorials) and tests/grain_parity/test_grain_examples.py (Grain's documented examples,
+copied): the scripts are written with `import chute as grain`; `to_grain` switches the
+imports back so the same script runs on grain 0.2.18, and `grain_missing` says why that run
+cannot happen here.
 """
 
 from __future__ import annotations
