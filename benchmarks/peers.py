@@ -557,6 +557,12 @@ class Result:
         r, m = self.rounds.get(lib), self.median(lib)
         return (max(r) - min(r)) / m if r and m else None
 
+    def rounds_ahead(self, lib: str) -> tuple[int, int]:
+        """(rounds where `lib` beat chute, rounds both ran), round by round."""
+        p, c = self.rounds.get(lib, []), self.rounds.get("chute", [])
+        pairs = list(zip(p, c))
+        return sum(a > b for a, b in pairs), len(pairs)
+
     def beats_chute(self, lib: str) -> bool:
         """Every round of `lib` faster than every round of chute."""
         p, c = self.rounds.get(lib), self.rounds.get("chute")

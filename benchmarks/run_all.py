@@ -370,6 +370,12 @@ def section_peers(quick: bool, rounds: int = 3) -> list[Row]:
         seconds=1.5 if quick else 4.0,
         log=lambda line: print(line, flush=True),
     )
+    return peer_rows(results)
+
+
+def peer_rows(results: list[Any]) -> list[Row]:
+    """Rows of `peers.Result`s: medians, the widest spread, the load, and a note naming
+    each peer ahead of chute (beyond the noise: its slowest round beat chute's fastest)."""
     rows = []
     for res in results:
         spec = res.spec
@@ -379,10 +385,14 @@ def section_peers(quick: bool, rounds: int = 3) -> list[Row]:
             if lib in res.errors:
                 last = res.errors[lib].rsplit("|", 1)[-1].strip()
                 notes.append(f"{lib}: failed ({last[:120]})")
-            elif res.beats_chute(lib):
+            elif lib in res.rounds:
                 c, o = res.median("chute"), res.median(lib)
-                assert c and o
-                notes.append(f"{lib} WINS beyond the noise ({o / c:.2f}x chute)")
+                ahead, n = res.rounds_ahead(lib)
+                if c and o and o > c:
+                    verdict = "WINS beyond the noise" if res.beats_chute(lib) else "ahead"
+                    notes.append(
+                        f"{lib} {verdict}: {o / c:.2f}x chute, faster in {ahead} of {n} rounds"
+                    )
         for why in dict.fromkeys(spec.missing.values()):  # one note per reason
             libs = ", ".join(lib for lib, w in spec.missing.items() if w == why)
             notes.append(f"{libs}: - ({why})")
