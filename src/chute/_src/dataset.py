@@ -259,6 +259,20 @@ def rewrite_graph(ds: N, fn: Callable[[N], N]) -> N:
     return visit(ds)
 
 
+def _indices_as_array(getitems: Callable[[Any, np.ndarray], list[Any]]) -> Any:
+    """`_getitems` taking any sequence of ints, as Grain's does (`ds._getitems([0, 3])`):
+    each stage's own receives them as an int64 array."""
+
+    def _getitems(self: Any, indices: Any) -> list[Any]:
+        if type(indices) is not np.ndarray:
+            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return getitems(self, indices)
+
+    _getitems.__doc__ = getitems.__doc__
+    _getitems.__wrapped__ = getitems  # type: ignore[attr-defined]
+    return _getitems
+
+
 class MapDataset(_Node, Generic[T]):
     """A lazy, random-access dataset: `len(ds)`, `ds[i]`, `ds[a:b:c]`.
 
@@ -271,6 +285,11 @@ class MapDataset(_Node, Generic[T]):
     """
 
     _parents: tuple[MapDataset[Any], ...]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_getitems" in cls.__dict__:
+            cls._getitems = _indices_as_array(cls.__dict__["_getitems"])  # type: ignore[method-assign]
 
     def __init__(self, parents: MapDataset[Any] | Sequence[MapDataset[Any]] = ()) -> None:
         super().__init__(parents)
@@ -294,7 +313,7 @@ class MapDataset(_Node, Generic[T]):
                 "MapDataset subclass implements __len__ and __getitem__(index)."
             )
         getitem = self.__getitem__
-        return [getitem(i) for i in indices.tolist()]
+        return [getitem(i) for i in np.asarray(indices, dtype=np.int64).tolist()]
 
     # -- access --------------------------------------------------------------------------------
 
