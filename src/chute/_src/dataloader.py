@@ -106,6 +106,9 @@ class DataLoader:
         return self._worker_options
 
     def _build(self) -> IterDataset[Any]:
+        from chute._src.iter.flat_map import FlatMapIterDataset
+        from chute._src.map.flat_map import FlatMapMapDataset, FlatMapTransform
+
         ds: MapDataset[Any] = MapDataset.source(self._data_source)
         sampler = self._sampler
         if isinstance(sampler, IndexSampler):
@@ -138,6 +141,21 @@ class DataLoader:
                     ds = ds.random_map(op, seed=op_seed)
                 else:
                     it = it.random_map(op, seed=op_seed)
+                continue
+            if isinstance(op, FlatMapTransform):
+                # Grain's DataLoader takes a FlatMap among its operations. With a
+                # `max_fan_out`, on the MapDataset (element i owns positions
+                # [i * max_fan_out, (i + 1) * max_fan_out), so workers still compute it);
+                # without one, on the stream. Like a filter, it leaves positions empty, so
+                # later batches are formed on the stream.
+                fan = getattr(op, "max_fan_out", None)
+                if it is None and isinstance(fan, int) and not isinstance(fan, bool):
+                    ds = FlatMapMapDataset(ds, op)
+                else:
+                    if it is None:
+                        it = ds.to_iter_dataset(self._read_options)
+                    it = FlatMapIterDataset(it, op)
+                filtered = True
                 continue
             filtered = filtered or isinstance(op, FilterTransform)
             if it is None:
@@ -240,7 +258,7 @@ def _bad_operation(op: Any, position: int) -> TypeError:
     return TypeError(
         f"DataLoader: operation {position}, {op!r} of type {type(op).__name__}, is not an "
         "operation: use a MapTransform, RandomMapTransform, FilterTransform, MapWithIndex, "
-        "Batch or a plain function."
+        "FlatMapTransform, Batch or a plain function."
     )
 
 
