@@ -34,6 +34,17 @@ def method_key(item: pytest.Item) -> str:
     return f"{item.path.name}::{cls}::{method_name(item)}"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Parses absl's flags as Grain's Bazel runs do: `--test_srcdir` is Grain's
+    `_src/python` (its test data), here under the shim's root."""
+    from absl import flags
+    from absl.testing import absltest  # noqa: F401 (defines --test_srcdir, --test_tmpdir)
+
+    root = os.environ.get("CHUTE_GRAIN_SHIM_ROOT", "")
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS(["pytest", f"--test_srcdir={os.path.join(root, 'grain', '_src', 'python')}"])
+
+
 def _excluded() -> set[str]:
     path = os.environ.get(EXCLUDED_ENV)
     if not path:

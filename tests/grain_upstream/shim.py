@@ -111,11 +111,24 @@ class _Adapter:
         return f"<adapter for Grain's {self.__name__}>"
 
 
-def _adapter(name: str, classes: Sequence[str]) -> Callable[[Callable[..., Any]], _Adapter]:
-    def wrap(build: Callable[..., Any]) -> _Adapter:
-        return _Adapter(name, build, classes)
+class _Alternatives:
+    """Several chute classes with one Grain name."""
 
-    return wrap
+    def __init__(self, name: str, classes: Sequence[type]):
+        self.__name__ = self.__qualname__ = name
+        self._classes = tuple(classes)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._classes[0](*args, **kwargs)
+
+    def __instancecheck__(self, obj: Any) -> bool:
+        return isinstance(obj, self._classes)
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (self._classes[0],)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._classes[0], name)
 
 
 def _map_dataset() -> Any:
@@ -206,7 +219,13 @@ def _build_adapters() -> dict[str, dict[str, Any]]:
         return parent.slice(sl)
 
     @add(f"{tr}.mix", "MixedMapDataset", ["chute:MapDataset"])
-    def _mix_map(parents: Sequence[Any], proportions: Sequence[float] | None = None) -> Any:
+    def _mix_map(
+        parents: Sequence[Any],
+        proportions: Sequence[float] | None = None,
+        selection_map: Any = None,
+    ) -> Any:
+        if selection_map is not None:
+            return _map_dataset().select_from_datasets(parents, selection_map)
         return _map_dataset().mix(parents, proportions)
 
     @add(f"{tr}.mix", "ConcatenateMapDataset", ["chute:MapDataset"])
@@ -306,10 +325,7 @@ def _tree_lib() -> types.SimpleNamespace:
         flatten=tu.tree_leaves,
         flatten_with_path=flatten_with_path,
         unflatten_as=unflatten_as,
-        assert_same_structure=lambda a, b: (
-            tu.tree_structure(a) == tu.tree_structure(b)
-            or (_ for _ in ()).throw(ValueError(f"{a!r} and {b!r} differ in structure"))
-        ),
+        assert_same_structure=assert_same_structure,
     )
 
 
@@ -343,6 +359,8 @@ _STAND_INS: dict[str, dict[str, Callable[[], Any]]] = {
     "grain._src.python.dataset.transformations.batch": {
         # A type alias in Grain.
         "BatchFn": lambda: Callable[[Sequence[Any]], Any],
+        # The default batch function: chute's is what `as_batch_fn(None)` gives.
+        "make_batch": lambda: _chute("chute._src.transforms:as_batch_fn")(None),
     },
     "grain._src.python.dataset.transformations.packing_packed_batch": {
         "get_non_sequence_meta_features": lambda: get_non_sequence_meta_features,
@@ -443,6 +461,10 @@ def resolve(grain_module: str, name: str) -> Any:
         except AttributeError:
             continue
     found = _internal_index().get(name)
+    if found and len(found) > 1 and all(isinstance(f, type) for f in found):
+        # Several chute classes of that name: built as the first, and `isinstance`
+        # against any of them.
+        return _Alternatives(name, found)
     if found:
         return found[0]
     raise _MissingName(
