@@ -1,8 +1,9 @@
 """`DatasetOptions` and `WithOptionsIterDataset`: options attached to a pipeline.
 
-chute records the options and passes elements through. Its filters never warn or raise
-on the share of elements they drop, stage timing is debug mode (`chute.stats`), and it
-chooses by itself which arrays go through shared memory (`docs/grain_differences.md`).
+The filter thresholds act on the filters below (`filter_check.py`): the options are in
+force while the stage makes its parents' iterators. Stage timing is debug mode
+(`chute.stats`), and chute chooses by itself which arrays go through shared memory
+(`docs/grain_differences.md`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import enum
 from typing import Any, TypeVar
 
 from chute._src.dataset import IterDataset
+from chute._src.filter_check import OPTIONS
 from chute._src.iterator import DatasetIterator
 from chute._src.protocol import StageRole
 
@@ -113,7 +115,13 @@ class WithOptionsIterDataset(IterDataset[T]):
         return self._options.merge(below[0] if below else None)
 
     def make_iterator(self) -> DatasetIterator[T]:
-        return self._parent_iter()
+        # Options set further up the pipeline (nearer the consumer) win over these.
+        above = OPTIONS.get()
+        token = OPTIONS.set(self.options if above is None else above.merge(self.options))
+        try:
+            return self._parent_iter()
+        finally:
+            OPTIONS.reset(token)
 
     def __repr__(self) -> str:
         return f"WithOptionsIterDataset(options={self._options!r})"
