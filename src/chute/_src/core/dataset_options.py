@@ -1,8 +1,9 @@
 """`DatasetOptions` and `WithOptionsIterDataset`: options attached to a pipeline.
 
-chute records the options and passes elements through. Its filters never warn or raise
-on the share of elements they drop, stage timing is debug mode (`chute.stats`), and it
-chooses by itself which arrays go through shared memory (`docs/grain_differences.md`).
+The filter thresholds act on the filters below (`filter_check.py`): the options are in
+force while the stage makes its parents' iterators. Stage timing is debug mode
+(`chute.stats`), and chute chooses by itself which arrays go through shared memory
+(`docs/grain_differences.md`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,18 @@ import dataclasses
 import enum
 from typing import Any, TypeVar
 
+import contextvars
+
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset
 from chute._src.core.iterator import DatasetIterator
 
 T = TypeVar("T")
+
+# The `DatasetOptions` of the `WithOptionsIterDataset` whose parents' iterators are being
+# made (None: Grain's defaults); filters read it as their iterators are made
+# (`ops/filter_check.py`).
+OPTIONS: contextvars.ContextVar[Any] = contextvars.ContextVar("chute_dataset_options", default=None)
 
 
 class ExecutionTrackingMode(enum.Enum):
@@ -113,7 +121,13 @@ class WithOptionsIterDataset(IterDataset[T]):
         return self._options.merge(below[0] if below else None)
 
     def _make_iterator(self) -> DatasetIterator[T]:
-        return self._parent_iter()
+        # Options set further up the pipeline (nearer the consumer) win over these.
+        above = OPTIONS.get()
+        token = OPTIONS.set(self.options if above is None else above.merge(self.options))
+        try:
+            return self._parent_iter()
+        finally:
+            OPTIONS.reset(token)
 
     def __repr__(self) -> str:
         return f"WithOptionsIterDataset(options={self._options!r})"

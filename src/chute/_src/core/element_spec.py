@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from chute._src.core import tree
 
 
+@runtime_checkable
 class ShapeDtypeStructProtocol(Protocol):
-    """Anything with a `shape` and a `dtype` (a `ShapeDtypeStruct`, a numpy array, ...)."""
+    """Anything with a `shape` and a `dtype` (a `ShapeDtypeStruct`, a numpy array, a
+    `jax.ShapeDtypeStruct`, ...): `isinstance(x, ShapeDtypeStructProtocol)` checks it, as
+    in Grain."""
 
     @property
     def shape(self) -> tuple[int | None, ...]: ...

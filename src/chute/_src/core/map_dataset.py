@@ -75,6 +75,10 @@ class MapDataset(_Node, Generic[T]):
         super().__init_subclass__(**kwargs)
         if "__getitem__" in cls.__dict__ and "_getitems" not in cls.__dict__:
             cls._getitems = _getitems_one_at_a_time  # type: ignore[method-assign]
+        elif "_getitems" in cls.__dict__:
+            # Any sequence of indices, as Grain's takes (`ds._getitems([0, 3])`); each
+            # stage's own receives an int64 array.
+            cls._getitems = _indices_as_array(cls.__dict__["_getitems"])  # type: ignore[method-assign]
         cls._unimplemented = "__getitem__" if cls._getitems is MapDataset._getitems else None
 
     def _getitems(self, indices: np.ndarray) -> list[T | None]:
@@ -343,4 +347,18 @@ class MapDataset(_Node, Generic[T]):
 def _getitems_one_at_a_time(self: MapDataset[Any], indices: np.ndarray) -> list[Any]:
     """`_getitems` of a stage written as in Grain, with `__getitem__(index)`."""
     getitem = self.__getitem__
-    return [getitem(i) for i in indices.tolist()]
+    return [getitem(i) for i in np.asarray(indices, dtype=np.int64).tolist()]
+
+
+def _indices_as_array(getitems: Callable[[Any, np.ndarray], list[Any]]) -> Any:
+    """`_getitems` taking any sequence of ints, as Grain's does: each stage's own receives
+    them as an int64 array."""
+
+    def _getitems(self: Any, indices: Any) -> list[Any]:
+        if type(indices) is not np.ndarray:
+            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return getitems(self, indices)
+
+    _getitems.__doc__ = getitems.__doc__
+    _getitems.__wrapped__ = getitems  # type: ignore[attr-defined]
+    return _getitems

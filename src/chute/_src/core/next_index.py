@@ -2,21 +2,40 @@
 
 They read and write the iterator's state: the `next_index` of its `to_iter_dataset`
 reader, reached through stages that hand out one element per element read (`map`, and
-`map_with_index`/`random_map`, whose count moves with it). Prefetching stages are
-transparent in a state, so threads and worker processes make no difference. Another stage
-between (a `filter`, a `batch`, packing, ...) cannot say which element comes next without
-reading, and raises.
+`map_with_index`/`random_map`, whose count moves with it), through `limit` (its count
+moves with it) and through `batch`, whose index counts batches, as in Grain: batch `i`
+starts at element `i * batch_size` below. Prefetching stages are transparent in a state,
+so threads and worker processes make no difference. Another stage between (a `filter`,
+packing, ...) cannot say which element comes next without reading, and raises.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.state_checks import seal
 
-_ONE_FOR_ONE = ("map", "indexed_map")
+_ONE_FOR_ONE = ("map", "indexed_map", "limit", "batch")
+_BATCH_SIZE = re.compile(r"\bbatch_size=(\d+)")
+
+
+def _batch_size(node: dict[str, Any]) -> int:
+    found = _BATCH_SIZE.search(str(node.get("params", "")))
+    if found is None:  # chute's own state: cannot happen unless edited
+        raise ValueError(f"a batch stage's state names no batch_size: {node!r}")
+    return int(found.group(1))
+
+
+def _indices(path: list[dict[str, Any]]) -> list[int]:
+    """The next index of each stage of `path` (top down), in the units of its output."""
+    out = [int(path[-1]["next_index"])]
+    for node in reversed(path[:-1]):
+        below = out[0]
+        out.insert(0, -(-below // _batch_size(node)) if node["stage"] == "batch" else below)
+    return out
 
 
 def _reader_path(state: Any, where: str) -> list[dict[str, Any]]:
@@ -48,7 +67,7 @@ def get_next_index(ds_iter: DatasetIterator[Any]) -> int:
     >>> next(it), next(it), get_next_index(it)
     (0, 2, 2)
     """
-    return int(_reader_path(ds_iter.get_state(), "get_next_index")[-1]["next_index"])
+    return _indices(_reader_path(ds_iter.get_state(), "get_next_index"))[0]
 
 
 def set_next_index(ds_iter: DatasetIterator[Any], index: int) -> None:
@@ -65,16 +84,21 @@ def set_next_index(ds_iter: DatasetIterator[Any], index: int) -> None:
         raise ValueError(f"set_next_index: index={index!r} is invalid: it must be an int >= 0.")
     state = copy.deepcopy(ds_iter.get_state())
     path = _reader_path(state, "set_next_index")
-    reader = path[-1]
-    for node in path[:-1]:
-        if node.get("stage") == "indexed_map":
-            if node.get("index") != reader["next_index"]:
+    current = _indices(path)
+    for node, now in zip(path[:-1], current):
+        stage = node.get("stage")
+        if stage == "indexed_map":
+            if node.get("index") != now:
                 raise ValueError(
                     "set_next_index: a map_with_index/random_map above the reader has mapped "
-                    f"{node.get('index')} elements of the first {reader['next_index']} (a "
-                    "filter on the MapDataset skips some), so its index cannot be moved "
-                    "without reading: save and restore positions with get_state()/set_state()."
+                    f"{node.get('index')} elements of the first {now} (a filter on the "
+                    "MapDataset skips some), so its index cannot be moved without reading: "
+                    "save and restore positions with get_state()/set_state()."
                 )
             node["index"] = index
-    reader["next_index"] = index
+        elif stage == "limit":
+            node["taken"] = index
+        elif stage == "batch":
+            index *= _batch_size(node)
+    path[-1]["next_index"] = index
     ds_iter.set_state(seal(state))  # an edit of chute's own: sealed anew

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from chute._src.core.tuning import AUTOTUNE, Autotune
 
@@ -34,9 +35,20 @@ class ReadOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(
-                    f"ReadOptions: {name}={value!r} is invalid: it must be an int >= 0 or "
-                    f"chute.AUTOTUNE; e.g. ReadOptions({name}=4)."
+                    f"ReadOptions: {name}={value!r} is invalid: {name} must be non-negative, "
+                    f"an int >= 0 or chute.AUTOTUNE; e.g. ReadOptions({name}=4)."
                 )
+        threads, buffer = self.num_threads, self.prefetch_buffer_size
+        if threads is not AUTOTUNE and buffer is not AUTOTUNE and 0 < buffer < threads:
+            # Grain's warning, logged (not `warnings`) as Grain logs it.
+            logging.getLogger("chute").warning(
+                "prefetch_buffer_size=%s is smaller than num_threads=%s. This will limit the "
+                "number of threads that can actually be used in parallel to %s, potentially "
+                "hurting performance. Please set prefetch_buffer_size >= num_threads.",
+                buffer,
+                threads,
+                buffer,
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,8 @@ def stack(elements: Sequence[Any]) -> Any:
     >>> stack([{"x": 1, "y": (2.0, "a")}, {"x": 3, "y": (4.0, "b")}])
     {'x': array([1, 3]), 'y': (array([2., 4.]), array(['a', 'b'], dtype='<U1'))}
     """
+    if not elements:
+        raise ValueError("batch: there are no elements to stack: a batch needs at least one.")
     first = elements[0]
     if isinstance(first, np.ndarray):
         try:
@@ -32,7 +34,8 @@ def stack(elements: Sequence[Any]) -> Any:
             raise ValueError(
                 f"batch: cannot stack arrays of different shapes {shapes}: elements of a batch "
                 "must have equal shapes; pad them first (e.g. a map that pads to a fixed "
-                "length), or pass batch_fn= to combine them yourself."
+                "length), or pass batch_fn= to combine them yourself. (In Grain's words: "
+                f"Expected all input elements to have the same structure but got: {shapes}.)"
             ) from e
     if isinstance(first, _SCALARS):
         return np.asarray(elements)
@@ -60,7 +63,9 @@ def _check_same_keys(elements: Sequence[Any]) -> None:
             raise ValueError(
                 f"batch: element {i} of the batch has keys {got}, but the first has "
                 f"{sorted(keys)}: all elements of a batch must have the same structure; "
-                "make the map produce the same keys for every element, or pass batch_fn=."
+                "make the map produce the same keys for every element, or pass batch_fn=. "
+                "(In Grain's words: Expected all input elements to have the same structure but "
+                f"got: keys {sorted(keys)} and {got}.)"
             )
 
 
@@ -71,7 +76,8 @@ def _check_same_length(elements: Sequence[Any]) -> None:
             raise ValueError(
                 f"batch: element {i} of the batch has {len(e)} entries, but the first has {n}: "
                 "all elements of a batch must have the same structure; pass batch_fn= to "
-                "combine ragged elements yourself."
+                "combine ragged elements yourself. (In Grain's words: Expected all input "
+                f"elements to have the same structure but got: lengths {n} and {len(e)}.)"
             )
 
 

@@ -135,6 +135,14 @@ class DataLoader:
             # A filter or a flat map leaves some positions empty: batches formed after it
             # are formed while iterating, to be full.
             filtered = filtered or kind in (Kind.FILTER, Kind.FLAT_MAP)
+            if kind is Kind.FLAT_MAP and it is None:
+                # Grain's DataLoader takes a FlatMap among its operations: with a
+                # `max_fan_out`, on the MapDataset (element i owns positions
+                # [i * max_fan_out, (i + 1) * max_fan_out), so workers still compute it);
+                # without one, on the stream.
+                fan = getattr(op, "max_fan_out", None)
+                if not isinstance(fan, int) or isinstance(fan, bool):
+                    it = ds.to_iter_dataset(self._read_options)
             if it is None:
                 ds = apply_transform(ds, op, kind, seed=op_seed)
             else:

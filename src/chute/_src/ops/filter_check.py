@@ -1,31 +1,52 @@
-"""The warning Grain gives when a filter drops nearly everything.
+"""The warning (and error) Grain gives when a filter drops nearly everything.
 
 Every 1000 elements a filter has tested (or `to_iter_dataset` has read past a MapDataset
 `filter`), the share it dropped is checked; at 90 % or more it warns, at most once a
-minute per iterator, in Grain's words. Grain's defaults; chute's `DatasetOptions` do not
-change them (`docs/grain_differences.md`).
+minute per iterator, in Grain's words. `DatasetOptions(filter_warn_threshold_ratio=...,
+filter_raise_threshold_ratio=...)` attached with `WithOptionsIterDataset` above the filter
+change the share that warns, and make a share above the raise threshold a ValueError, as
+in Grain; the options are those in force where the filter's iterator is made
+(`OPTIONS`, set by `WithOptionsIterDataset` while it makes its parents' iterators).
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from typing import Any
+
+from chute._src.core.dataset_options import OPTIONS
 
 CHECK_INTERVAL = 1000
 WARN_RATIO = 0.9
 WARN_INTERVAL_S = 60.0
 
 
+
 class SkipCounter:
     """Watches a filter's running totals; warns when it drops `WARN_RATIO` or more of the
     `CHECK_INTERVAL` (or more) elements seen since the last look."""
 
-    __slots__ = ("_dropped_at", "_label", "_last_warning", "_seen_at", "_stage")
+    __slots__ = (
+        "_dropped_at",
+        "_label",
+        "_last_warning",
+        "_raise_ratio",
+        "_seen_at",
+        "_stage",
+        "_warn_ratio",
+    )
 
     def __init__(self, stage: object, label: str = "") -> None:
         self._stage, self._label = stage, label  # named (repr) only when warning
         self._seen_at = self._dropped_at = 0  # the totals at the last look
         self._last_warning: float | None = None
+        options = OPTIONS.get()
+        self._warn_ratio: float | None = WARN_RATIO
+        self._raise_ratio: float | None = None
+        if options is not None:
+            self._warn_ratio = options.filter_warn_threshold_ratio
+            self._raise_ratio = options.filter_raise_threshold_ratio
 
     def update(self, seen: int, dropped: int) -> None:
         """`seen`: elements tested so far, `dropped`: how many of them were dropped."""
@@ -34,15 +55,26 @@ class SkipCounter:
             return
         ratio = (dropped - self._dropped_at) / window
         self._seen_at, self._dropped_at = seen, dropped
+        message = (
+            f"Transformation {self._label}{self._stage!r} skipped {ratio * 100:.2f} % of the "
+            f"last seen {window} elements. Please check the filtering logic."
+        )
+        if self._raise_ratio is not None and ratio > self._raise_ratio:
+            raise ValueError(
+                f"{message} It is over filter_raise_threshold_ratio={self._raise_ratio} of "
+                "the pipeline's DatasetOptions: pre-filter the input dataset, or raise the "
+                "threshold (None: never raise)."
+            )
         now = time.monotonic()
-        if ratio < WARN_RATIO or (
-            self._last_warning is not None and now - self._last_warning < WARN_INTERVAL_S
+        if (
+            self._warn_ratio is None
+            or ratio < self._warn_ratio
+            or (self._last_warning is not None and now - self._last_warning < WARN_INTERVAL_S)
         ):
             return
         self._last_warning = now
         warnings.warn(
-            f"Transformation {self._label}{self._stage!r} skipped {ratio * 100:.2f} % of the last seen "
-            f"{window} elements. Please check the filtering logic. If this is intended, "
-            "consider pre-filtering the input dataset before training.",
+            f"{message} If this is intended, consider pre-filtering the input dataset before "
+            "training.",
             stacklevel=4,
         )

@@ -30,10 +30,11 @@ class FlatMapTransform(abc.ABC):
 
     `FlatMapMapDataset` needs `max_fan_out` (element `i` owns positions
     `[i * max_fan_out, (i + 1) * max_fan_out)`); `FlatMapIterDataset` accepts
-    `max_fan_out = None` for no limit (as Grain's, which does not read it there).
+    `max_fan_out = None` for no limit (as Grain's, which does not read it there); a
+    subclass that does not set it has None.
     """
 
-    max_fan_out: int | None
+    max_fan_out: int | None = None
 
     @abc.abstractmethod
     def flat_map(self, element: Any) -> Sequence[Any]:

@@ -24,8 +24,18 @@ def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
     """
     if not 0 <= index <= max_index:
         raise ValueError(
-            f"index_shuffle: index={index} is out of [0, max_index={max_index}]: pass an index "
-            "in that range."
+            f"index_shuffle: index={index} is out of [0, max_index={max_index}]: index must be "
+            "in [0, max_index]; pass an index in that range."
+        )
+    if isinstance(rounds, bool) or not isinstance(rounds, int | np.integer):
+        raise ValueError(
+            f"index_shuffle: rounds={rounds!r} is invalid: rounds must be an even integer "
+            "between 4 and 1024, as in Grain (e.g. rounds=4)."
+        )
+    if rounds % 2 or not 4 <= rounds <= 1024:
+        raise ValueError(
+            f"index_shuffle: rounds={rounds} is invalid: rounds must be an even integer "
+            "between 4 and 1024, as in Grain (e.g. rounds=4)."
         )
     permutation = _permutation(max_index + 1, int(seed) & (2**64 - 1), int(rounds))
     return int(permutation(np.array([index], dtype=np.int64))[0])

@@ -55,7 +55,14 @@ def _rows(batch: Any, index: int) -> int:
             f"{sorted(sizes)} (or scalars): every leaf of a batch needs the same leading "
             "(batch) axis; rebatch the output of .batch(...)."
         )
-    return sizes.pop()
+    rows = sizes.pop()
+    if rows == 0:
+        raise ValueError(
+            f"RebatchIterDataset: input {index} is an empty batch (leading size 0): "
+            "rebatching with a starting batch size of 0 is not supported, as in Grain; "
+            "filter out the empty batches first (e.g. .filter(lambda b: len(b) > 0))."
+        )
+    return rows
 
 
 class _RebatchIterator(DatasetIterator[Any]):

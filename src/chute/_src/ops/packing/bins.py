@@ -69,7 +69,9 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
         ):
             raise ValueError(
                 f"{where}: max_sequences_per_bin={max_sequences_per_bin!r} is invalid: it "
-                "must be a positive int, or None for no limit."
+                "must be a positive int, or None for no limit. (In Grain's words: If "
+                "specified, `max_sequences_per_bin` must be a positive integer, but got "
+                f"{max_sequences_per_bin}.)"
             )
         self._max_seqs = max_sequences_per_bin
         self._shuffle = bool(shuffle_bins)

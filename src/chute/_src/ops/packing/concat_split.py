@@ -200,7 +200,9 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
             raise ValueError(
                 f"ConcatThenSplitIterDataset: element {self._seen} has features "
                 f"{sorted(element)} but length_struct has {sorted(spec.keys)}: every "
-                "feature needs a length; add it to length_struct or drop it with a map."
+                "feature needs a length; add it to length_struct or drop it with a map. (In "
+                f"Grain's words: Parent element has structure {sorted(element)} but "
+                f"length_struct has {sorted(spec.keys)}.)"
             )
         feats = spec.features(element, self._seen)
         self._seen += 1

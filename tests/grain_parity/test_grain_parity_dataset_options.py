@@ -1,0 +1,55 @@
+"""`DatasetOptions` attached with `WithOptionsIterDataset` set the filters' thresholds
+below them, as in Grain: over `filter_raise_threshold_ratio` raises ValueError, over
+`filter_warn_threshold_ratio` warns; options nearer the consumer win."""
+
+import warnings
+
+import pytest
+
+import chute
+from chute.experimental import DatasetOptions, WithOptionsIterDataset
+
+
+def _drop_all() -> chute.IterDataset[int]:
+    return chute.MapDataset.range(1000).to_iter_dataset().filter(lambda x: False)
+
+
+def _drop_two_thirds(workers: int = 0) -> chute.IterDataset[int]:
+    ds = chute.MapDataset.source([1, 2, 3]).repeat(1000).filter(lambda x: x > 2)
+    it = ds.to_iter_dataset()
+    if workers:
+        it = it.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+    return it
+
+
+def test_raise_threshold_on_a_stream_filter() -> None:
+    ds = WithOptionsIterDataset(_drop_all(), DatasetOptions(filter_raise_threshold_ratio=0.999))
+    with pytest.raises(ValueError, match=r"skipped 100.00 % of the last seen 1000 elements"):
+        list(ds)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_raise_threshold_on_a_map_dataset_filter(workers: int) -> None:
+    ds = _drop_two_thirds(workers)
+    with pytest.raises(ValueError, match=r"filter_raise_threshold_ratio=0\.1"):
+        list(WithOptionsIterDataset(ds, DatasetOptions(filter_raise_threshold_ratio=0.1)))
+    # Without the options: a third kept, no error (and no warning under 90 %).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(ds)) == 1000
+
+
+def test_warn_threshold_and_precedence() -> None:
+    ds = WithOptionsIterDataset(_drop_two_thirds(), DatasetOptions(filter_warn_threshold_ratio=0.5))
+    with pytest.warns(UserWarning, match=r"skipped 66.\d\d %"):
+        list(ds)
+    # The outer options (nearer the consumer) win over the inner ones.
+    inner = WithOptionsIterDataset(_drop_all(), DatasetOptions(filter_raise_threshold_ratio=0.5))
+    outer = WithOptionsIterDataset(inner, DatasetOptions(filter_raise_threshold_ratio=None))
+    with pytest.warns(UserWarning, match="skipped 100.00 %"):
+        assert list(outer) == []
+    with pytest.raises(ValueError):
+        list(inner)
+    # Outside WithOptionsIterDataset the defaults hold again.
+    with pytest.warns(UserWarning, match="skipped 100.00 %"):
+        assert list(_drop_all()) == []

@@ -1,0 +1,61 @@
+"""Errors Grain raises, raised by chute too, with Grain's words in the message (code that
+matches Grain's messages keeps working), beside chute's own explanation."""
+
+import numpy as np
+import pytest
+
+import chute
+from chute.experimental import (
+    ConcatThenSplitIterDataset,
+    FirstFitPackIterDataset,
+    RebatchIterDataset,
+    index_shuffle,
+)
+
+SAME_STRUCTURE = "Expected all input elements to have the same structure but got:"
+
+
+@pytest.mark.parametrize(
+    "elements",
+    [
+        [{"a": np.asarray([1, 2, 3])}, {"a": np.asarray([4, 5])}],
+        [{"a": np.asarray([1, 2, 3])}, {"b": np.asarray(0.5)}],
+        [[1, 2], [3, 4, 5]],
+    ],
+)
+def test_batch_of_different_structures(elements: list) -> None:
+    ds = chute.MapDataset.source(elements).batch(2)
+    with pytest.raises(ValueError, match=SAME_STRUCTURE):
+        ds[0]
+
+
+def test_rebatch_of_an_empty_batch_raises() -> None:
+    ds = chute.MapDataset.source([np.zeros((0, 3)), np.zeros((0, 3)), np.ones((4, 3))])
+    it = iter(RebatchIterDataset(ds.to_iter_dataset(), batch_size=2))
+    with pytest.raises(ValueError, match="starting batch size of 0 is not supported"):
+        next(it)
+
+
+@pytest.mark.parametrize("rounds", [2, 5, 1025, 4294967294])
+def test_index_shuffle_rounds(rounds: int) -> None:
+    with pytest.raises(ValueError, match="rounds must be an even integer between 4 and 1024"):
+        index_shuffle(index=0, max_index=8, seed=3, rounds=rounds)
+    with pytest.raises(ValueError, match=r"index must be in \[0, max_index\]"):
+        index_shuffle(index=-1, max_index=8, seed=3, rounds=4)
+    assert 0 <= index_shuffle(index=3, max_index=8, seed=3, rounds=1024) <= 8
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_packer_max_sequences_per_bin(bad: int) -> None:
+    ds = chute.MapDataset.source([{"x": np.ones(2)}]).to_iter_dataset()
+    with pytest.raises(ValueError, match=f"must be a positive integer, but got {bad}"):
+        FirstFitPackIterDataset(
+            ds, length_struct={"x": 4}, num_packing_bins=2, max_sequences_per_bin=bad
+        )
+
+
+def test_concat_then_split_missing_feature() -> None:
+    ds = chute.MapDataset.source([{"x": np.ones(2), "y": np.ones(2)}]).to_iter_dataset()
+    ds = ConcatThenSplitIterDataset(ds, length_struct={"x": 4})
+    with pytest.raises(ValueError, match="Parent element has structure"):
+        list(ds)
