@@ -8,11 +8,10 @@ force while the stage makes its parents' iterators. Stage timing is debug mode
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import enum
 from typing import Any, TypeVar
-
-import contextvars
 
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any
 
 from chute._src.core.dataset_options import OPTIONS
 
 CHECK_INTERVAL = 1000
 WARN_RATIO = 0.9
 WARN_INTERVAL_S = 60.0
-
 
 
 class SkipCounter:
