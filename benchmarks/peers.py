@@ -61,9 +61,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -323,7 +325,10 @@ def _converted(fmt: str) -> Path:
 
 def _mosaic_iter() -> Iterator[Any]:
     from streaming import StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
     from torch.utils.data import DataLoader
+
+    clean_stale_shared_memory()  # what an earlier, killed measurement left in /dev/shm
 
     class TextDataset(StreamingDataset):
         def __getitem__(self, idx: int) -> Any:
@@ -573,8 +578,15 @@ def run_one(exe: Path, key: str, lib: str, seconds: float, quick: bool) -> dict[
     cmd = [str(exe), str(Path(__file__).resolve()), "measure", key, lib, f"--seconds={seconds}"]
     if quick:
         cmd.append("--quick")
+    # A temporary folder of its own, removed after: Streaming leaves lock files there.
+    tmp = tempfile.mkdtemp(prefix="chute-peers-")
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": tmp},
     )
     try:
         stdout, stderr = proc.communicate(timeout=120 + 10 * seconds)
@@ -582,6 +594,8 @@ def run_one(exe: Path, key: str, lib: str, seconds: float, quick: bool) -> dict[
         os.killpg(proc.pid, 9)  # the measurement and whatever it started
         stdout, stderr = proc.communicate()
         raise RuntimeError(f"{lib} on {key}: no result in {120 + 10 * seconds:.0f} s") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     lines = stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or not lines[-1].startswith("{"):
         tail = (stderr or stdout).strip().splitlines()[-6:]
@@ -686,6 +700,10 @@ def main() -> None:
         except psutil.NoSuchProcess:  # it ended on its own meanwhile
             pass
     psutil.wait_procs(children, timeout=10)
+    if args.cmd == "measure" and args.lib == "mosaic":
+        from streaming.base.util import clean_stale_shared_memory
+
+        clean_stale_shared_memory()  # the exit below skips Streaming's own clean-up
     os._exit(0)
 
 
