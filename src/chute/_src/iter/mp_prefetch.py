@@ -378,14 +378,14 @@ class WorkerChunks(ChunkExecutor):
             ds = self.ds
             if self._service.started:
                 self._top_up()  # the workers get the elements after it meanwhile
-                items = getitems_exact(ds, start, 1)[0]
+                items = _compute_for_workers(ds, start)
             else:
                 # Workers starting meanwhile (~0.02 s once the forkserver runs) are given
                 # the elements after it then, not when it is done (~0.1 s for a batch of
                 # images, all of it idle for them).
                 begun = time.perf_counter()
                 items = compute_beside(
-                    lambda: getitems_exact(ds, start, 1)[0],
+                    lambda: _compute_for_workers(ds, start),
                     lambda: self._service.started,
                     self._top_up,
                 )
@@ -640,10 +640,20 @@ def _exit_as_error(exc: SystemExit, index: int) -> RuntimeError:
     error = RuntimeError(
         f"chute: computing the element at index {index}, the worker process called "
         f"sys.exit() with exit code {exc.code!r}. A transform cannot end the program from "
-        "a worker; raise an exception instead."
+        "a worker; raise an exception instead. (In Grain's words: Worker process was "
+        f"terminated unexpectedly with exit code {exc.code!r}.)"
     )
     error.__cause__ = exc
     return error
+
+
+def _compute_for_workers(ds: MapDataset[Any], start: int) -> list[Any]:
+    """Element `start`, computed in this process for the workers (while they start): a
+    `sys.exit()` in it is reported as from a worker, not ending this program."""
+    try:
+        return getitems_exact(ds, start, 1)[0]
+    except SystemExit as e:
+        raise _exit_as_error(e, start) from e
 
 
 class _Ticket:
