@@ -114,10 +114,17 @@ class _Producer:
             if item[0] is _END:
                 return
 
-    def halt(self) -> None:
+    def halt(self, wait: bool = True) -> None:
+        """Stops the thread after the element it is computing; `wait`: until then."""
         self.stop.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
+        if wait and self.thread.is_alive() and self.thread is not threading.current_thread():
             self.thread.join()
+
+    def abandon(self) -> None:
+        """For an iterator dropped without `close()`: the thread stops after the element
+        it is computing, on its own. Not waited for: that element may never come (a
+        filter that drops everything of an endless stream), and the consumer is gone."""
+        self.halt(wait=False)
 
 
 class _ThreadPrefetchIterator(DatasetIterator[Any]):
@@ -136,7 +143,7 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
             if self._state is None:
                 self._state = self._parent.get_state()
             producer = _Producer(self._parent, self._size)
-            weakref.finalize(self, producer.halt)
+            weakref.finalize(self, producer.abandon)
             producer.thread.start()
             self._producer = producer
         return self._producer
