@@ -59,3 +59,14 @@ def test_concat_then_split_missing_feature() -> None:
     ds = ConcatThenSplitIterDataset(ds, length_struct={"x": 4})
     with pytest.raises(ValueError, match="Parent element has structure"):
         list(ds)
+
+
+def test_mix_of_an_empty_dataset() -> None:
+    empty = chute.MapDataset.range(0)
+    with pytest.raises(
+        ValueError,
+        match=r"All datasets must have positive length for mixing, but dataset\(s\) at index 0 "
+        r"\(RangeMapDataset\(start=0, stop=0, step=1\)\), index 2 \(RangeMapDataset\(start=0, "
+        r"stop=0, step=1\)\) have length 0\.",
+    ):
+        chute.MapDataset.mix([empty, chute.MapDataset.range(3), empty], [1, 1, 1])
