@@ -48,7 +48,8 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
         ):
             raise ValueError(
                 f"ThreadPrefetchIterDataset: prefetch_buffer_size={prefetch_buffer_size!r} is "
-                "invalid: it must be an int >= 0 (0 disables prefetching)."
+                "invalid: it must be an int >= 0 (0 disables prefetching). (In Grain's words: "
+                "`prefetch_buffer_size` must be greater than or equal to 0.)"
             )
         self._size = prefetch_buffer_size
 
