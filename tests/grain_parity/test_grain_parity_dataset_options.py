@@ -53,3 +53,15 @@ def test_warn_threshold_and_precedence() -> None:
     # Outside WithOptionsIterDataset the defaults hold again.
     with pytest.warns(UserWarning, match="skipped 100.00 %"):
         assert list(_drop_all()) == []
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_options_below_the_filter_apply_too(workers: int) -> None:
+    """As in Grain, options set anywhere in the pipeline apply to all of it: here to a
+    filter above the stage that sets them (and above the workers)."""
+    ds = chute.MapDataset.source([1, 2, 3]).repeat(1000).to_iter_dataset()
+    ds = WithOptionsIterDataset(ds, DatasetOptions(filter_raise_threshold_ratio=0.1))
+    if workers:
+        ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+    with pytest.raises(ValueError, match="filter_raise_threshold_ratio"):
+        list(ds.filter(lambda x: x > 2))

@@ -59,3 +59,42 @@ def test_concat_then_split_missing_feature() -> None:
     ds = ConcatThenSplitIterDataset(ds, length_struct={"x": 4})
     with pytest.raises(ValueError, match="Parent element has structure"):
         list(ds)
+
+
+def test_mix_of_an_empty_dataset() -> None:
+    empty = chute.MapDataset.range(0)
+    with pytest.raises(
+        ValueError,
+        match=r"All datasets must have positive length for mixing, but dataset\(s\) at index 0 "
+        r"\(RangeMapDataset\(start=0, stop=0, step=1\)\), index 2 \(RangeMapDataset\(start=0, "
+        r"stop=0, step=1\)\) have length 0\.",
+    ):
+        chute.MapDataset.mix([empty, chute.MapDataset.range(3), empty], [1, 1, 1])
+
+
+def test_thread_prefetch_negative_buffer() -> None:
+    ds = chute.MapDataset.range(3).to_iter_dataset()
+    with pytest.raises(ValueError, match="`prefetch_buffer_size` must be greater than or equal"):
+        chute.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=-1)
+
+
+class _Unpicklable:
+    def __getstate__(self) -> dict:
+        raise ValueError("not picklable")
+
+
+class _HoldsUnpicklable(chute.transforms.Map):
+    def __init__(self) -> None:
+        self.state = _Unpicklable()
+
+    def map(self, element: int) -> int:
+        return element
+
+
+def test_unpicklable_stage_named_in_grain_words() -> None:
+    ds = chute.MapDataset.range(3).map(_HoldsUnpicklable()).to_iter_dataset()
+    ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1))
+    with pytest.raises(ValueError) as info:
+        list(ds)
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "Dataset: MapMapDataset(transform=_HoldsUnpicklable) cannot be pickled!" in notes

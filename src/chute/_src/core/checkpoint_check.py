@@ -91,11 +91,17 @@ def assert_equal_output_after_checkpoint(
     """
     target = restore_into if restore_into is not None else ds
     it = iter(ds)
+    # `ds` may be an iterator itself (an ElasticIterator, `iter(loader)`), which `iter`
+    # gives back as it is: it is rewound to its first state after the reference pass.
+    initial = json.loads(json.dumps(it.get_state()))  # type: ignore[attr-defined]
     reference = _take(it, max_elements)
     exhausted = len(reference) < max_elements
     n = len(reference)
     wanted = set(range(n + 1)) if steps is None else {k for k in steps if 0 <= k <= n}
-    it = iter(ds)
+    again_it = iter(ds)
+    if again_it is it:
+        it.set_state(initial)  # type: ignore[attr-defined]
+    it = again_it
     early_state: dict[str, Any] | None = None
     spec: Any = None
     try:
@@ -109,6 +115,7 @@ def assert_equal_output_after_checkpoint(
                 if early_state is None:
                     early_state = state
                 fresh = iter(target)
+                shared = fresh is it  # an iterator given as `ds`: put back at step k after
                 try:
                     fresh.set_state(state)  # type: ignore[attr-defined]
                     again = json.loads(json.dumps(fresh.get_state()))  # type: ignore[attr-defined]
@@ -119,7 +126,10 @@ def assert_equal_output_after_checkpoint(
                         )
                     rest = _take(fresh, n - k + (1 if exhausted else 0))
                 finally:
-                    _close(fresh)
+                    if shared:
+                        it.set_state(state)  # type: ignore[attr-defined]
+                    else:
+                        _close(fresh)
                 if exhausted and len(rest) > n - k:
                     raise AssertionError(
                         f"after restoring at step {k}: the stream went on past its end "

@@ -68,8 +68,11 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         self._parents: tuple[_Node, ...] = (
             (parents,) if isinstance(parents, _Node) else tuple(parents)
         )
-        self._pipeline_seed: int | None = next(
-            (p._pipeline_seed for p in self._parents if p._pipeline_seed is not None), None
+        # The seed set upstream (`ds.seed(s)`); under several seeded parents (a mix), one
+        # derived from all of them, in order, as in Grain.
+        seeds = [p._pipeline_seed for p in self._parents if p._pipeline_seed is not None]
+        self._pipeline_seed: int | None = (
+            None if not seeds else seeds[0] if len(seeds) == 1 else derive_seed(*seeds)
         )
         self._depth: int = 1 + max((p._depth for p in self._parents), default=-1)
         self._fingerprint_memo: str | None = None

@@ -53,7 +53,8 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
         ):
             raise ValueError(
                 f"ThreadPrefetchIterDataset: prefetch_buffer_size={prefetch_buffer_size!r} is "
-                "invalid: it must be an int >= 0 (0 disables prefetching)."
+                "invalid: it must be an int >= 0 (0 disables prefetching). (In Grain's words: "
+                "`prefetch_buffer_size` must be greater than or equal to 0.)"
             )
         self._size = prefetch_buffer_size
 
@@ -119,10 +120,17 @@ class _Producer:
             if item[0] is _END:
                 return
 
-    def halt(self) -> None:
+    def halt(self, wait: bool = True) -> None:
+        """Stops the thread after the element it is computing; `wait`: until then."""
         self.stop.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
+        if wait and self.thread.is_alive() and self.thread is not threading.current_thread():
             self.thread.join()
+
+    def abandon(self) -> None:
+        """For an iterator dropped without `close()`: the thread stops after the element
+        it is computing, on its own. Not waited for: that element may never come (a
+        filter that drops everything of an endless stream), and the consumer is gone."""
+        self.halt(wait=False)
 
 
 class _ThreadPrefetchIterator(DatasetIterator[Any]):
@@ -141,7 +149,7 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
             if self._state is None:
                 self._state = self._parent.get_state()
             producer = _Producer(self._parent, self._size)
-            weakref.finalize(self, producer.halt)
+            weakref.finalize(self, producer.abandon)
             producer.thread.start()
             self._producer = producer
         return self._producer

@@ -13,12 +13,33 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import Any
 
 from chute._src.core.dataset_options import OPTIONS
 
 CHECK_INTERVAL = 1000
 WARN_RATIO = 0.9
 WARN_INTERVAL_S = 60.0
+
+
+def _options_of(stage: object) -> Any:
+    """The `DatasetOptions` in force for `stage`: those of the `WithOptionsIterDataset`s
+    above it (`OPTIONS`, set while they make their parents' iterators) first, then those
+    below it, as in Grain, where options anywhere in the pipeline apply to all of it."""
+    from chute._src.core.dataset_options import WithOptionsIterDataset
+
+    found = OPTIONS.get()
+    stack, seen = [stage], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, WithOptionsIterDataset):
+            found = node.options if found is None else found.merge(node.options)
+            continue  # its options already hold those below it
+        stack.extend(reversed(getattr(node, "parents", ())))
+    return found
 
 
 class SkipCounter:
@@ -39,7 +60,7 @@ class SkipCounter:
         self._stage, self._label = stage, label  # named (repr) only when warning
         self._seen_at = self._dropped_at = 0  # the totals at the last look
         self._last_warning: float | None = None
-        options = OPTIONS.get()
+        options = _options_of(stage)
         self._warn_ratio: float | None = WARN_RATIO
         self._raise_ratio: float | None = None
         if options is not None:

@@ -345,7 +345,7 @@ class MixedMapDataset(MapDataset[Any]):
         self._dynamic: StepCounts | None = None
         if callable(weights):
             lengths = [len(p) for p in parents]
-            self._check_nonempty(lengths)
+            self._check_nonempty(lengths, parents)
             self._dynamic = StepCounts(
                 Weights(weights, len(parents), "MapDataset.mix", step_size=step_size), lengths
             )
@@ -354,16 +354,18 @@ class MixedMapDataset(MapDataset[Any]):
         self._schedule = Schedule(props, "MapDataset.mix")
         total = sum(props)
         lengths = [len(p) for p in parents]
-        self._check_nonempty(lengths)
+        self._check_nonempty(lengths, parents)
         self._len = min(INFINITE, int(min(n / (p / total) for n, p in zip(lengths, props))))
 
     @staticmethod
-    def _check_nonempty(lengths: list[int]) -> None:
+    def _check_nonempty(lengths: list[int], parents: Sequence[MapDataset[Any]]) -> None:
         empty = [i for i, n in enumerate(lengths) if n == 0]
         if empty:
+            named = ", ".join(f"index {i} ({parents[i]!r})" for i in empty)
             raise ValueError(
                 f"MapDataset.mix: datasets {empty} are empty: every mixed dataset needs "
-                "elements; leave empty ones out."
+                "elements; leave empty ones out. (In Grain's words: All datasets must have "
+                f"positive length for mixing, but dataset(s) at {named} have length 0.)"
             )
 
     def __len__(self) -> int:

@@ -15,7 +15,7 @@ from chute._src.exec.executors import ChunkExecutor, getitems_exact, nbytes
 from chute._src.exec.mp import heap
 from chute._src.exec.workers.service import TARGET_CHUNK_S, ChunkService, Ticket
 from chute._src.exec.workers.startup import compute_beside
-from chute._src.exec.workers.worker import first_unpicklable
+from chute._src.exec.workers.worker import exit_as_error, first_unpicklable
 
 _MAX_CHUNK = 4096
 _CHUNK_BYTES = 4 << 20
@@ -86,14 +86,14 @@ class WorkerChunks(ChunkExecutor):
             ds = self.ds
             if self._service.started:
                 self._top_up()  # the workers get the elements after it meanwhile
-                items = getitems_exact(ds, start, 1)[0]
+                items = _compute_for_workers(ds, start)
             else:
                 # Workers starting meanwhile (~0.02 s once the forkserver runs) are given
                 # the elements after it then, not when it is done (~0.1 s for a batch of
                 # images, all of it idle for them).
                 begun = time.perf_counter()
                 items = compute_beside(
-                    lambda: getitems_exact(ds, start, 1)[0],
+                    lambda: _compute_for_workers(ds, start),
                     lambda: self._service.started,
                     self._top_up,
                 )
@@ -221,3 +221,12 @@ class WorkerChunks(ChunkExecutor):
     def close(self) -> None:
         self._closed = True
         self._pending.clear()
+
+
+def _compute_for_workers(ds: MapDataset[Any], start: int) -> list[Any]:
+    """Element `start`, computed in this process for the workers (while they start): a
+    `sys.exit()` in it is reported as from a worker, not ending this program."""
+    try:
+        return getitems_exact(ds, start, 1)[0]
+    except SystemExit as e:
+        raise exit_as_error(e, start) from e

@@ -51,8 +51,14 @@ def dumps(obj: Any, stages: list[Any], what: str = "mp_prefetch: stage") -> byte
             else "make the objects it holds picklable (open files, locks and sockets are "
             "not: open them lazily in the worker, e.g. in __setstate__)"
         )
+        grain_words = (
+            f" (In Grain's words: Dataset: {culprit!r} cannot be pickled!)"
+            if culprit is not None
+            else ""
+        )
         e.add_note(
-            f"chute: {where} cannot be pickled, so it cannot be sent to worker processes: {fix}."
+            f"chute: {where} cannot be pickled, so it cannot be sent to worker processes: "
+            f"{fix}.{grain_words}"
         )
         raise
 

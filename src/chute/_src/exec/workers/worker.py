@@ -137,7 +137,8 @@ def exit_as_error(exc: SystemExit, index: int) -> RuntimeError:
     error = RuntimeError(
         f"chute: computing the element at index {index}, the worker process called "
         f"sys.exit() with exit code {exc.code!r}. A transform cannot end the program from "
-        "a worker; raise an exception instead."
+        "a worker; raise an exception instead. (In Grain's words: Worker process was "
+        f"terminated unexpectedly with exit code {exc.code!r}.)"
     )
     error.__cause__ = exc
     return error
