@@ -1,5 +1,5 @@
 """Threads of the consumer's process that compute elements while workers start (see
-`mp_prefetch.WorkerChunks`), so that the consumer's own thread, which alone talks to the
+`feeding.WorkerChunks`), so that the consumer's own thread, which alone talks to the
 workers, gives them the elements after these as soon as they are started.
 
 - `compute_beside`: the first element of an iterator, which the consumer computes itself
