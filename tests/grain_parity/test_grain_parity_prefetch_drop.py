@@ -3,7 +3,6 @@ that drops everything) returns at once, as in Grain; the thread stops on its own
 the element it is computing (here: once the 200,000 positions are read)."""
 
 import gc
-import threading
 import time
 
 import pytest
@@ -30,12 +29,9 @@ def test_drop_after_start_prefetch(sleep_s: float) -> None:
         t0 = time.monotonic()
         del it
         gc.collect()
-        assert time.monotonic() - t0 < 0.5
-    # The threads end on their own once the positions are read: wait for them here, so
-    # that they neither use the CPU nor warn during the tests after this one.
-    for thread in threading.enumerate():
-        if thread.name.startswith("chute-"):
-            thread.join(timeout=90)
+        # Before, the drop joined the thread, which ran until the filter found an element
+        # (here: never); a loaded machine may still take a moment to collect.
+        assert time.monotonic() - t0 < 5
 
 
 def test_close_still_waits_for_the_thread() -> None:
