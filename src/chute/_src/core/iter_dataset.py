@@ -90,7 +90,7 @@ class IterDataset(_Node, Generic[T]):
         (`self._parent_iter(i)`). Every stage implements it (or `__iter__`, as in Grain:
         see `__init_subclass__`); `iter(ds)` adds the thread guard (and the timing of debug
         mode) around it. A class with neither cannot be instantiated (`_Node.__init__`)."""
-        raise NotImplementedError
+        raise self._unimplemented_error()  # a subclass that skipped _Node.__init__
 
     def _parent_iter(self, i: int = 0) -> DatasetIterator[Any]:
         """A fresh iterator of parent `i`."""

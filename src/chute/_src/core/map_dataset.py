@@ -87,7 +87,7 @@ class MapDataset(_Node, Generic[T]):
         chute's stages compute a whole block here; a stage written as in Grain defines
         `__getitem__(index)` instead (see `__init_subclass__`). A class with neither
         cannot be instantiated (`_Node.__init__`)."""
-        raise NotImplementedError
+        raise self._unimplemented_error()  # a subclass that skipped _Node.__init__
 
     # -- access --------------------------------------------------------------------------------
 

@@ -55,15 +55,8 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
     types' `__init_subclass__`); such a class cannot be instantiated, as an abstract one."""
 
     def __init__(self, parents: _Node | Sequence[_Node] = ()) -> None:
-        missing = type(self)._unimplemented
-        if missing is not None:
-            raise TypeError(
-                f"Can't instantiate abstract class {type(self).__name__} without an "
-                f"implementation for abstract method {missing!r}: a MapDataset subclass "
-                "implements __len__ and __getitem__(index) (or _getitems(indices)); an "
-                "IterDataset subclass implements __iter__ (or _make_iterator) returning a "
-                "DatasetIterator."
-            )
+        if type(self)._unimplemented is not None:
+            raise self._unimplemented_error()
         # One dataset may be given alone, as in Grain: `super().__init__(parents=ds)`.
         self._parents: tuple[_Node, ...] = (
             (parents,) if isinstance(parents, _Node) else tuple(parents)
@@ -77,6 +70,17 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         self._depth: int = 1 + max((p._depth for p in self._parents), default=-1)
         self._fingerprint_memo: str | None = None
         self._identity_memo: tuple[str, ...] | None = None
+
+    def _unimplemented_error(self) -> TypeError:
+        """The error for a class missing the method its dataset type needs."""
+        missing = type(self)._unimplemented
+        return TypeError(
+            f"Can't instantiate abstract class {type(self).__name__} without an "
+            f"implementation for abstract method {missing!r}: a MapDataset subclass "
+            "implements __len__ and __getitem__(index) (or _getitems(indices)); an "
+            "IterDataset subclass implements __iter__ (or _make_iterator) returning a "
+            "DatasetIterator."
+        )
 
     @property
     def parents(self) -> tuple[_Node, ...]:
