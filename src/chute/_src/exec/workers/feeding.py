@@ -1,5 +1,6 @@
 """`WorkerChunks`: the chunk executor that feeds a reader (`to_iter_dataset`) from the
-worker processes of a `ChunkService`, in index order, sizing the chunks it asks for."""
+workers of a `ChunkBackend` (processes, or Ray actors), in index order, sizing the chunks
+it asks for."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from chute._src.core.dataset import MapDataset
 from chute._src.core.tuning import Parallelism
 from chute._src.exec.executors import ChunkExecutor, getitems_exact, nbytes
 from chute._src.exec.mp import heap
-from chute._src.exec.workers.service import TARGET_CHUNK_S, ChunkService, Ticket
+from chute._src.exec.workers.backend import ChunkBackend
+from chute._src.exec.workers.service import TARGET_CHUNK_S, Ticket
 from chute._src.exec.workers.startup import compute_beside
 from chute._src.exec.workers.worker import exit_as_error, first_unpicklable
 
@@ -53,7 +55,7 @@ class WorkerChunks(ChunkExecutor):
     def parallelism(self) -> Parallelism:
         return Parallelism(processes=self._service.workers)
 
-    def __init__(self, leaf: MapDataset[Any], leaf_id: int, service: ChunkService) -> None:
+    def __init__(self, leaf: MapDataset[Any], leaf_id: int, service: ChunkBackend) -> None:
         super().__init__(leaf)  # what the workers compute: the MapDataset plus moved stages
         self._leaf_id = leaf_id
         self._service = service

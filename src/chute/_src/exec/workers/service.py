@@ -23,6 +23,7 @@ from chute._src.exec.mp.errors import WorkerDiedError
 from chute._src.exec.mp.forkserver import forkserver_cold, forkserver_starting_s
 from chute._src.exec.mp.pool import WorkerPool
 from chute._src.exec.workers import pipeline_pickle
+from chute._src.exec.workers.backend import ChunkBackend
 from chute._src.exec.workers.shards import ShardStream
 from chute._src.exec.workers.startup import StartupHelper
 from chute._src.exec.workers.tasks import ChunkResult, ChunkTask, ShardResult, ShardTask, Task
@@ -60,7 +61,7 @@ class Ticket:
 class ServiceBox:
     """Where the rewritten readers find the chunk service, made once all leaves are known."""
 
-    service: ChunkService | None = None
+    service: ChunkBackend | None = None
 
 
 class ChunkService:
