@@ -217,12 +217,48 @@ def test_an_actor_killed_mid_epoch_loses_and_repeats_nothing(ray: Any) -> None:
     actors = rh.pool(it).actors
     victim = actors[0]
     assert victim.tickets, "the victim owes chunks when it is killed"
+    retried = _count_calls(rh.services(it)[0], "_retry")
     ray.kill(victim.handle)
     out += list(it)
+    assert retried, "chunks the victim owed were computed again"
     assert victim.dead and victim not in rh.pool(it).actors
     assert len(rh.pool(it).actors) == 2  # its slot has a new actor
     it.close()
     assert_trees_equal(out, reference)
+
+
+def test_a_killed_actor_holding_shards_has_them_reopened_elsewhere(ray: Any) -> None:
+    def streams(options: Any) -> chute.IterDataset[Any]:
+        shards = [chute.IterDataset.source(sh.SlowRows(s, 40, 0.001)) for s in range(4)]
+        ds = InterleaveIterDataset(shards, cycle_length=4, iter_buffer_size=3)
+        return ds.map(sh.key).mp_prefetch(options)
+
+    reference = _outputs(streams(chute.MultiprocessingOptions(num_workers=0)))
+    it = iter(streams(rh.workers(2)))
+    out = [next(it) for _ in range(30)]
+    (service,) = rh.services(it)
+    holders = {id(s.actor): s.actor for s in service._shards.values() if s.actor is not None}
+    assert holders, "shards are open in the actors"
+    victim = next(iter(holders.values()))
+    moved = _count_calls(service, "_move")
+    ray.kill(victim.handle)
+    out += list(it)
+    it.close()
+    assert victim.dead and moved, "the victim's shards were opened on another actor"
+    assert out == reference
+
+
+def _count_calls(obj: Any, name: str) -> list[Any]:
+    """Records each call of `obj.name` (still made) in the list returned."""
+    calls: list[Any] = []
+    method = getattr(obj, name)
+
+    def recorded(*args: Any, **kw: Any) -> Any:
+        calls.append(args)
+        return method(*args, **kw)
+
+    setattr(obj, name, recorded)
+    return calls
 
 
 def test_actors_added_and_removed_mid_epoch_change_neither_output_nor_state(ray: Any) -> None:
