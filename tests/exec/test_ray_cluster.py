@@ -4,6 +4,7 @@ a trainer killed with SIGKILL leaves no actor behind."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -34,7 +35,7 @@ def cluster() -> Iterator[Any]:
     try:
         with rh.actors_import_the_tests():
             nodes.add_node(num_cpus=1)
-        ray.init(address=nodes.address, logging_level="ERROR", log_to_driver=False)
+        ray.init(address=nodes.address, logging_level=logging.ERROR, log_to_driver=False)
         nodes.wait_for_nodes()
         yield nodes
     finally:
