@@ -63,6 +63,8 @@ def test_options_check_their_values_and_name_the_fix() -> None:
         RayWorkers(2, resources_per_worker={"CPU": -1})
     with pytest.raises(ValueError, match=r"actor_options sets \['lifetime'\].*never detached"):
         RayWorkers(2, actor_options={"lifetime": "detached"})
+    with pytest.raises(ValueError, match=r"chunk_s=0 is invalid"):
+        RayWorkers(2, chunk_s=0)
     with pytest.raises(TypeError, match=r"address=6379 is not a string"):
         RayWorkers(2, address=6379)  # type: ignore[arg-type]
     resources = RayWorkers(1, resources_per_worker={"CPU": 2, "GPU": 1, "disk": 1})
@@ -200,6 +202,24 @@ def test_an_element_that_cannot_be_pickled_is_named_by_index(ray: Any) -> None:
             got.append(x)
     assert got == [0, 1, 2, 3, 4]
     assert "the element at index 5 cannot be pickled" in "\n".join(info.value.__notes__)
+
+
+def test_a_module_missing_on_the_actors_node_is_named_with_the_fix(
+    ray: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Importable here (on sys.path), not in the actors (not on the cluster's PYTHONPATH).
+    (tmp_path / "only_here.py").write_text("def triple(x):\n    return 3 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import only_here
+
+    try:
+        ds = chute.MapDataset.range(20).map(only_here.triple).to_iter_dataset()
+        with pytest.raises(ModuleNotFoundError, match="only_here") as info:
+            _outputs(ds.mp_prefetch(rh.workers(1)))
+    finally:
+        del sys.modules["only_here"]
+    notes = "\n".join(info.value.__notes__)
+    assert "raised in Ray actor 0 of 1 (pid" in notes and "importable on every node" in notes
 
 
 def test_worker_init_fn_runs_in_each_actor(ray: Any, tmp_path: Path) -> None:

@@ -24,9 +24,21 @@ from chute._src.exec.workers.worker import ChunkWorker, ShippedInit
 @dataclasses.dataclass(frozen=True, slots=True)
 class ActorFailure:
     """chute's code raised in the actor (not an element's stage: those come back in a
-    `ChunkResult`)."""
+    `ChunkResult`), which runs at `place`."""
 
     failure: RemoteFailure
+    place: ActorPlace
+
+    def rebuild(self, who: str) -> BaseException:
+        """The exception again, with notes naming the actor (`who`) and the likely fix."""
+        exc = self.failure.rebuild()
+        exc.add_note(
+            f"chute: raised in {who} ({self.place}) preparing or running a task: "
+            "worker_init_fn, or unpickling the pipeline (a module it needs must be "
+            "importable on every node of the cluster, e.g. "
+            "RayWorkers(actor_options={'runtime_env': {'py_modules': [module]}}))"
+        )
+        return exc
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +68,7 @@ class ChunkActor:
         self._slot = slot
         self._count = count
         self._cpus = cpus  # each actor's, to count how many of them this node holds
+        self._place = ActorPlace(os.getpid(), "", "")
 
     def prepare(self) -> tuple[ActorPlace, ActorFailure | None]:
         """Runs `worker_init_fn` and unpickles the pipeline (importing its modules), before
@@ -64,6 +77,7 @@ class ChunkActor:
 
         context = ray.get_runtime_context()
         place = ActorPlace(os.getpid(), ray.util.get_node_ip_address(), context.get_node_id())
+        self._place = place
         try:
             # What sizes a resource per process (the remote block cache) reads: the actors
             # of this pipeline this node can hold, at most all of them.
@@ -77,7 +91,7 @@ class ChunkActor:
                 self._init(self._slot, self._count)
             self._worker._load()
         except BaseException as e:
-            return place, ActorFailure(RemoteFailure.capture(e))
+            return place, ActorFailure(RemoteFailure.capture(e), place)
         return place, None
 
     def run(self, task: Task, check_pickle: bool) -> ChunkResult | ShardResult | ActorFailure:
@@ -87,7 +101,7 @@ class ChunkActor:
         try:
             result: ChunkResult | ShardResult = self._worker(self._slot, self._count, task)
         except BaseException as e:
-            return ActorFailure(RemoteFailure.capture(e))
+            return ActorFailure(RemoteFailure.capture(e), self._place)
         if check_pickle:
             try:
                 pickle.dumps(result, protocol=5, buffer_callback=_out_of_band)
@@ -95,7 +109,7 @@ class ChunkActor:
                 try:
                     checked: Any = self._worker.not_picklable(task, result, e)
                 except BaseException as again:
-                    return ActorFailure(RemoteFailure.capture(again))
+                    return ActorFailure(RemoteFailure.capture(again), self._place)
                 return checked
         return result
 

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from chute._src.exec.mp.errors import WorkerDiedError
-from chute._src.exec.ray.actor import ActorFailure, ActorPlace, ChunkActor
+from chute._src.exec.ray.actor import ActorPlace, ChunkActor
 from chute._src.exec.ray.options import RayWorkers
 from chute._src.exec.workers.worker import ShippedInit
 
@@ -120,7 +120,7 @@ class ActorPool:
             actor.ready, actor.place = True, place
             self._early_deaths = 0
             if failure is not None and self.failure is None:
-                self.failure = _rebuilt(failure, actor, self.target)
+                self.failure = failure.rebuild(f"Ray actor {actor.slot} of {self.target}")
         return died
 
     def choose(self) -> Actor:
@@ -186,13 +186,3 @@ class ActorPool:
             actor.dead = True
             self._kill(actor)
         self.actors.clear()
-
-
-def _rebuilt(failure: ActorFailure, actor: Actor, count: int) -> BaseException:
-    exc = failure.failure.rebuild()
-    exc.add_note(
-        f"chute: raised in {actor.describe(count)} while it started (worker_init_fn, or "
-        "unpickling the pipeline: a module it needs must be importable on every node, "
-        "e.g. RayWorkers(actor_options={'runtime_env': {'py_modules': [module]}}))"
-    )
-    return exc

@@ -123,6 +123,10 @@ class RayService:
     # -- what WorkerChunks and WorkerShard use (workers.backend.ChunkBackend) -------------
 
     @property
+    def target_chunk_s(self) -> float:
+        return self._options.chunk_s
+
+    @property
     def max_outstanding(self) -> int:
         given = self._options.max_chunks_in_flight
         if given is not None:
@@ -325,9 +329,7 @@ class RayService:
                 raise
             self._forget(ticket)
             if isinstance(value, ActorFailure):
-                exc = value.failure.rebuild()
-                exc.add_note(f"chute: raised in {actor.describe(self.workers)}")
-                raise exc
+                raise value.rebuild(f"Ray actor {actor.slot} of {self.workers}")
             ticket.cold = not actor.received
             actor.received = True
             self.warm = True

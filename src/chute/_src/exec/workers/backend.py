@@ -30,6 +30,10 @@ class ChunkBackend(Protocol):
         """What AUTOTUNE chose (the number of workers), or None."""
 
     @property
+    def target_chunk_s(self) -> float:
+        """About how long a chunk should take a worker to compute."""
+
+    @property
     def max_outstanding(self) -> int:
         """Chunks a reader may have asked for and not yet consumed."""
 

@@ -68,6 +68,8 @@ class ChunkService:
     """Starts the workers (from a thread: `iter()` does not wait for them), sends tasks,
     routes results back to their tickets, and stops the workers at `close`."""
 
+    target_chunk_s = TARGET_CHUNK_S
+
     def __init__(
         self,
         leaves: list[MapDataset[Any]],
