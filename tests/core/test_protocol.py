@@ -95,6 +95,61 @@ def test_with_parents_rebuilds_a_stage_on_equivalent_parents() -> None:
         contract.with_parents(shuffled, [a, b])
 
 
+class _Stretched(chute.MapDataset[int]):
+    """A user's stage (Grain's form) that derives its length from its parent."""
+
+    def __init__(self, parent: chute.MapDataset[int], times: int) -> None:
+        super().__init__(parent)
+        self.times = times
+        self.length = len(parent) * times
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:  # type: ignore[override]
+        return cast(chute.MapDataset[int], self.parents[0])[index // self.times]
+
+
+def test_with_parents_builds_the_stage_again_on_the_new_parents() -> None:
+    short = _Stretched(chute.MapDataset.range(3), times=2)
+    assert len(short) == 6
+    # What __init__ derived from the parent is derived again from the new one: a copy
+    # would have kept the old length (6) over a parent of 5.
+    rebuilt = contract.with_parents(short, [chute.MapDataset.source([7, 8, 9, 10, 11])])
+    assert type(rebuilt) is _Stretched and rebuilt.times == 2 and len(rebuilt) == 10
+    assert [rebuilt[i] for i in range(10)] == [7, 7, 8, 8, 9, 9, 10, 10, 11, 11]
+    assert len(short) == 6 and short.parents[0] is not rebuilt.parents[0]
+
+
+def test_a_rebuilt_stage_keeps_its_seed_and_identity_wherever_its_parents_sit() -> None:
+    # The pipeline seed is keyed by the stage's depth; a rewrite that puts a stage over
+    # deeper parents (timing wrappers, stand-ins) must not change its draws.
+    seeded = chute.MapDataset.range(50).seed(11)
+    shuffled = seeded.shuffle()
+    deeper = seeded.map(lambda x: x).map(lambda x: x)
+    rebuilt = contract.with_parents(shuffled, [deeper])
+    assert [rebuilt[i] for i in range(50)] == [shuffled[i] for i in range(50)]
+    assert contract.identity(rebuilt) == contract.identity(shuffled)
+    fresh = deeper.shuffle()  # the same stage built by hand there draws otherwise
+    assert [fresh[i] for i in range(50)] != [shuffled[i] for i in range(50)]
+
+
+def test_a_stage_that_makes_its_own_parents_is_copied_onto_new_ones() -> None:
+    class Numbers(chute.MapDataset[int]):
+        def __init__(self, n: int) -> None:
+            super().__init__(chute.MapDataset.range(n))  # no parent among its arguments
+
+        def __len__(self) -> int:
+            return len(cast(chute.MapDataset[int], self.parents[0]))
+
+        def __getitem__(self, index: int) -> int:  # type: ignore[override]
+            return cast(chute.MapDataset[int], self.parents[0])[index] * 10
+
+    ds = Numbers(4)
+    moved = contract.with_parents(ds, [chute.MapDataset.source([1, 2, 3, 4])])
+    assert type(moved) is Numbers and [moved[i] for i in range(4)] == [10, 20, 30, 40]
+
+
 def test_iterators_expose_their_children() -> None:
     a = chute.MapDataset.range(4).to_iter_dataset()
     b = chute.MapDataset.range(10, 14).to_iter_dataset()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import functools
 import hashlib
 import sys
 from collections.abc import Callable, Sequence
@@ -54,22 +55,40 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
     """The method a subclass must still implement (set for each class by the dataset
     types' `__init_subclass__`); such a class cannot be instantiated, as an abstract one."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every stage class's `__init__` records the arguments it was called with, so that
+        `_with_parents` can build the stage again on other parents."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not hasattr(init, "_records_arguments"):
+            cls.__init__ = _recording_arguments(init)  # type: ignore[method-assign]
+
     def __init__(self, parents: _Node | Sequence[_Node] = ()) -> None:
         if type(self)._unimplemented is not None:
             raise self._unimplemented_error()
+        self.__dict__.setdefault("_init_args", ((parents,), {}))
         # One dataset may be given alone, as in Grain: `super().__init__(parents=ds)`.
         self._parents: tuple[_Node, ...] = (
             (parents,) if isinstance(parents, _Node) else tuple(parents)
         )
+        origin: _Node | None = self.__dict__.pop("_rebuilt_from", None)
+        if origin is not None:
+            # Built again on other parents (`_with_parents`): the same seeds and the same
+            # identity as the stage it replaces, wherever the new parents sit.
+            self._pipeline_seed: int | None = origin._pipeline_seed
+            self._depth: int = origin._depth
+            self._fingerprint_memo: str | None = origin._fingerprint_memo
+            self._identity_memo: tuple[str, ...] | None = origin._identity_memo
+            return
         # The seed set upstream (`ds.seed(s)`); under several seeded parents (a mix), one
         # derived from all of them, in order, as in Grain.
         seeds = [p._pipeline_seed for p in self._parents if p._pipeline_seed is not None]
-        self._pipeline_seed: int | None = (
+        self._pipeline_seed = (
             None if not seeds else seeds[0] if len(seeds) == 1 else derive_seed(*seeds)
         )
-        self._depth: int = 1 + max((p._depth for p in self._parents), default=-1)
-        self._fingerprint_memo: str | None = None
-        self._identity_memo: tuple[str, ...] | None = None
+        self._depth = 1 + max((p._depth for p in self._parents), default=-1)
+        self._fingerprint_memo = None
+        self._identity_memo = None
 
     def _unimplemented_error(self) -> TypeError:
         """The error for a class missing the method its dataset type needs."""
@@ -89,16 +108,33 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
 
     def _with_parents(self, parents: Sequence[_Node]) -> Self:
         """This stage reading from `parents` instead: equivalent nodes (the same elements),
-        such as a copy rewritten for worker processes or wrapped for timing. Every rewrite
-        of a pipeline goes through here. The copy keeps this stage's parameters, its seed
-        and its identity; a stage that derives more from its parents in `__init__` than
-        these overrides it."""
+        such as the pipeline rewritten for worker processes or wrapped for timing. Every
+        rewrite of a pipeline goes through here.
+
+        The stage is built again: its class called with the arguments it was made with,
+        each old parent among them replaced by its new one, so that whatever `__init__`
+        derives from the parents (a length, a spec) is derived from the new ones. The new
+        stage keeps this one's seeds and identity (a rewrite changes where elements are
+        computed, never which). A stage whose `__init__` makes its parents itself, rather
+        than taking them as arguments, is copied with its parents swapped instead."""
         if len(parents) != len(self._parents):
             raise ValueError(
                 f"{self!r}: with_parents got {len(parents)} parents, but the stage has "
                 f"{len(self._parents)}: give one replacement for each of node.parents."
             )
-        self._fingerprint  # noqa: B018 (computed here, with the identity: the copy keeps them)
+        self._fingerprint  # noqa: B018 (computed here, with the identity: the new one keeps them)
+        replace = {id(old): new for old, new in zip(self._parents, parents)}
+        args, kwargs = self.__dict__.get("_init_args", ((), {}))
+        if _mentions(args, kwargs, replace):
+            new = type(self).__new__(type(self))
+            new.__dict__["_rebuilt_from"] = self
+            new.__init__(  # type: ignore[misc]
+                *_swap(args, replace), **{k: _swap(v, replace) for k, v in kwargs.items()}
+            )
+            if len(new._parents) == len(parents) and all(
+                a is b for a, b in zip(new._parents, parents)
+            ):
+                return new
         new = copy.copy(self)
         new._parents = tuple(parents)
         return new
@@ -150,7 +186,7 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         (a version, a setting read from elsewhere)."""
         identity: dict[str, Any] = {"(fingerprint params)": self._fingerprint_params()}
         for name, value in vars(self).items():
-            if name not in ("_parents", "_fingerprint_memo", "_identity_memo"):
+            if name not in ("_parents", "_fingerprint_memo", "_identity_memo", "_init_args"):
                 identity[name] = value
         return identity
 
@@ -193,8 +229,52 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
 N = TypeVar("N", bound=_Node)
 
 
-def walk(ds: N) -> list[N]:
-    """Every stage of `ds`'s graph once, each after all of its parents (sources first).
+def _recording_arguments(init: Callable[..., None]) -> Callable[..., None]:
+    """`init` that first records its arguments on the stage (the outermost class's call:
+    the one a rebuild repeats)."""
+
+    @functools.wraps(init)
+    def __init__(self: _Node, *args: Any, **kwargs: Any) -> None:
+        self.__dict__.setdefault("_init_args", (args, kwargs))
+        init(self, *args, **kwargs)
+
+    __init__._records_arguments = True  # type: ignore[attr-defined]
+    return __init__
+
+
+def _swap(value: Any, replace: dict[int, _Node]) -> Any:
+    """`value` with each old parent in it (itself, or in a list, tuple or dict) replaced."""
+    if id(value) in replace:
+        return replace[id(value)]
+    if type(value) in (list, tuple):
+        return type(value)(_swap(v, replace) for v in value)
+    if type(value) is dict:
+        return {k: _swap(v, replace) for k, v in value.items()}
+    return value
+
+
+def _mentions(args: tuple[Any, ...], kwargs: dict[str, Any], replace: dict[int, _Node]) -> bool:
+    """Whether the recorded arguments hold the parents (so a rebuild can place new ones)."""
+    found: set[int] = set()
+
+    def visit(value: Any) -> None:
+        if id(value) in replace:
+            found.add(id(value))
+        elif type(value) in (list, tuple):
+            for v in value:
+                visit(v)
+        elif type(value) is dict:
+            for v in value.values():
+                visit(v)
+
+    for v in (*args, *kwargs.values()):
+        visit(v)
+    return len(found) == len(replace)
+
+
+def walk(ds: N, stop: Callable[[N], bool] | None = None) -> list[N]:
+    """Every stage of `ds`'s graph once, each after all of its parents (sources first);
+    below a stage for which `stop(stage)` is true, nothing.
     The one walk of a pipeline: every part of chute that visits stages goes through it."""
     order: list[N] = []
     seen: set[int] = set()
@@ -208,16 +288,30 @@ def walk(ds: N) -> list[N]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        stack.extend((cast(N, p), False) for p in reversed(node.parents) if id(p) not in seen)
+        if stop is None or not stop(node):
+            stack.extend((cast(N, p), False) for p in reversed(node.parents) if id(p) not in seen)
     return order
 
 
-def rewrite(ds: N, fn: Callable[[N], N]) -> N:
+def rewrite(ds: N, fn: Callable[[N], N], stop: Callable[[N], bool] | None = None) -> N:
     """`ds` with `fn` applied to every node, sources first, each node once: `fn` receives
     the node already rebuilt (`with_parents`) on its rewritten parents, when they changed.
+    A node for which `stop(node)` is true is handed to `fn` as it is, its parents unvisited:
+    `fn` replaces it with all that is below it.
     The one rewrite of a pipeline: every part of chute that changes stages goes through it."""
     memo: dict[int, N] = {}
-    for node in walk(ds):
+    stopped: set[int] = set()
+
+    def halt(node: N) -> bool:
+        if stop is not None and stop(node):
+            stopped.add(id(node))
+            return True
+        return False
+
+    for node in walk(ds, halt):
+        if id(node) in stopped:
+            memo[id(node)] = fn(node)
+            continue
         parents = [memo[id(p)] for p in node.parents]
         rebuilt = (
             node._with_parents(parents)

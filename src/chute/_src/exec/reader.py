@@ -9,7 +9,7 @@ the output and the state do not depend on threads or workers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar
 
 from chute._src.core import contract, observe
@@ -87,6 +87,11 @@ class PrefetchIterDataset(IterDataset[T]):
         identity = super()._cache_identity()
         del identity["_read_options"]  # threads and buffer sizes: the same elements
         return identity
+
+    def _with_parents(self, parents: Sequence[Any]) -> Self:
+        new = super()._with_parents(parents)
+        new._executor_factory = self._executor_factory  # set after `__init__`: kept
+        return new
 
     def _with_executor(self, factory: Callable[[], ChunkExecutor]) -> Self:
         """This reader with its chunks computed by `factory()`'s executor (which may compute

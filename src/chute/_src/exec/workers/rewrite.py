@@ -17,6 +17,7 @@ from chute._src.core import contract, observe
 from chute._src.core.contract import ElementWise, StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator
+from chute._src.core.node import rewrite
 from chute._src.exec.executors import ChunkExecutor
 from chute._src.exec.workers.feeding import WorkerChunks
 from chute._src.exec.workers.service import ServiceBox
@@ -32,56 +33,89 @@ def substitute(
     """A copy of `ds` whose readers (`to_iter_dataset`) get their chunks from workers, and
     whose streams of shards have their shards read by workers, with the element-wise
     stages directly above them moved into the workers (see module doc)."""
+
+    def moved(node: Any) -> bool:  # what `rewrite` hands over whole, with all below it
+        return not isinstance(node, IterDataset) or _fed_by_workers(node)
+
+    def to_workers(node: Any) -> Any:
+        if not isinstance(node, IterDataset) or not _fed_by_workers(node):
+            return node
+        hoisted, base = _element_wise_chain(node)
+        if contract.role(base) is StageRole.READER:
+            return _worker_fed_reader(base, hoisted, leaves, box)
+        return _worker_read_shards(base, hoisted, streams, box)
+
+    return rewrite(ds, to_workers, stop=moved)
+
+
+def _element_wise_chain(node: IterDataset[Any]) -> tuple[list[ElementWise], IterDataset[Any]]:
+    """The ELEMENT_WISE stages from `node` down (top first), and the stage below them."""
     hoisted: list[ElementWise] = []
-    node: IterDataset[Any] = ds
     while contract.role(node) is StageRole.ELEMENT_WISE:
         hoisted.append(contract.element_wise(node))
         node = node.parents[0]  # type: ignore[assignment]
-    shards: list[IterDataset[Any]] = list(node.parents)  # type: ignore[arg-type]
-    if contract.reads_shards(node) and not any(has_reader(p) for p in shards):
-        # A stream of shards (`shards.py`): each shard read whole in a worker.
-        streams.append(ShardStream(shards, hoisted))
-        s = len(streams) - 1
-        merged = contract.with_parents(
-            node, [WorkerShard(p, s, j, box) for j, p in enumerate(shards)]
-        )
-        if hoisted:
-            merged = DropHoles(merged)
-        for stage in reversed(hoisted):
-            merged = DoneInWorkers(merged, stage._stage_name, contract.position_params(stage))
-        return merged
-    if contract.role(node) is StageRole.READER:
-        reader = contract.reader(node)
-        kept: list[ElementWise] = []
-        if reader._hands_out_nones:
-            # The stages above see the Nones: they stay in the main process, as they are.
-            hoisted, kept = [], hoisted
-        mapped: MapDataset[Any] = node.parents[0]  # type: ignore[assignment]
-        for stage in reversed(hoisted):
-            mapped = stage._as_map_stage(mapped)
-        observer = observe.observing()
-        if observer is not None:
-            mapped = observer.map_chain(mapped)
-        leaves.append(mapped)
-        leaf_id = len(leaves) - 1
+    return hoisted, node
 
-        def executor(leaf: MapDataset[Any] = mapped, leaf_id: int = leaf_id) -> ChunkExecutor:
-            assert box.service is not None, "a worker-fed reader iterated before the service"
-            return WorkerChunks(leaf, leaf_id, box.service)
 
-        out: IterDataset[Any] = reader._with_executor(executor)
-        for stage in reversed(hoisted):
-            out = DoneInWorkers(out, stage._stage_name, contract.position_params(stage))
-        for stage in reversed(kept):
-            out = cast("IterDataset[Any]", contract.with_parents(stage, [out]))
-        return out
-    return contract.with_parents(
-        ds,
-        [
-            substitute(p, leaves, streams, box) if isinstance(p, IterDataset) else p
-            for p in ds.parents
-        ],
+def _fed_by_workers(node: IterDataset[Any]) -> bool:
+    """Whether `node` is a reader or a stream of shards with no reader in them (each shard
+    then read whole in a worker), or the element-wise stages directly above one."""
+    _, base = _element_wise_chain(node)
+    if contract.role(base) is StageRole.READER:
+        return True
+    return contract.reads_shards(base) and not any(
+        has_reader(p)  # type: ignore[arg-type]
+        for p in base.parents
     )
+
+
+def _worker_read_shards(
+    node: IterDataset[Any], hoisted: list[ElementWise], streams: list[ShardStream], box: ServiceBox
+) -> IterDataset[Any]:
+    """A stream of shards (`shards.py`): each shard read whole in a worker."""
+    shards: list[IterDataset[Any]] = list(node.parents)  # type: ignore[arg-type]
+    streams.append(ShardStream(shards, hoisted))
+    s = len(streams) - 1
+    merged = contract.with_parents(node, [WorkerShard(p, s, j, box) for j, p in enumerate(shards)])
+    if hoisted:
+        merged = DropHoles(merged)
+    for stage in reversed(hoisted):
+        merged = DoneInWorkers(merged, stage._stage_name, contract.position_params(stage))
+    return merged
+
+
+def _worker_fed_reader(
+    node: IterDataset[Any],
+    hoisted: list[ElementWise],
+    leaves: list[MapDataset[Any]],
+    box: ServiceBox,
+) -> IterDataset[Any]:
+    """A reader whose chunks workers compute, the element-wise stages above it applied in
+    the workers to its MapDataset (the leaf)."""
+    reader = contract.reader(node)
+    kept: list[ElementWise] = []
+    if reader._hands_out_nones:
+        # The stages above see the Nones: they stay in the main process, as they are.
+        hoisted, kept = [], hoisted
+    mapped: MapDataset[Any] = node.parents[0]  # type: ignore[assignment]
+    for stage in reversed(hoisted):
+        mapped = stage._as_map_stage(mapped)
+    observer = observe.observing()
+    if observer is not None:
+        mapped = observer.map_chain(mapped)
+    leaves.append(mapped)
+    leaf_id = len(leaves) - 1
+
+    def executor(leaf: MapDataset[Any] = mapped, leaf_id: int = leaf_id) -> ChunkExecutor:
+        assert box.service is not None, "a worker-fed reader iterated before the service"
+        return WorkerChunks(leaf, leaf_id, box.service)
+
+    out: IterDataset[Any] = reader._with_executor(executor)
+    for stage in reversed(hoisted):
+        out = DoneInWorkers(out, stage._stage_name, contract.position_params(stage))
+    for stage in reversed(kept):
+        out = cast("IterDataset[Any]", contract.with_parents(stage, [out]))
+    return out
 
 
 class DoneInWorkers(IterDataset[Any]):
