@@ -147,6 +147,12 @@ class MarkWorker:
         Path(self.directory, f"worker-{index}-of-{count}-pid-{os.getpid()}").touch()
 
 
+def sleep_at_3(i: int) -> int:
+    if i == 3:
+        time.sleep(30)
+    return i
+
+
 def lock_at_5(i: int) -> Any:
     import threading
 

@@ -230,6 +230,28 @@ def test_worker_init_fn_runs_in_each_actor(ray: Any, tmp_path: Path) -> None:
     assert marks == ["worker-0-of-2", "worker-1-of-2"]
 
 
+def test_a_stalled_actor_is_named_then_given_up_on(ray: Any) -> None:
+    ds = chute.MapDataset.range(6).map(rh.sleep_at_3).to_iter_dataset()
+    options = rh.workers(1, stall_warning_s=0.5, timeout_s=1.6)
+    it = iter(ds.mp_prefetch(options))
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    with (
+        pytest.warns(chute.multiprocessing.WorkerStallWarning, match=r"Ray actor 0 of 1 \(pid"),
+        pytest.raises(chute.multiprocessing.WorkerTimeoutError, match=r"element index 3"),
+    ):
+        next(it)
+
+
+def test_enable_profiling_prints_the_summary_with_the_actors_figures(
+    ray: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = rh.workers(2, enable_profiling=True)
+    ds = chute.MapDataset.range(64).map(mpp.double).to_iter_dataset().batch(8)
+    assert len(_outputs(ds.mp_prefetch(options))) == 8
+    err = capsys.readouterr().err
+    assert err.count("chute execution summary") == 1 and "MapMapDataset" in err, err
+
+
 # -- faults and elasticity -----------------------------------------------------------------
 
 
