@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,7 @@ def test_a_stage_raising_in_an_actor_has_its_traceback_and_index(ray: Any) -> No
     assert got == list(range(13))
     notes = "\n".join(info.value.__notes__)
     assert "MapMapDataset(transform=fail_at_13" in notes and "element index 13" in notes
-    assert "raised in Ray actor" in notes
+    assert "raised in Ray actor" in notes and "(pid" in notes  # and its node
     cause = info.value.__cause__
     assert cause is not None and "fail_at_13" in str(cause)  # the actor's traceback
 
@@ -234,12 +235,28 @@ def test_a_stalled_actor_is_named_then_given_up_on(ray: Any) -> None:
     ds = chute.MapDataset.range(6).map(rh.sleep_at_3).to_iter_dataset()
     options = rh.workers(1, stall_warning_s=0.5, timeout_s=1.6)
     it = iter(ds.mp_prefetch(options))
-    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    with warnings.catch_warnings():  # the actor's start may take longer than 0.5 s
+        warnings.simplefilter("ignore", chute.multiprocessing.WorkerStallWarning)
+        assert [next(it) for _ in range(3)] == [0, 1, 2]
     with (
         pytest.warns(chute.multiprocessing.WorkerStallWarning, match=r"Ray actor 0 of 1 \(pid"),
         pytest.raises(chute.multiprocessing.WorkerTimeoutError, match=r"element index 3"),
     ):
         next(it)
+
+
+def test_an_actor_no_node_can_hold_is_reported_with_what_it_waits_for(ray: Any) -> None:
+    options = rh.workers(
+        1, resources_per_worker={"CPU": 0.25, "nowhere": 1}, stall_warning_s=None, timeout_s=1.5
+    )
+    it = iter(chute.MapDataset.range(6).to_iter_dataset().mp_prefetch(options))
+    assert next(it) == 0  # computed here while the actors start
+    with pytest.raises(chute.multiprocessing.WorkerTimeoutError) as info:
+        next(it)
+    message = str(info.value)
+    assert "Ray actor 0 of 1, asked to compute element index 1, has not started" in message
+    assert "{'CPU': 0.25, 'nowhere': 1} free (free now: {'CPU':" in message
+    assert "'nowhere': 0}" in message
 
 
 def test_enable_profiling_prints_the_summary_with_the_actors_figures(

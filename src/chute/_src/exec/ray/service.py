@@ -239,9 +239,10 @@ class RayService:
         actor.tickets[ticket] = None
 
     def _forget(self, ticket: RayTicket, cancel: bool = False) -> None:
-        """The ticket's result is no longer awaited from its actor."""
+        """The ticket's result is no longer awaited from its actor (which the ticket still
+        names, for messages)."""
         actor, ref = ticket.actor, ticket.ref
-        ticket.actor = ticket.ref = None
+        ticket.ref = None
         if actor is not None:
             actor.tickets.pop(ticket, None)
             self._pool.reap(actor)
@@ -368,16 +369,21 @@ class RayService:
                 )
 
     def _describe(self, ticket: RayTicket) -> str:
+        self._take_in_started()  # which actors have started since
         actor = ticket.actor
-        who = actor.describe(self.workers) if actor is not None else "a Ray actor"
         where = ticket.task.describe(self._several_leaves)
-        if actor is not None and not actor.ready:
-            who += (
-                ", which has not started: it waits for a node with the resources "
-                f"{dict(self._options.resources_per_worker or {'CPU': 1})} free (free now: "
-                f"{self._ray.available_resources()}),"
-            )
-        return f"{who}, computing {where},"
+        if actor is None:
+            return f"a Ray actor, computing {where},"
+        if actor.ready:
+            return f"{actor.describe(self.workers)}, computing {where},"
+        asked = dict(self._options.resources_per_worker or {"CPU": 1})
+        free = self._ray.available_resources()
+        who = (
+            f"Ray actor {actor.slot} of {self.workers}, asked to compute {where}, has not "
+            f"started: Ray has not found a node with {asked} free (free now: "
+            f"{ {k: free.get(k, 0) for k in asked} }), or it is still starting; it"
+        )
+        return who
 
     def _rebuilt(self, failure: Any, ticket: Ticket) -> BaseException | None:
         if failure is None:
