@@ -7,8 +7,9 @@ the same `shards.WorkerShard`; only where a task runs and how its result comes b
 differ:
 
 - A chunk goes to the started actor owing the fewest results; its result is an object in
-  Ray's object store, fetched when the reader reaches it (in index order), its arrays
-  views of the store. At most `max_outstanding` chunks per reader are asked for and not
+  Ray's object store, pulled to this node as soon as it is computed (`fetch.py`) and
+  handed to the reader when it reaches it (in index order), its arrays views of the
+  store. At most `max_outstanding` chunks per reader are asked for and not
   yet consumed (`RayWorkers.max_chunks_in_flight`): the memory results take here.
 - An actor lost (killed, crashed, its node removed) is replaced; the chunks it owed are
   sent again to the others, up to `max_chunk_retries` times each. Results it had finished
@@ -38,6 +39,7 @@ from chute._src.exec.autotune import AUTOTUNE
 from chute._src.exec.mp.errors import WorkerDiedError, WorkerStallWarning, WorkerTimeoutError
 from chute._src.exec.ray.actor import ActorFailure
 from chute._src.exec.ray.connect import connect, system_errors
+from chute._src.exec.ray.fetch import FetchAhead
 from chute._src.exec.ray.options import RayWorkers
 from chute._src.exec.ray.pool import Actor, ActorPool
 from chute._src.exec.workers import pipeline_pickle
@@ -106,6 +108,7 @@ class RayService:
         self._several_leaves = len(leaves) > 1
         self._shards: dict[tuple[int, int], _Shard] = {}
         self._closed = False
+        self._fetch = FetchAhead(ray)  # results pulled to this node as soon as computed
         self._pool = ActorPool(
             ray, options, ray.put(payload), ShippedInit.of(worker_init_fn), count
         )
@@ -199,6 +202,7 @@ class RayService:
         if self._closed:
             return
         self._closed = True
+        self._fetch.close()
         try:
             if self._ray.is_initialized():
                 self._pool.close()
@@ -237,12 +241,15 @@ class RayService:
         ticket.actor, ticket.worker = actor, actor.slot
         ticket.ref = actor.handle.run.remote(task or ticket.task, ticket.checked)
         actor.tickets[ticket] = None
+        self._fetch.add(ticket.ref)
 
     def _forget(self, ticket: RayTicket, cancel: bool = False) -> None:
         """The ticket's result is no longer awaited from its actor (which the ticket still
         names, for messages)."""
         actor, ref = ticket.actor, ticket.ref
         ticket.ref = None
+        if ref is not None:
+            self._fetch.drop(ref)
         if actor is not None:
             actor.tickets.pop(ticket, None)
             self._pool.reap(actor)
