@@ -80,6 +80,19 @@ def test_without_ray_the_error_names_the_extra() -> None:
     assert "chute.ray needs Ray, which is not installed: pip install 'chute[ray]'" in run.stderr
 
 
+def test_chute_and_local_workers_do_not_import_ray() -> None:
+    code = (
+        "import sys, chute\n"
+        "ds = chute.MapDataset.range(8).to_iter_dataset()\n"
+        "assert list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1))) == list(range(8))\n"
+        "print('ray' in sys.modules, 'chute.ray' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": rh.SRC}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "False"]
+
+
 # -- same bytes, same states ---------------------------------------------------------------
 
 
