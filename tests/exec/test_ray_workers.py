@@ -145,6 +145,18 @@ def test_dataloader_takes_ray_workers(ray: Any) -> None:
         loader(worker_count=2, multiprocessing_options=rh.workers(2))
 
 
+def test_prefetch_and_elastic_iterator_take_ray_workers(ray: Any) -> None:
+    from chute.experimental import ElasticIterator
+
+    ds = chute.MapDataset.range(60).shuffle(seed=3).filter(mpp.keep)
+    shard = chute.sharding.ShardOptions(1, 2)
+    plain = [b.tolist() for b in ElasticIterator(ds, 4, shard)]
+    elastic = ElasticIterator(ds, 4, shard, multiprocessing_options=rh.workers(2))
+    assert [b.tolist() for b in elastic] == plain
+    it = iter(ds.to_iter_dataset().prefetch(rh.workers(1)))
+    assert rh.services(it) and list(it) == [x for x in ds if x is not None]
+
+
 def test_streams_are_read_by_shard_in_actors(ray: Any) -> None:
     def streams(options: Any) -> chute.IterDataset[Any]:
         shards = [chute.IterDataset.source(sh.Rows(s, 3 + 5 * s)) for s in range(6)]

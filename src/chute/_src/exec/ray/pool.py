@@ -138,6 +138,7 @@ class ActorPool:
         if actor.dead:
             return
         actor.dead = True
+        self._kill(actor)  # (a result lost with its node: the actor may still run)
         if actor in self.actors:
             self.actors.remove(actor)
         if not actor.ready:
