@@ -6,7 +6,8 @@ Every public name is imported on first use: `import chute` loads almost nothing,
 worker process loads only the modules its pipeline is made of. The debug layer (`stats`,
 `PipelineStats`, `StageStats`) is thus loaded only when used, or when a debug option is
 switched on in `chute.config`: a pipeline run without it never loads it. `chute.torch`
-(the `[torch]` extra) is reached the same way: `import chute` does not import torch.
+(the `[torch]` extra) and `chute.ray` (the `[ray]` extra) are reached the same way:
+`import chute` imports neither torch nor Ray.
 """
 
 import importlib as _importlib
@@ -18,6 +19,7 @@ if _typing.TYPE_CHECKING:
     from chute import constants as constants
     from chute import experimental as experimental
     from chute import multiprocessing as multiprocessing
+    from chute import ray as ray
     from chute import records as records
     from chute import samplers as samplers
     from chute import sharding as sharding
@@ -77,6 +79,7 @@ _SUBMODULES = frozenset(
         "constants",
         "experimental",
         "multiprocessing",
+        "ray",
         "records",
         "samplers",
         "sharding",
@@ -168,6 +171,7 @@ __all__ = [
     "load",
     "multiprocessing",
     "progress",
+    "ray",
     "records",
     "samplers",
     "sharding",

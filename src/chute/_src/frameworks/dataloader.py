@@ -33,6 +33,9 @@ class DataLoader:
     produced nothing for that long (default 300 s), and an error after that long
     (default: none). `enable_profiling=True` prints the execution summary (per-stage
     times, the bottleneck, advice) when the iterator ends, with any `worker_count`.
+    `multiprocessing_options` gives the worker options whole instead (with
+    `chute.ray.RayWorkers(...)`, the workers are actors of a Ray cluster); then the
+    `worker_*` arguments are left out.
 
     >>> import chute
     >>> loader = chute.DataLoader(
@@ -59,6 +62,7 @@ class DataLoader:
         worker_init_fn: Callable[[int, int], None] | None = None,
         worker_stall_warning_s: float | None = 300.0,
         worker_timeout_s: float | None = None,
+        multiprocessing_options: MultiprocessingOptions | None = None,
     ) -> None:
         if worker_count is None:
             worker_count = 0
@@ -86,6 +90,21 @@ class DataLoader:
             timeout_s=worker_timeout_s,
             enable_profiling=enable_profiling,
         )
+        if multiprocessing_options is not None:
+            if not isinstance(multiprocessing_options, MultiprocessingOptions):
+                raise TypeError(
+                    f"DataLoader: multiprocessing_options={multiprocessing_options!r} is not "
+                    "a MultiprocessingOptions: pass chute.MultiprocessingOptions(num_workers=N) "
+                    "or chute.ray.RayWorkers(N)."
+                )
+            if worker_count or worker_buffer_size != 1:
+                raise ValueError(
+                    "DataLoader: both worker_count/worker_buffer_size and "
+                    "multiprocessing_options were given: pass one (num_workers and "
+                    "per_worker_buffer_size are in the options)."
+                )
+            self._worker_options = multiprocessing_options
+            enable_profiling = enable_profiling or multiprocessing_options.enable_profiling
         self._enable_profiling = enable_profiling
         self._dataset = self._build()
 
@@ -149,7 +168,7 @@ class DataLoader:
                 it = apply_transform(it, op, kind, seed=op_seed)
         if it is None:
             it = ds.to_iter_dataset(self._read_options)
-        if self._worker_count > 0 or self._enable_profiling:  # 0 workers: profiling only
+        if self._worker_options.num_workers != 0 or self._enable_profiling:  # 0: profiling only
             it = it.mp_prefetch(self._worker_options, self._worker_init_fn)
         return it
 

@@ -1,5 +1,6 @@
 """`WorkerChunks`: the chunk executor that feeds a reader (`to_iter_dataset`) from the
-worker processes of a `ChunkService`, in index order, sizing the chunks it asks for."""
+workers of a `ChunkBackend` (processes, or Ray actors), in index order, sizing the chunks
+it asks for."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from chute._src.core.dataset import MapDataset
 from chute._src.core.tuning import Parallelism
 from chute._src.exec.executors import ChunkExecutor, getitems_exact, nbytes
 from chute._src.exec.mp import heap
-from chute._src.exec.workers.service import TARGET_CHUNK_S, ChunkService, Ticket
+from chute._src.exec.workers.backend import ChunkBackend
+from chute._src.exec.workers.service import Ticket
 from chute._src.exec.workers.startup import compute_beside
 from chute._src.exec.workers.worker import exit_as_error, first_unpicklable
 
@@ -24,9 +26,10 @@ _CHUNK_BYTES = 4 << 20
 class WorkerChunks(ChunkExecutor):
     """A reader's chunks computed by the worker processes of `service`.
 
-    Chunks `[start, start + k)` are asked for in index order, `k` adapting to ~20 ms of
-    work; the reader keeps the in-process state (the next index and the fingerprint of
-    the original MapDataset), so states move freely between worker counts.
+    Chunks `[start, start + k)` are asked for in index order, `k` adapting to the
+    service's `target_chunk_s` of work (~20 ms for processes); the reader keeps the
+    in-process state (the next index and the fingerprint of the original MapDataset), so
+    states move freely between worker counts.
 
     While no worker has delivered a result yet (they are starting: forking, importing,
     unpickling the pipeline), the first element asked for is computed in the consumer's
@@ -53,7 +56,7 @@ class WorkerChunks(ChunkExecutor):
     def parallelism(self) -> Parallelism:
         return Parallelism(processes=self._service.workers)
 
-    def __init__(self, leaf: MapDataset[Any], leaf_id: int, service: ChunkService) -> None:
+    def __init__(self, leaf: MapDataset[Any], leaf_id: int, service: ChunkBackend) -> None:
         super().__init__(leaf)  # what the workers compute: the MapDataset plus moved stages
         self._leaf_id = leaf_id
         self._service = service
@@ -137,7 +140,7 @@ class WorkerChunks(ChunkExecutor):
     def _resize(self, items: list[Any], elapsed: float, failed: bool) -> None:
         """Sizes the chunks asked for next from `items`, computed in `elapsed` seconds
         (and the one after them, which raised, if `failed`)."""
-        # Chunks aim at ~20 ms of work, but never at more than _CHUNK_BYTES of arrays:
+        # Chunks aim at `target_chunk_s` of work, but never at more than _CHUNK_BYTES of arrays:
         # large results must fit the workers' shared-memory slabs, or they fall back to
         # pipes. Either way only scheduling changes, never which elements come out.
         per_element = nbytes(items) / max(1, len(items))
@@ -151,7 +154,7 @@ class WorkerChunks(ChunkExecutor):
         # swing back), growing at most 4-fold per result from the size measured.
         measured = len(items) + failed
         if measured and elapsed > 0:
-            ideal = int(TARGET_CHUNK_S * measured / elapsed)
+            ideal = int(self._service.target_chunk_s * measured / elapsed)
             self._chunk = max(1, min(ideal, 4 * measured, cap))
 
     def _compute_here(self, start: int) -> list[Any] | None:

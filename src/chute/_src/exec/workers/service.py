@@ -23,6 +23,7 @@ from chute._src.exec.mp.errors import WorkerDiedError
 from chute._src.exec.mp.forkserver import forkserver_cold, forkserver_starting_s
 from chute._src.exec.mp.pool import WorkerPool
 from chute._src.exec.workers import pipeline_pickle
+from chute._src.exec.workers.backend import ChunkBackend
 from chute._src.exec.workers.shards import ShardStream
 from chute._src.exec.workers.startup import StartupHelper
 from chute._src.exec.workers.tasks import ChunkResult, ChunkTask, ShardResult, ShardTask, Task
@@ -60,12 +61,14 @@ class Ticket:
 class ServiceBox:
     """Where the rewritten readers find the chunk service, made once all leaves are known."""
 
-    service: ChunkService | None = None
+    service: ChunkBackend | None = None
 
 
 class ChunkService:
     """Starts the workers (from a thread: `iter()` does not wait for them), sends tasks,
     routes results back to their tickets, and stops the workers at `close`."""
+
+    target_chunk_s = TARGET_CHUNK_S
 
     def __init__(
         self,

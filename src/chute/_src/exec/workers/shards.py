@@ -33,7 +33,8 @@ from chute._src.exec.mp.transport import RemoteFailure
 from chute._src.exec.workers.tasks import ShardResult, ShardTask
 
 if TYPE_CHECKING:
-    from chute._src.exec.workers.service import ChunkService, ServiceBox, Ticket
+    from chute._src.exec.workers.backend import ChunkBackend
+    from chute._src.exec.workers.service import ServiceBox, Ticket
 
 _DEPTH = 2  # requests in flight per open shard
 _TARGET_S = 0.02  # a request should take a worker about this long
@@ -184,7 +185,7 @@ class _WorkerShardIterator(DatasetIterator[Any]):
         self._ended = False  # the last step has been received
         self._failure: BaseException | None = None
 
-    def _service(self) -> ChunkService:
+    def _service(self) -> ChunkBackend:
         service = self._ds._box.service
         assert service is not None, "a worker-fed shard iterated before the service"
         return service

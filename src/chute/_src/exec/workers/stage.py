@@ -13,6 +13,9 @@ Errors too: a chunk whose element raises comes back as the elements before it pl
 exception, raised when the consumer reaches that element, as without workers. While the
 consumer waits for a worker, `MultiprocessingOptions.stall_warning_s` and `timeout_s`
 bound the wait (a warning with the worker's stack, then an error).
+
+With `chute.ray.RayWorkers` (a `MultiprocessingOptions`), the workers are the actors of a
+Ray cluster (`_src/exec/ray/`): the same rewrite, readers and tasks, another service.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from chute._src.core.tuning import Parallelism
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
 from chute._src.exec.mp.forkserver import prewarm
+from chute._src.exec.ray.options import RayWorkers
 from chute._src.exec.workers import pipeline_pickle, worker
+from chute._src.exec.workers.backend import ChunkBackend
 from chute._src.exec.workers.rewrite import substitute
 from chute._src.exec.workers.service import ChunkService, ServiceBox
 from chute._src.exec.workers.shards import ShardStream
@@ -59,7 +64,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         if options is not None and not isinstance(options, MultiprocessingOptions):
             raise TypeError(
                 f"mp_prefetch: options={options!r} is not a MultiprocessingOptions: pass "
-                "chute.MultiprocessingOptions(num_workers=N)."
+                "chute.MultiprocessingOptions(num_workers=N) (or chute.ray.RayWorkers(N))."
             )
         if worker_init_fn is not None and not callable(worker_init_fn):
             raise TypeError(
@@ -68,7 +73,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
             )
         self._options = options or MultiprocessingOptions(num_workers=AUTOTUNE)
         self._worker_init_fn = worker_init_fn
-        if self._options.num_workers != 0:
+        if self._options.num_workers != 0 and not isinstance(self._options, RayWorkers):
             # Start the process that forks the workers now, while the pipeline is being
             # built: its imports then overlap the user's work instead of the first batch.
             prewarm(functools.partial(_worker_modules, parent, worker_init_fn is None))
@@ -117,7 +122,14 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
                 stacklevel=2,
             )
             return _MultiprocessIterator(parent._iter(), None)
-        box.service = service = ChunkService(leaves, streams, self._options, self._worker_init_fn)
+        service: ChunkBackend
+        if isinstance(self._options, RayWorkers):
+            from chute._src.exec.ray.service import RayService
+
+            service = RayService(leaves, streams, self._options, self._worker_init_fn)
+        else:
+            service = ChunkService(leaves, streams, self._options, self._worker_init_fn)
+        box.service = service
         return _MultiprocessIterator(main_chain._iter(), service)
 
     def __repr__(self) -> str:
@@ -140,7 +152,7 @@ class _MultiprocessIterator(DatasetIterator[T]):
     stage = "mp_prefetch"
     transparent = True
 
-    def __init__(self, parent: DatasetIterator[T], service: ChunkService | None) -> None:
+    def __init__(self, parent: DatasetIterator[T], service: ChunkBackend | None) -> None:
         super().__init__(parent)
         self._service = service
         if service is not None:
