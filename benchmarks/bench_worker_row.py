@@ -184,9 +184,7 @@ class FirstFit:
             def next(self) -> dict[str, np.ndarray]:
                 while not self.ready:
                     part = next(self.source)["description"]
-                    k = next(
-                        (j for j, u in enumerate(self.used) if u + len(part) <= SEQ_LEN), None
-                    )
+                    k = next((j for j, u in enumerate(self.used) if u + len(part) <= SEQ_LEN), None)
                     if k is None:
                         if len(self.open) == self.bins:
                             self._close(int(np.argmax(self.used)))
