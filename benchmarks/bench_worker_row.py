@@ -150,6 +150,16 @@ class MakeBatch:
         return default_collate([self.ds[i] for i in indices])
 
 
+class TokenRows:
+    """torchdata.nodes' map function for packing: a batch of indices -> its token rows."""
+
+    def __init__(self, ds: LinesDataset) -> None:
+        self.ds = ds
+
+    def __call__(self, indices: list[int]) -> list[Any]:
+        return [self.ds[i] for i in indices]
+
+
 class FirstFit:
     """Packs token rows first-fit into `bins` open rows of SEQ_LEN; a row that fits in no
     open bin closes the fullest one (chute's FirstFitPackIterDataset's rule), written as a
@@ -224,11 +234,10 @@ def torch_pipeline(name: str) -> Iterator[Any]:
         node: Any = nodes.Batcher(nodes.SamplerWrapper(RandomSampler(ds)), BATCH, drop_last=True)
         node = nodes.ParallelMapper(node, MakeBatch(ds), num_workers=2, method="process")
         return iter(nodes.Loader(nodes.Prefetcher(node, prefetch_factor=2)))
-    ds = LinesDataset(tokens)  # packed: tokenize in the workers, pack after them
-    node = nodes.ParallelMapper(
-        nodes.SamplerWrapper(RandomSampler(ds)), ds.__getitem__, num_workers=2, method="process"
-    )
-    node = nodes.Batcher(FirstFit(node), BATCH, drop_last=True)
+    ds = LinesDataset(tokens)  # packed: tokenize in the workers a batch at a time, pack after
+    node = nodes.Batcher(nodes.SamplerWrapper(RandomSampler(ds)), BATCH, drop_last=True)
+    node = nodes.ParallelMapper(node, TokenRows(ds), num_workers=2, method="process")
+    node = nodes.Batcher(FirstFit(nodes.Unbatcher(node)), BATCH, drop_last=True)
     return iter(nodes.Loader(nodes.Prefetcher(node, prefetch_factor=2)))
 
 
@@ -254,9 +263,110 @@ def child(name: str, warmup: float, seconds: float) -> None:
     time.sleep(600)  # `measure` kills this process group, the workers with it
 
 
-def measure(name: str, warmup: float, seconds: float) -> dict[str, float]:
+def profile_child(name: str, warmup: float, seconds: float) -> None:
+    """Where the time of a 2-worker run goes: CPU seconds of the consumer and of its workers
+    over the counted window (psutil), the user's map alone in this process, and the
+    consumer's own functions (cProfile of the consumer thread). One JSON line."""
+    import cProfile
+    import io
+    import pstats
+
+    import psutil
+
+    sample = lines()[:3000]
+    t = time.process_time()
+    for line in sample:
+        example(line)
+    map_us = (time.process_time() - t) / len(sample) * 1e6
+    make = chute_pipeline if name.startswith("chute") else torch_pipeline
+    it = make(name)
+    rows_of(next(it))
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warmup:
+        rows_of(next(it))
+    me = psutil.Process()
+
+    def cpu() -> tuple[float, float]:
+        own = sum(me.cpu_times()[:2])
+        kids = 0.0
+        for c in me.children(recursive=True):
+            try:
+                kids += sum(c.cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                pass
+        return own, kids
+
+    prof = cProfile.Profile()
+    (own0, kids0), n, batches = cpu(), 0, 0
+    t0 = time.perf_counter()
+    prof.enable()
+    while (elapsed := time.perf_counter() - t0) < seconds:
+        n += rows_of(next(it))
+        batches += 1
+    prof.disable()
+    own1, kids1 = cpu()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(12)
+    top = [
+        ln.strip()
+        for ln in text.getvalue().splitlines()
+        if ln.strip() and ln.strip()[0].isdigit() and "{" not in ln[:8]
+    ]
+    figures = {
+        "rate": n / elapsed,
+        "map_us_per_example": map_us,
+        "workers_cpu_us_per_example": (kids1 - kids0) / n * 1e6,
+        "workers_cores": (kids1 - kids0) / elapsed,
+        "consumer_cpu_ms_per_batch": (own1 - own0) / batches * 1e3,
+        "consumer_core_share": (own1 - own0) / elapsed,
+        "consumer_top": top[:12],
+    }
+    print(json.dumps(figures), flush=True)
+    time.sleep(600)
+
+
+def profile(warmup: float, seconds: float) -> None:
+    print(f"# {machine()}")
+    print(f"# load average at start: {os.getloadavg()[0]:.2f}")
+    rows = []
+    for name in ("chute list", "torch DataLoader", "torchdata.nodes"):
+        f = measure(name, warmup, seconds, "--profile-child")
+        rows.append(
+            [
+                name,
+                f"{f['rate']:,.0f}",
+                f"{f['map_us_per_example']:.1f}",
+                f"{f['workers_cpu_us_per_example']:.1f}",
+                f"{f['workers_cpu_us_per_example'] - f['map_us_per_example']:.1f}",
+                f"{f['workers_cores']:.2f}",
+                f"{f['consumer_cpu_ms_per_batch']:.2f}",
+                f"{f['consumer_core_share']:.2f}",
+            ]
+        )
+        print(f"\n{name}: the consumer thread's functions by own time (cProfile; calls, tottime)")
+        for ln in f["consumer_top"]:
+            print("   ", ln[:150])
+    print(f"# load average at end: {os.getloadavg()[0]:.2f}\n")
+    print(
+        table(
+            [
+                "contender",
+                "examples/s",
+                "map us/ex (alone)",
+                "workers CPU us/ex",
+                "workers' own us/ex",
+                "workers' cores",
+                "consumer CPU ms/batch",
+                "consumer's cores",
+            ],
+            rows,
+        )
+    )
+
+
+def measure(name: str, warmup: float, seconds: float, mode: str = "--child") -> dict[str, Any]:
     """One fresh process; its whole process group (its workers too) killed after."""
-    argv = [sys.executable, __file__, "--child", name, str(warmup), str(seconds)]
+    argv = [sys.executable, __file__, mode, name, str(warmup), str(seconds)]
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -283,8 +393,22 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--only", choices=("padded", "packed"), default=None)
+    p.add_argument(
+        "--profile", action="store_true", help="where the time goes, per contender (one run each)"
+    )
     p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    p.add_argument("--profile-child", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.profile_child:
+        import bench_worker_row
+
+        bench_worker_row.profile_child(
+            args.profile_child[0], float(args.profile_child[1]), float(args.profile_child[2])
+        )
+        return
+    if args.profile:
+        profile(args.warmup, args.seconds)
+        return
     if args.child:
         # Through the module's own name, not `__main__`, so that what the peers' workers
         # unpickle (`MakeBatch`, `LinesDataset`) resolves there as in any training script.

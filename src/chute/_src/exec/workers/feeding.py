@@ -143,7 +143,10 @@ class WorkerChunks(ChunkExecutor):
         # Chunks aim at `target_chunk_s` of work, but never at more than _CHUNK_BYTES of arrays:
         # large results must fit the workers' shared-memory slabs, or they fall back to
         # pipes. Either way only scheduling changes, never which elements come out.
-        per_element = nbytes(items) / max(1, len(items))
+        # From up to 8 elements spread over the chunk: summing every array of every element
+        # cost the consumer a fifth of its CPU on seed 003's text (one chunk ~ 200 dicts).
+        sample = items[:: max(1, len(items) // 8)]
+        per_element = nbytes(sample) / max(1, len(sample))
         cap = (
             _MAX_CHUNK
             if not per_element
