@@ -34,7 +34,7 @@ class RayWorkers(MultiprocessingOptions):
       `to_iter_dataset` reader: what bounds the memory results take on the consumer's side.
       None: `num_workers * per_worker_buffer_size` (following `resize`).
     chunk_s: about how many seconds of an actor's work a chunk holds (worker processes:
-      0.02). Each chunk costs the consumer's process ~1 ms of CPU (a task sent, a result
+      0.05). Each chunk costs the consumer's process ~1 ms of CPU (a task sent, a result
       fetched): larger chunks let one consumer take in more actors, smaller ones start
       faster and hold less memory in flight. Chunks never exceed 4 MiB of arrays.
     max_chunk_retries: how many times a chunk is computed again after losing its actor

@@ -27,7 +27,7 @@ class WorkerChunks(ChunkExecutor):
     """A reader's chunks computed by the worker processes of `service`.
 
     Chunks `[start, start + k)` are asked for in index order, `k` adapting to the
-    service's `target_chunk_s` of work (~20 ms for processes); the reader keeps the
+    service's `target_chunk_s` of work (~50 ms for processes); the reader keeps the
     in-process state (the next index and the fingerprint of the original MapDataset), so
     states move freely between worker counts.
 

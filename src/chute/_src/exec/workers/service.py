@@ -30,7 +30,14 @@ from chute._src.exec.workers.tasks import ChunkResult, ChunkTask, ShardResult, S
 from chute._src.exec.workers.watchdog import Watchdog
 from chute._src.exec.workers.worker import ChunkWorker, ShippedInit
 
-TARGET_CHUNK_S = 0.02  # a worker's chunk should take about this long to compute
+# A worker's chunk should take about this long to compute. Results are consumed in order and
+# each worker has `per_worker_buffer_size` chunks asked of it: with 20 ms chunks a worker
+# whose chunks ran a little faster than its neighbour's often sat idle with its results
+# waiting, and seed 003's text with 2 workers ran 6-9% slower than with 50 ms ones (chunks
+# of 100 ms gained nothing more; benchmarks/bench_worker_row.py). The start-up helper keeps
+# short chunks: it computes only what the first batch needs.
+TARGET_CHUNK_S = 0.05
+HELPER_CHUNK_S = 0.02
 _WORKER_BYTES = 256 << 20  # the memory a worker is assumed to take, for AUTOTUNE
 _DIED_AT_START = (
     "chute: the worker died before returning any result: it was killed (out of memory, a "
@@ -126,7 +133,7 @@ class ChunkService:
         # worker_init_fn sets up what elements may need in a worker (`startup.py`).
         self.helper: StartupHelper | None = None
         if worker_init_fn is None and self._pool.start_method == "forkserver" and forkserver_cold():
-            self.helper = StartupHelper(lambda: self.started, forkserver_starting_s, TARGET_CHUNK_S)
+            self.helper = StartupHelper(lambda: self.started, forkserver_starting_s, HELPER_CHUNK_S)
         self._starter: threading.Thread | None = threading.Thread(
             target=self._start_workers, name="chute-start-workers", daemon=True
         )
