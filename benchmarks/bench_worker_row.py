@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import statistics
 import subprocess
@@ -161,9 +162,10 @@ class TokenRows:
 
 
 class FirstFit:
-    """Packs token rows first-fit into `bins` open rows of SEQ_LEN; a row that fits in no
-    open bin closes the fullest one (chute's FirstFitPackIterDataset's rule), written as a
-    torchdata.nodes `BaseNode`."""
+    """Packs token rows first-fit into `bins` bins of SEQ_LEN; a row that fits in no bin
+    emits every bin and starts new ones with it (the rule of chute's and Grain's
+    FirstFitPackIterDataset, so both make the same rows), written as a torchdata.nodes
+    `BaseNode`, with segment ids and positions as chute's packer gives them."""
 
     def __new__(cls, source: Any, bins: int = 30) -> Any:
         from torchdata.nodes import BaseNode
@@ -180,16 +182,22 @@ class FirstFit:
                 self.used: list[int] = []
                 self.ready: list[dict[str, np.ndarray]] = []
 
-            def _close(self, k: int) -> None:
-                row = np.zeros(SEQ_LEN, dtype=np.int32)
-                segs = np.zeros(SEQ_LEN, dtype=np.int32)
-                at = 0
-                for s, part in enumerate(self.open.pop(k), start=1):
-                    row[at : at + len(part)] = part
-                    segs[at : at + len(part)] = s
-                    at += len(part)
-                self.used.pop(k)
-                self.ready.append({"description": row, "segment_ids": segs})
+            def _emit(self) -> None:
+                for parts in self.open:
+                    row = np.zeros(SEQ_LEN, dtype=np.int32)
+                    segs = np.zeros(SEQ_LEN, dtype=np.int32)
+                    pos = np.zeros(SEQ_LEN, dtype=np.int32)
+                    at = 0
+                    for s, part in enumerate(parts, start=1):
+                        row[at : at + len(part)] = part
+                        segs[at : at + len(part)] = s
+                        pos[at : at + len(part)] = np.arange(len(part))
+                        at += len(part)
+                    self.ready.append(
+                        {"description": row, "description_segment_ids": segs,
+                         "description_positions": pos}
+                    )  # fmt: skip
+                self.open, self.used = [], []
 
             def next(self) -> dict[str, np.ndarray]:
                 while not self.ready:
@@ -197,7 +205,7 @@ class FirstFit:
                     k = next((j for j, u in enumerate(self.used) if u + len(part) <= SEQ_LEN), None)
                     if k is None:
                         if len(self.open) == self.bins:
-                            self._close(int(np.argmax(self.used)))
+                            self._emit()
                         self.open.append([])
                         self.used.append(0)
                         k = len(self.open) - 1
@@ -365,24 +373,32 @@ def profile(warmup: float, seconds: float) -> None:
 
 
 def measure(name: str, warmup: float, seconds: float, mode: str = "--child") -> dict[str, Any]:
-    """One fresh process; its whole process group (its workers too) killed after."""
-    argv = [sys.executable, __file__, mode, name, str(warmup), str(seconds)]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # the child's one line (or "" if it died)
-        if not line:
-            proc.wait(timeout=60)
-            raise RuntimeError(f"{name} failed:\n{proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
-        return dict(json.loads(line))
-    finally:
+    """One fresh process; its whole process group (its workers too) killed after. A run
+    that gives no figure within a minute past its time (torchdata.nodes' process mapper
+    hung so, once in a few runs on a loaded machine) is killed and run again, once."""
+    for _attempt in (1, 2):
+        argv = [sys.executable, __file__, mode, name, str(warmup), str(seconds)]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+            assert proc.stdout is not None
+            ready, _, _ = select.select([proc.stdout], [], [], warmup + seconds + 60)
+            if not ready:
+                print(f"   ({name}: no figure after {warmup + seconds + 60:.0f} s: killed)")
+                continue
+            line = proc.stdout.readline()  # the child's one line (or "" if it died)
+            if not line:
+                proc.wait(timeout=60)
+                raise RuntimeError(f"{name} failed:\n{proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+            return dict(json.loads(line))
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    raise RuntimeError(f"{name} hung twice")
 
 
 def main() -> None:
