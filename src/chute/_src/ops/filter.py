@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 
 class FilterIterDataset(IterDataset[T]):
+    _keeps_element_spec = True  # its elements are its first parent's
     _role = StageRole.ELEMENT_WISE
     _stage_name = "filter"  # what its iterator records in states
 
@@ -97,6 +98,8 @@ class _FilterIterator(DatasetIterator[T]):
 
 class FilterMapDataset(MapDataset[T]):
     """Element `i` is the parent's element `i` if `predicate` keeps it, else None."""
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(self, parent: MapDataset[T], predicate: Any) -> None:
         super().__init__([parent])

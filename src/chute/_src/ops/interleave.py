@@ -60,6 +60,8 @@ class InterleaveIterDataset(IterDataset[Any]):
     [0, 10, 1, 11, 2, 12, 20, 30, 21, 31, 22, 32]
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(
         self,
         datasets: Sequence[IterDataset[Any] | MapDataset[Any]],

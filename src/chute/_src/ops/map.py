@@ -13,6 +13,7 @@ import numpy as np
 
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
+from chute._src.core.element_spec import transform_output_spec
 from chute._src.core.errors import add_stage_note
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, int_at
 from chute._src.core.transforms import as_map_fn, as_map_with_index_fn, describe
@@ -38,6 +39,10 @@ class MapIterDataset(IterDataset[Any]):
 
     def __repr__(self) -> str:
         return f"MapIterDataset(transform={describe(self._fn)})"
+
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)
 
 
 class _MapIterator(DatasetIterator[Any]):
@@ -88,6 +93,10 @@ class MapWithIndexIterDataset(IterDataset[Any]):
 
     def __repr__(self) -> str:
         return f"MapWithIndexIterDataset(transform={describe(self._fn)})"
+
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)
 
 
 class IndexedIterator(DatasetIterator[Any]):
@@ -179,6 +188,10 @@ class MapMapDataset(MapDataset[Any]):
     def __repr__(self) -> str:
         return f"MapMapDataset(transform={describe(self._fn)})"
 
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)
+
 
 class MapWithIndexMapDataset(MapDataset[Any]):
     """Applies `fn(index, element)`; the index counts epochs too (`i + epoch * len`)."""
@@ -202,3 +215,7 @@ class MapWithIndexMapDataset(MapDataset[Any]):
 
     def __repr__(self) -> str:
         return f"MapWithIndexMapDataset(transform={describe(self._fn)})"
+
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)

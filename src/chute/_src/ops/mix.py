@@ -59,6 +59,8 @@ class MixedIterDataset(IterDataset[Any]):
     [0, 1, 7, 2, 3, 8, 4]
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(
         self,
         datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],
@@ -333,6 +335,8 @@ class MixedMapDataset(MapDataset[Any]):
     10
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(
         self,
         datasets: Sequence[MapDataset[Any]],
@@ -484,6 +488,8 @@ class SelectFromDatasetsMapDataset(MapDataset[Any]):
     >>> list(ds)
     [10, 2, 11]
     """
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(self, datasets: Sequence[MapDataset[Any]], selection_map: Any) -> None:
         parents = check_parents(datasets, "MapDataset.select_from_datasets")

@@ -12,6 +12,7 @@ import numpy as np
 
 from chute._src.core.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
 from chute._src.core.element_rngs import ElementRngs
+from chute._src.core.element_spec import transform_output_spec
 from chute._src.core.errors import add_stage_note
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.seeding import seed_param, shown_seed
@@ -53,6 +54,10 @@ class RandomMapMapDataset(MapDataset[Any]):
     def _fingerprint_params(self) -> str:
         return seed_param(self._seed_shown, self._seed)
 
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)
+
 
 class RandomMapIterDataset(IterDataset[Any]):
     def __init__(self, parent: IterDataset[Any], transform: Any, *, seed: int | None) -> None:
@@ -69,3 +74,7 @@ class RandomMapIterDataset(IterDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return seed_param(self._seed_shown, self._seed)
+
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)

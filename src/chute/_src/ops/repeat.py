@@ -34,6 +34,8 @@ class RepeatIterDataset(IterDataset[T]):
     [0, 1, 2, 0, 1, 2]
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(self, parent: IterDataset[T], num_epochs: int | None = None) -> None:
         super().__init__([parent])
         self._epochs = check_count(num_epochs, "num_epochs", "repeat")
@@ -109,6 +111,8 @@ class _RepeatIterator(DatasetIterator[T]):
 
 class RepeatMapDataset(MapDataset[T]):
     """Extends the index space; the parent reads index `i` as epoch `i // len(parent)`."""
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(self, parent: MapDataset[T], num_epochs: int | None = None) -> None:
         super().__init__([parent])

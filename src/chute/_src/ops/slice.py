@@ -14,6 +14,8 @@ T = TypeVar("T")
 class SliceMapDataset(MapDataset[T]):
     """Element `j` of epoch `e` is parent element `start + j * step` of epoch `e`."""
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(self, parent: MapDataset[T], sl: slice) -> None:
         super().__init__([parent])
         if not isinstance(sl, slice):

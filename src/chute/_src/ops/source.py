@@ -9,6 +9,7 @@ import numpy as np
 from chute._src.core.contract import StageRole
 from chute._src.core.data_source import getitems
 from chute._src.core.dataset import MapDataset
+from chute._src.core.element_spec import ShapeDtypeStruct
 from chute._src.core.errors import add_stage_note
 
 SHARE_LISTS_FROM = 10_000
@@ -125,3 +126,7 @@ class RangeMapDataset(MapDataset[int]):
     def _fingerprint_params(self) -> str:
         r = self._range
         return f"start={r.start}, stop={r.stop}, step={r.step}"
+
+    @property
+    def _element_spec(self) -> Any:
+        return ShapeDtypeStruct(shape=(), dtype=np.dtype(np.int64))
