@@ -209,17 +209,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "prefetch_test.py::PrefetchIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
     "packing_test.py::FirstFitPackIterDatasetTest::test_nested_feature": "packers take a flat length_struct and name a nested key in a ValueError (docs/grain_differences.md)",
     "packing_test.py::BestFitPackIterDatasetTest::test_nested_feature": "packers take a flat length_struct and name a nested key in a ValueError (docs/grain_differences.md)",
-    "pack_and_batch_test.py::PackingTest::test_pack_failure_due_to_max_sequences_per_bin": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_max_sequences_per_bin": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_different_data_types": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_different_lengths": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_into_multiple_batches": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_length_3": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_length_4": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_length_5": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_length_6": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_length_7": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
-    "pack_and_batch_test.py::PackingTest::test_pack_sequences_two_dimensional_features": "no PackAndBatchOperation (docs/grain_differences.md: use experimental.FirstFitPackIterDataset(...).batch(n))",
 }
 
 
