@@ -18,7 +18,7 @@ from typing import (
 
 import numpy as np
 
-from chute._src.core import element_spec, observe
+from chute._src.core import element_spec, observe, set_slice
 from chute._src.core.iterator import ThreadGuardedIterator
 from chute._src.core.node import _Node
 
@@ -52,6 +52,14 @@ class IterDataset(_Node, Generic[T]):
     >>> [b.tolist() for b in ds]
     [[1, 3], [5]]
     """
+
+    _slices_in_place: bool = False
+    """True for a dataset with Grain's `set_slice`, which changes it in place
+    (`core/set_slice.py`): the stages built on it are tracked, to refuse it after them."""
+
+    def __init__(self, parents: _Node | Sequence[_Node] = ()) -> None:
+        super().__init__(parents)
+        set_slice.note_parents(self, self._parents)
 
     def __iter__(self) -> DatasetIterator[T]:
         """A fresh iterator, positioned at the start, for one thread at a time."""

@@ -19,7 +19,7 @@ from typing import (
 
 import numpy as np
 
-from chute._src.core import element_spec
+from chute._src.core import element_spec, set_slice
 from chute._src.core.node import _Node
 
 if TYPE_CHECKING:
@@ -63,6 +63,11 @@ class MapDataset(_Node, Generic[T]):
         super().__init__(parents)
         # True when some upstream stage may produce None (a filtered element).
         self._may_be_none: bool = any(p._may_be_none for p in self._parents)
+        set_slice.note_parents(self, self._parents)
+
+    _slices_in_place: bool = False
+    """True for a dataset with Grain's `set_slice`, which changes it in place
+    (`core/set_slice.py`): the stages built on it are tracked, to refuse it after them."""
 
     # -- what every node implements ----------------------------------------------------------
 
