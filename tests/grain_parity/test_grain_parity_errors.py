@@ -98,3 +98,14 @@ def test_unpicklable_stage_named_in_grain_words() -> None:
         list(ds)
     notes = "".join(getattr(info.value, "__notes__", []))
     assert "Dataset: MapMapDataset(transform=_HoldsUnpicklable) cannot be pickled!" in notes
+
+
+def test_an_unpicklable_stage_moved_into_the_workers_is_named_as_written() -> None:
+    # The map runs in the workers as a MapDataset stage; the error names the user's stage.
+    ds = chute.MapDataset.range(3).to_iter_dataset().map(_HoldsUnpicklable())
+    ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1))
+    with pytest.raises(ValueError) as info:
+        list(ds)
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "Dataset: MapIterDataset(transform=_HoldsUnpicklable) cannot be pickled!" in notes
+    assert "stage MapIterDataset(transform=_HoldsUnpicklable) cannot be pickled" in notes

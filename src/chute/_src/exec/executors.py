@@ -282,6 +282,9 @@ class Threads(ChunkExecutor):
                     # Computing: its time sizes the chunks. Not when it mostly waited (a
                     # read's round trip): a chunk of many such reads waits about as long.
                     self._first_element_s = wall / len(items)
+                # The element size is known: compute ahead now, up to the limit it sets,
+                # while the consumer works on this chunk (not only at its next call).
+                self._top_up()
             elif items and wall > 0:
                 # Not the first: it holds start-up costs (opening files, loading a model).
                 # Its thread's CPU time, or the process's CPU time meanwhile shared by the

@@ -55,7 +55,47 @@ def multithread_prefetch(
 
 class ThreadPrefetchDatasetIterator(_ThreadPrefetchIterator):
     """An iterator computing `parent` ahead in a background thread, `prefetch_buffer_size`
-    elements at most; its state is `parent`'s after the last element handed out."""
+    elements at most; its state is `parent`'s after the last element handed out.
 
-    def __init__(self, parent: DatasetIterator[Any], prefetch_buffer_size: int) -> None:
+    `parent` may be any iterator with `get_state()` and `set_state(state)`, as in Grain,
+    not only a `DatasetIterator`.
+    """
+
+    def __init__(self, parent: Any, prefetch_buffer_size: int) -> None:
+        if not isinstance(parent, DatasetIterator):
+            parent = _StatefulIterator(parent)
         super().__init__(parent, prefetch_buffer_size)
+
+
+class _StatefulIterator(DatasetIterator[Any]):
+    """A plain iterator with `get_state()`/`set_state()`, read as a `DatasetIterator`."""
+
+    stage = "iterator"
+
+    def __init__(self, it: Any) -> None:
+        missing = [m for m in ("__next__", "get_state", "set_state") if not hasattr(it, m)]
+        if missing:
+            raise TypeError(
+                f"ThreadPrefetchDatasetIterator: parent {it!r} of type {type(it).__name__} "
+                f"lacks {missing}: prefetching needs an iterator whose position can be saved "
+                "and restored (get_state()/set_state(state)), such as iter(ds) of a dataset."
+            )
+        super().__init__()
+        self._it = it
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def get_state(self) -> Any:
+        return self._it.get_state()
+
+    def set_state(self, state: Any) -> None:  # the iterator's own state, of its own shape
+        self._it.set_state(state)
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+    def __repr__(self) -> str:
+        return repr(self._it)

@@ -31,7 +31,9 @@ class FilterIterDataset(IterDataset[T]):
         self._fn: Callable[[Any], bool] = as_filter_fn(predicate)
 
     def _as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
-        return parent.filter(self._fn)
+        moved = parent.filter(self._fn)
+        vars(moved)["_moved_from"] = repr(self)  # what errors name it by (`pipeline_pickle.py`)
+        return moved
 
     def _make_iterator(self) -> DatasetIterator[T]:
         return _FilterIterator(self._parent_iter(), self)

@@ -32,7 +32,9 @@ class MapIterDataset(IterDataset[Any]):
         self._fn: Callable[[Any], Any] = as_map_fn(transform, "map")
 
     def _as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
-        return parent.map(self._fn)
+        moved = parent.map(self._fn)
+        vars(moved)["_moved_from"] = repr(self)  # what errors name it by (`pipeline_pickle.py`)
+        return moved
 
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _MapIterator(self._parent_iter(), self._fn, self)

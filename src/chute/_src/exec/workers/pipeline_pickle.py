@@ -43,7 +43,10 @@ def dumps(obj: Any, stages: list[Any], what: str = "mp_prefetch: stage") -> byte
         return by_value.dumps(obj)
     except Exception as e:
         culprit = next((s for s in stages if not _picklable(pickler, s)), None)
-        where = f"{what} {culprit!r}" if culprit is not None else "the pipeline"
+        # A stage moved into the workers is named as the user wrote it (a MapIterDataset
+        # computed there as a MapMapDataset).
+        name = getattr(culprit, "_moved_from", None) or repr(culprit)
+        where = f"{what} {name}" if culprit is not None else "the pipeline"
         fix = (
             "define the functions it uses at module level (lambdas and local functions "
             "cannot be pickled by the standard pickle), or pip install cloudpickle"
@@ -52,7 +55,7 @@ def dumps(obj: Any, stages: list[Any], what: str = "mp_prefetch: stage") -> byte
             "not: open them lazily in the worker, e.g. in __setstate__)"
         )
         grain_words = (
-            f" (In Grain's words: Dataset: {culprit!r} cannot be pickled!)"
+            f" (In Grain's words: Dataset: {name} cannot be pickled!)"
             if culprit is not None
             else ""
         )
