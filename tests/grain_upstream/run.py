@@ -122,10 +122,6 @@ EXCLUDED: dict[str, str] = {
 # Applicable test methods that fail because chute deliberately differs from Grain
 # (`docs/grain_differences.md` gives each difference and its reason).
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "filter_test.py::FilterIterDatasetTest::test_filter_all_elements_raises": (
-        "raises the ValueError, but its message names the stage as chute describes it "
-        "('FilterIterDataset(transform=...)'), not by Grain's iterator repr"
-    ),
     "prefetch_test.py::PrefetchIterDatasetTest::test_dataset_and_iterator_types": (
         "iter(ds) gives chute's thread-guarded iterator (next from two threads at once "
         "raises), not the class of the stage's own iterator"
@@ -195,10 +191,8 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "batch_test.py::BatchMapDatasetTest::test_batch_after_filter_raises_error": "MapDataset.batch after a filter gives smaller batches, where Grain raises (docs/grain_differences.md)",
     "batch_test.py::BatchMapDatasetTest::test_batch_after_flatmap_raises_error": "MapDataset.batch after a FlatMapMapDataset (which leaves positions empty, as a filter) gives smaller batches, where Grain raises",
     "options_test.py::ReadOptionsTest::test_defaults": "ReadOptions defaults to chute.AUTOTUNE, not 16 threads and 500 elements (docs/grain_differences.md)",
-    "repeat_test.py::RepeatMapDatasetTest::test_random_transforms_across_epochs": "MapDataset.repeat has no reseed_each_epoch: every epoch draws anew (docs/grain_differences.md)",
     "tfrecord_dataset_test.py::TFRecordIterDatasetTest::test_nonexistent_tfrecord_file": "a missing file raises where the pipeline is built, not at the first read (docs/grain_differences.md)",
     "tfrecord_dataset_test.py::TFRecordIterDatasetTest::test_invalid_tfrecord_file": "a corrupt file raises where the pipeline is built (the index is read then), not at the first read (docs/grain_differences.md)",
-    "slice_test.py::SliceMapDatasetTest::test_init_raises_error_for_non_slice_object": "a slice argument of the wrong type raises TypeError, where Grain raises ValueError (docs/grain_differences.md)",
     "filter_test.py::FilterIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
     "prefetch_test.py::PrefetchIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
     "packing_test.py::FirstFitPackIterDatasetTest::test_nested_feature": "packers take a flat length_struct and name a nested key in a ValueError (docs/grain_differences.md)",

@@ -314,11 +314,15 @@ class MapDataset(_Node, Generic[T]):
 
         return ShuffleMapDataset(self, seed=seed)
 
-    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
-        """Repeats `num_epochs` times (forever with None)."""
+    def repeat(
+        self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> MapDataset[T]:
+        """Repeats `num_epochs` times (forever with None). Each epoch is shuffled and
+        drawn anew; with `reseed_each_epoch=False`, every epoch repeats the first one's
+        order and random draws."""
         from chute._src.ops.repeat import RepeatMapDataset
 
-        return RepeatMapDataset(self, num_epochs)
+        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def slice(self, sl: slice) -> MapDataset[T]:
         """The elements selected by `sl` (what `ds[a:b:c]` calls); `ds[k::n]` shards."""

@@ -14,7 +14,7 @@ from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.errors import add_stage_note
 from chute._src.core.iterator import DatasetIterator
-from chute._src.core.transforms import as_filter_fn, describe
+from chute._src.core.transforms import FilterTransform, as_filter_fn, describe
 from chute._src.ops.block_apply import failed_position
 from chute._src.ops.filter_check import CHECK_INTERVAL, SkipCounter
 
@@ -42,6 +42,12 @@ class FilterIterDataset(IterDataset[T]):
         return f"FilterIterDataset(transform={describe(self._fn)})"
 
 
+def _name(fn: Any) -> str:
+    """The filter as Grain names it in its warning: a `FilterTransform` by its class."""
+    owner = getattr(fn, "__self__", None)
+    return type(owner).__name__ if isinstance(owner, FilterTransform) else describe(fn)
+
+
 class _FilterIterator(DatasetIterator[T]):
     stage = "filter"
 
@@ -52,7 +58,7 @@ class _FilterIterator(DatasetIterator[T]):
         self._seen = 0  # elements tested, to name the failing one
         self._dropped = 0
         self._check_at = CHECK_INTERVAL  # when `_seen` reaches it, the counter looks
-        self._counter = SkipCounter(ds)
+        self._counter = SkipCounter(ds, shown=f"FilterDatasetIterator(transform={_name(ds._fn)})")
 
     def __next__(self) -> T:
         parent, fn = self._parent, self._fn

@@ -52,12 +52,15 @@ class SkipCounter:
         "_last_warning",
         "_raise_ratio",
         "_seen_at",
+        "_shown",
         "_stage",
         "_warn_ratio",
     )
 
-    def __init__(self, stage: object, label: str = "") -> None:
-        self._stage, self._label = stage, label  # named (repr) only when warning
+    def __init__(self, stage: object, label: str = "", shown: str | None = None) -> None:
+        # What the message names: `label` and the stage's repr (made only when warning),
+        # or `shown`.
+        self._stage, self._label, self._shown = stage, label, shown
         self._seen_at = self._dropped_at = 0  # the totals at the last look
         self._last_warning: float | None = None
         options = _options_of(stage)
@@ -75,7 +78,8 @@ class SkipCounter:
         ratio = (dropped - self._dropped_at) / window
         self._seen_at, self._dropped_at = seen, dropped
         message = (
-            f"Transformation {self._label}{self._stage!r} skipped {ratio * 100:.2f} % of the "
+            f"Transformation {self._shown or f'{self._label}{self._stage!r}'} skipped "
+            f"{ratio * 100:.2f} % of the "
             f"last seen {window} elements. Please check the filtering logic."
         )
         if self._raise_ratio is not None and ratio > self._raise_ratio:
