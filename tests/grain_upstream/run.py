@@ -195,8 +195,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "tfrecord_dataset_test.py::TFRecordIterDatasetTest::test_invalid_tfrecord_file": "a corrupt file raises where the pipeline is built (the index is read then), not at the first read (docs/grain_differences.md)",
     "filter_test.py::FilterIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
     "prefetch_test.py::PrefetchIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
-    "packing_test.py::FirstFitPackIterDatasetTest::test_nested_feature": "packers take a flat length_struct and name a nested key in a ValueError (docs/grain_differences.md)",
-    "packing_test.py::BestFitPackIterDatasetTest::test_nested_feature": "packers take a flat length_struct and name a nested key in a ValueError (docs/grain_differences.md)",
 }
 
 
