@@ -46,4 +46,4 @@ def test_a_nested_feature_that_is_not_meta_is_refused_when_iterating() -> None:
 def test_concat_then_split_still_takes_flat_features_only() -> None:
     source = chute.MapDataset.source(ELEMENTS).to_iter_dataset()
     with pytest.raises(ValueError, match=r"length_struct\['nested'\] = \{'inner': 10\}"):
-        chute.experimental.ConcatThenSplitIterDataset(source, length_struct=LENGTHS)
+        chute.experimental.ConcatThenSplitIterDataset(source, length_struct=LENGTHS)  # type: ignore[arg-type]
