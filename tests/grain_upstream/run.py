@@ -191,8 +191,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "batch_test.py::BatchMapDatasetTest::test_batch_after_filter_raises_error": "MapDataset.batch after a filter gives smaller batches, where Grain raises (docs/grain_differences.md)",
     "batch_test.py::BatchMapDatasetTest::test_batch_after_flatmap_raises_error": "MapDataset.batch after a FlatMapMapDataset (which leaves positions empty, as a filter) gives smaller batches, where Grain raises",
     "options_test.py::ReadOptionsTest::test_defaults": "ReadOptions defaults to chute.AUTOTUNE, not 16 threads and 500 elements (docs/grain_differences.md)",
-    "tfrecord_dataset_test.py::TFRecordIterDatasetTest::test_nonexistent_tfrecord_file": "a missing file raises where the pipeline is built, not at the first read (docs/grain_differences.md)",
-    "tfrecord_dataset_test.py::TFRecordIterDatasetTest::test_invalid_tfrecord_file": "a corrupt file raises where the pipeline is built (the index is read then), not at the first read (docs/grain_differences.md)",
     "filter_test.py::FilterIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
     "prefetch_test.py::PrefetchIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
 }
