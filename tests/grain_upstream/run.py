@@ -127,8 +127,9 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "raises), not the class of the stage's own iterator"
     ),
     "prefetch_test.py::PrefetchIterDatasetTest::test_filter_all_elements_raises": (
-        "raises the ValueError, but its message names the stage as chute describes it "
-        "('to_iter_dataset over FilterMapDataset(...)'), not by Grain's iterator repr"
+        "raises the ValueError, but the regex names the reader by its ReadOptions with "
+        "Grain's defaults (num_threads=16, prefetch_buffer_size=500); chute's are AUTOTUNE "
+        "(options_test.py's difference)"
     ),
     "process_prefetch_test.py::ProcessPrefetchIterDatasetTest::test_get_state_doesnt_start_prefetch": (
         "chute's workers start from a forkserver and never fork the user's process "
@@ -191,8 +192,11 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "batch_test.py::BatchMapDatasetTest::test_batch_after_filter_raises_error": "MapDataset.batch after a filter gives smaller batches, where Grain raises (docs/grain_differences.md)",
     "batch_test.py::BatchMapDatasetTest::test_batch_after_flatmap_raises_error": "MapDataset.batch after a FlatMapMapDataset (which leaves positions empty, as a filter) gives smaller batches, where Grain raises",
     "options_test.py::ReadOptionsTest::test_defaults": "ReadOptions defaults to chute.AUTOTUNE, not 16 threads and 500 elements (docs/grain_differences.md)",
-    "filter_test.py::FilterIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
-    "prefetch_test.py::PrefetchIterDatasetTest::test_filter_all_elements_warns": "the filter warning goes through `warnings`, not absl logging (docs/grain_differences.md)",
+    "prefetch_test.py::PrefetchIterDatasetTest::test_filter_all_elements_warns": (
+        "logs the warning, but the regex names the reader by its ReadOptions with Grain's "
+        "defaults (num_threads=16, prefetch_buffer_size=500); chute's are AUTOTUNE "
+        "(options_test.py's difference)"
+    ),
 }
 
 

@@ -1,8 +1,8 @@
 """The warning (and error) Grain gives when a filter drops nearly everything.
 
 Every 1000 elements a filter has tested (or `to_iter_dataset` has read past a MapDataset
-`filter`), the share it dropped is checked; at 90 % or more it warns, at most once a
-minute per iterator, in Grain's words. `DatasetOptions(filter_warn_threshold_ratio=...,
+`filter`), the share it dropped is checked; at 90 % or more it logs a warning (the
+"chute" logger, as Grain logs one), at most once a minute per iterator, in Grain's words. `DatasetOptions(filter_warn_threshold_ratio=...,
 filter_raise_threshold_ratio=...)` attached with `WithOptionsIterDataset` above the filter
 change the share that warns, and make a share above the raise threshold a ValueError, as
 in Grain; the options are those in force where the filter's iterator is made
@@ -11,8 +11,8 @@ in Grain; the options are those in force where the filter's iterator is made
 
 from __future__ import annotations
 
+import logging
 import time
-import warnings
 from typing import Any
 
 from chute._src.core.dataset_options import OPTIONS
@@ -43,7 +43,7 @@ def _options_of(stage: object) -> Any:
 
 
 class SkipCounter:
-    """Watches a filter's running totals; warns when it drops `WARN_RATIO` or more of the
+    """Watches a filter's running totals; logs a warning when it drops `WARN_RATIO` or more of the
     `CHECK_INTERVAL` (or more) elements seen since the last look."""
 
     __slots__ = (
@@ -96,8 +96,9 @@ class SkipCounter:
         ):
             return
         self._last_warning = now
-        warnings.warn(
-            f"{message} If this is intended, consider pre-filtering the input dataset before "
-            "training.",
-            stacklevel=4,
+        logging.getLogger("chute").warning(
+            "%s If this is intended, consider pre-filtering the input dataset before "
+            "training, or set DatasetOptions(filter_warn_threshold_ratio=None) with "
+            "WithOptionsIterDataset to turn this off.",
+            message,
         )
