@@ -175,12 +175,19 @@ def _odd(x: int) -> bool:
     return x % 2 == 1
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_mp_prefetch_accepts_sequential_slice_and_output_does_not_change(workers: int) -> None:
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_mp_prefetch_sequential_slice_gives_grains_order_of_contiguous_shares(
+    workers: int,
+) -> None:
+    """Without the flag the output is in index order for any worker count; with it, each of
+    `num_workers` takes a contiguous share and their outputs alternate, as in Grain."""
     ds = chute.MapDataset.range(40).shuffle(seed=3).to_iter_dataset()
     options = chute.MultiprocessingOptions(num_workers=workers)
     plain = list(ds.mp_prefetch(options))
-    assert list(ds.mp_prefetch(options, sequential_slice=True)) == plain == list(ds)
+    assert plain == list(ds)
+    shares = [x for pair in zip(plain[:20], plain[20:]) for x in pair]
+    expected = shares if workers == 2 else plain  # one share (or none): the whole
+    assert list(ds.mp_prefetch(options, sequential_slice=True)) == expected
     with pytest.raises(TypeError, match="sequential_slice"):
         ds.mp_prefetch(options, sequential_slice="yes")  # type: ignore[arg-type]
 

@@ -400,9 +400,10 @@ class IterDataset(_Node, Generic[T]):
         indices it computes; with `options.timeout_s` (default None: wait) the wait ends in
         a `WorkerTimeoutError` instead. A worker's exception is raised here with its
         traceback and element index.
-        `sequential_slice` is Grain's (workers read contiguous slices rather than strided
-        ones, which changes Grain's order); chute's workers always compute contiguous
-        chunks and the output is in index order, so it changes nothing here.
+        `sequential_slice=True` asks for Grain's order with that many workers: each reads a
+        contiguous share of the data and their outputs alternate (10 elements over 3
+        workers: 0, 4, 7, 1, 5, 8, 2, 6, 9, 3); the order then depends on
+        `options.num_workers`, and only on it.
         """
         from chute._src.exec.workers.stage import MultiprocessPrefetchIterDataset
 

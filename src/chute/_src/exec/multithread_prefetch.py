@@ -14,6 +14,7 @@ from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, rewrite
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.options import ReadOptions
+from chute._src.exec.sequential_slice import sequential_shares
 from chute._src.exec.thread_prefetch import ThreadPrefetchIterDataset, _ThreadPrefetchIterator
 
 T = TypeVar("T")
@@ -22,10 +23,10 @@ T = TypeVar("T")
 def multithread_prefetch(
     ds: IterDataset[T], num_threads: int, buffer_size: int, sequential_slice: bool = False
 ) -> IterDataset[T]:
-    """`ds` computed ahead on `num_threads` threads (0: `ds` itself).
-
-    `sequential_slice` is accepted and changes nothing: chute does not deal elements out
-    to threads, so their order never depends on it.
+    """`ds` computed ahead on `num_threads` threads (0: `ds` itself), in the same order
+    for any number of threads. With `sequential_slice=True` the order is Grain's for that
+    many threads: each reads a contiguous share of the data, and their outputs are taken
+    in turn (`sequential_slice.py`).
 
     >>> import chute
     >>> ds = chute.MapDataset.range(8).to_iter_dataset().map(lambda x: x * 2)
@@ -39,6 +40,13 @@ def multithread_prefetch(
             )
     if num_threads == 0:
         return ds
+    if not isinstance(sequential_slice, bool):
+        raise TypeError(
+            f"multithread_prefetch: sequential_slice={sequential_slice!r} is not a bool: pass "
+            "True or False."
+        )
+    if sequential_slice and num_threads > 1:
+        ds = sequential_shares(ds, num_threads, "multithread_prefetch")
     options = ReadOptions(
         num_threads=num_threads, prefetch_buffer_size=num_threads * max(1, buffer_size)
     )
