@@ -131,15 +131,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "Grain's defaults (num_threads=16, prefetch_buffer_size=500); chute's are AUTOTUNE "
         "(options_test.py's difference)"
     ),
-    "process_prefetch_test.py::ProcessPrefetchIterDatasetTest::test_get_state_doesnt_start_prefetch": (
-        "chute's workers start from a forkserver and never fork the user's process "
-        "(docs/design.md), so the pipeline is pickled: a multiprocessing.Condition in a "
-        "transform cannot go, where Grain's forked process inherits it"
-    ),
-    "map_test.py::RandomMapIterDatasetTest::test_random_map_data_with_transform_deterministic_with_seed": (
-        "random_map's numbers: chute keys each element's generator by (seed, index), not "
-        "Grain's RngPool (docs/grain_differences.md)"
-    ),
     "shuffle_test.py::WindowShuffleInterDatasetTest::test_checkpoint_restore_on_fresh_iterator": (
         "reads the 'window_index' key of Grain's iterator state; chute's states have their "
         "own format (the elements after restoring match, which the test checks first)"
@@ -171,22 +162,12 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "packing_test.py::BestFitPackIterDatasetTest::test_shuffle_seed_default": "shuffle order: chute permutes with its own keyed bijection (docs/grain_differences.md, 'The shuffle permutation differs'); here the packer's shuffle of its bins",
     "packing_test.py::FirstFitPackIterDatasetTest::test_pack_sequences_length_epoch_aware_shuffle_bins": "shuffle order: chute permutes with its own keyed bijection (docs/grain_differences.md, 'The shuffle permutation differs'); here the packer's shuffle of its bins",
     "packing_test.py::BestFitPackIterDatasetTest::test_pack_sequences_length_epoch_aware_shuffle_bins": "shuffle order: chute permutes with its own keyed bijection (docs/grain_differences.md, 'The shuffle permutation differs'); here the packer's shuffle of its bins",
-    "map_test.py::RandomMapMapDatasetTest::test_cross_version_determinism": "random_map's numbers: chute keys each element's generator by (seed, index), not Grain's RngPool (docs/grain_differences.md)",
     "data_loader_test.py::DataLoaderTest_0::test_data_loader_checkpointing_same_object": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
     "data_loader_test.py::DataLoaderTest_1::test_data_loader_checkpointing_same_object": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
     "data_loader_test.py::DataLoaderTest_2::test_data_loader_checkpointing_same_object": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
     "data_loader_test.py::DataLoaderTest_0::test_data_loader_checkpointing_object_reconstruction": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
     "data_loader_test.py::DataLoaderTest_1::test_data_loader_checkpointing_object_reconstruction": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
     "data_loader_test.py::DataLoaderTest_2::test_data_loader_checkpointing_object_reconstruction": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
-    "dataset_test.py::DatasetTest::test_prefetch_with_slice_source": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
-    "prefetch_test.py::MultithreadPrefetchTest::test_multiprocess_prefetch_sequential_slice_order_from_source": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md); sequential_slice is accepted and changes nothing",
-    "prefetch_test.py::MultithreadPrefetchTest::test_multiprocess_prefetch_sequential_slice_order_from_range": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md); sequential_slice is accepted and changes nothing",
-    "prefetch_test.py::MultithreadPrefetchTest::test_multiprocess_prefetch_sequential_slice_order_from_range_slice": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md); sequential_slice is accepted and changes nothing",
-    "prefetch_test.py::MultithreadPrefetchTest::test_multiprocess_prefetch_with_sequential_slice": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
-    "process_prefetch_test.py::MultiprocessingPrefetchTest::test_multiprocess_prefetch_sequential_slice_order_from_source": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md); sequential_slice is accepted and changes nothing",
-    "process_prefetch_test.py::MultiprocessingPrefetchTest::test_multiprocess_prefetch_sequential_slice_order_from_range": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md); sequential_slice is accepted and changes nothing",
-    "process_prefetch_test.py::MultiprocessingPrefetchTest::test_multiprocess_prefetch_sequential_slice_order_from_range_slice": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md); sequential_slice is accepted and changes nothing",
-    "process_prefetch_test.py::MultiprocessingPrefetchTest::test_multiprocess_prefetch_with_sequential_slice": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
     "prefetch_test.py::MultithreadPrefetchTest::test_fails_with_iter_source_multiple_workers": "mp_prefetch over a stream with no random-access part runs in this process with a warning, where Grain raises once its workers start (docs/grain_differences.md)",
     "process_prefetch_test.py::MultiprocessingPrefetchTest::test_fails_with_iter_source_multiple_workers": "mp_prefetch over a stream with no random-access part runs in this process with a warning (docs/grain_differences.md)",
     "batch_test.py::BatchMapDatasetTest::test_batch_after_filter_raises_error": "MapDataset.batch after a filter gives smaller batches, where Grain raises (docs/grain_differences.md)",
