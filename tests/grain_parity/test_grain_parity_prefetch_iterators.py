@@ -76,3 +76,30 @@ def test_the_reader_computes_ahead_while_the_consumer_holds_the_first_element() 
         time.sleep(0.01)
     assert source.count == 16  # all of it, without another call (before: 2)
     assert list(it) == list(range(1, 16))
+
+
+def test_without_prefetching_the_first_element_is_computed_alone() -> None:
+    """Grain computes one element per call with prefetch_buffer_size=0: chute computes
+    blocks, but the first holds one element, so an iterator dropped after a few elements
+    of a slow stage has not computed a block of them (Grain's test_no_mem_leak)."""
+    made: list[int] = []
+
+    def slow(x: int) -> int:
+        made.append(x)
+        time.sleep(0.02)
+        return x
+
+    ds = chute.MapDataset.range(100).map(slow)
+    it = iter(ds.to_iter_dataset(chute.ReadOptions(prefetch_buffer_size=0)))
+    assert next(it) == 0 and made == [0]
+    assert next(it) == 1 and len(made) == 2  # slow: the next block is one element too
+    seen: list[int] = []
+
+    def note(x: int) -> int:
+        seen.append(x)
+        return x
+
+    cheap = chute.MapDataset.range(1000).map(note)
+    fast = iter(cheap.to_iter_dataset(chute.ReadOptions(num_threads=0)))
+    assert [next(fast) for _ in range(20)] == list(range(20))
+    assert len(seen) > 20  # fast elements: the blocks after the first are larger
