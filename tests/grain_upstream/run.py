@@ -172,8 +172,8 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "data_loader_test.py::DataLoaderTest_0::test_data_loader_checkpointing_object_reconstruction": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
     "data_loader_test.py::DataLoaderTest_1::test_data_loader_checkpointing_object_reconstruction": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
     "data_loader_test.py::DataLoaderTest_2::test_data_loader_checkpointing_object_reconstruction": "worker-count independence: Grain's workers each take a slice and their outputs interleave, so its output changes with the worker count; chute's does not (docs/grain_differences.md)",
-    "prefetch_test.py::MultithreadPrefetchTest::test_fails_with_iter_source_multiple_workers": "mp_prefetch over a stream with no random-access part runs in this process with a warning, where Grain raises once its workers start (docs/grain_differences.md)",
-    "process_prefetch_test.py::MultiprocessingPrefetchTest::test_fails_with_iter_source_multiple_workers": "mp_prefetch over a stream with no random-access part runs in this process with a warning (docs/grain_differences.md)",
+    "prefetch_test.py::MultithreadPrefetchTest::test_fails_with_iter_source_multiple_workers": "worker-count independence: a stream with no random-access part runs (in one thread, with multithread_prefetch), where Grain raises because it cannot deal it out; every pipeline runs, the same, with any thread or worker count (docs/grain_differences.md)",
+    "process_prefetch_test.py::MultiprocessingPrefetchTest::test_fails_with_iter_source_multiple_workers": "worker-count independence: mp_prefetch over a stream with no random-access part runs in this process with a warning, where Grain raises; every pipeline runs, the same, with any worker count (docs/grain_differences.md)",
     "batch_test.py::BatchMapDatasetTest::test_batch_after_filter_raises_error": "MapDataset.batch after a filter gives smaller batches, where Grain raises (docs/grain_differences.md)",
     "batch_test.py::BatchMapDatasetTest::test_batch_after_flatmap_raises_error": "MapDataset.batch after a FlatMapMapDataset (which leaves positions empty, as a filter) gives smaller batches, where Grain raises",
     "options_test.py::ReadOptionsTest::test_defaults": "ReadOptions defaults to chute.AUTOTUNE, not 16 threads and 500 elements (docs/grain_differences.md)",
@@ -195,9 +195,9 @@ SLOW: dict[str, str] = {
     "workers": "a known difference (the stream runs in this process) that runs into the "
     "test timeout, 120 s",
     "prefetch_test.py::ThreadPrefetchIterDatasetTest::test_no_mem_leak": "a memory stress "
-    "test: 1000 iterators of 8 MB arrays, 90 s",
+    "test: 1000 iterators of 8 MB arrays, about 30 s",
     "prefetch_test.py::ThreadPrefetchIterDatasetTest::test_no_mem_leak_with_double_prefetch": (
-        "as test_no_mem_leak, with two prefetch stages: over 120 s each of its 2 cases"
+        "as test_no_mem_leak, with two prefetch stages: about 40 s each of its 2 cases"
     ),
 }
 
