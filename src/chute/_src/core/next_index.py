@@ -24,6 +24,8 @@ _ONE_FOR_ONE = ("map", "indexed_map", "limit", "batch")
 class NoNextIndexError(ValueError, NotImplementedError):
     """The iterator has no next index (a stage between cannot say which element comes
     next without reading): a `ValueError`, and Grain's `NotImplementedError`."""
+
+
 _BATCH_SIZE = re.compile(r"\bbatch_size=(\d+)")
 
 
