@@ -144,3 +144,11 @@ def test_a_user_stage_written_as_in_grain_gives_its_own_spec() -> None:
     ds = Pairs(chute.MapDataset.range(3).to_iter_dataset()).batch(2)
     leaf = SDS(shape=(None,), dtype=INT64)
     assert chute.experimental.get_element_spec(ds) == (leaf, leaf)
+
+
+def test_enable_shared_memory_output_is_accepted_and_changes_nothing() -> None:
+    ds = chute.MapDataset.range(10).to_iter_dataset().batch(4, drop_remainder=True)
+    before = [b.tolist() for b in ds]
+    ds.enable_shared_memory_output()  # type: ignore[attr-defined]
+    assert [b.tolist() for b in ds] == before
+    assert ds._element_spec == SDS(shape=(4,), dtype=INT64)
