@@ -20,6 +20,7 @@ from chute._src.exec.thread_prefetch import (
 from chute._src.frameworks.device_put import device_put as device_put
 from chute._src.frameworks.device_put import make_global_arrays as make_global_arrays
 from chute._src.frameworks.elastic import ElasticIterator as ElasticIterator
+from chute._src.frameworks.operations import PackAndBatchOperation as PackAndBatchOperation
 from chute._src.ops.apply import apply_transformations as apply_transformations
 from chute._src.ops.batch_and_pad import batch_and_pad as batch_and_pad
 from chute._src.ops.batch_by_tokens import BatchByTokensIterDataset as BatchByTokensIterDataset
@@ -83,6 +84,7 @@ __all__ = [
     "JsonlIterDataset",
     "LimitIterDataset",
     "MapWithIndexTransform",
+    "PackAndBatchOperation",
     "ParquetIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",

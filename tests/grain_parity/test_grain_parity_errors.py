@@ -98,3 +98,37 @@ def test_unpicklable_stage_named_in_grain_words() -> None:
         list(ds)
     notes = "".join(getattr(info.value, "__notes__", []))
     assert "Dataset: MapMapDataset(transform=_HoldsUnpicklable) cannot be pickled!" in notes
+
+
+def test_an_unpicklable_stage_moved_into_the_workers_is_named_as_written() -> None:
+    # The map runs in the workers as a MapDataset stage; the error names the user's stage.
+    ds = chute.MapDataset.range(3).to_iter_dataset().map(_HoldsUnpicklable())
+    ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1))
+    with pytest.raises(ValueError) as info:
+        list(ds)
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "Dataset: MapIterDataset(transform=_HoldsUnpicklable) cannot be pickled!" in notes
+    assert "stage MapIterDataset(transform=_HoldsUnpicklable) cannot be pickled" in notes
+
+
+def test_slice_of_something_not_a_slice() -> None:
+    for error in (TypeError, ValueError):  # Grain raises ValueError
+        with pytest.raises(error, match=r"sl is not a slice: <class 'int'>"):
+            chute.MapDataset.range(10).slice(5)  # type: ignore[arg-type]
+
+
+class _DropAll(chute.transforms.Filter):
+    def filter(self, element: int) -> bool:
+        return False
+
+
+def test_a_stream_filter_over_its_threshold_is_named_as_grain_names_it() -> None:
+    ds = chute.MapDataset.range(1000).to_iter_dataset().filter(_DropAll())
+    ds = chute.experimental.WithOptionsIterDataset(
+        ds, chute.experimental.DatasetOptions(filter_raise_threshold_ratio=0.999)
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^Transformation FilterDatasetIterator\(transform=_DropAll\) skipped 100\.00 %",
+    ):
+        list(ds)

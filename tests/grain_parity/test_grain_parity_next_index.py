@@ -53,3 +53,17 @@ def test_batch_after_a_filter_still_raises() -> None:
     ds = chute.MapDataset.range(10).to_iter_dataset().filter(lambda x: x % 2).batch(2)
     with pytest.raises(ValueError, match="stage 'filter'"):
         get_next_index(iter(ds))
+
+
+def test_no_next_index_is_grains_not_implemented_error() -> None:
+    ds = chute.MapDataset.range(10).to_iter_dataset().filter(lambda x: x % 2)
+    it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1)))
+    next(it)
+    with pytest.raises(NotImplementedError, match="stage 'filter'"):
+        chute.experimental.set_next_index(it, 3)
+    it.close()
+    filtered = chute.MapDataset.range(10).filter(lambda x: x % 2).to_iter_dataset()
+    it = iter(filtered.map_with_index(lambda i, x: x))
+    next(it)
+    with pytest.raises(NotImplementedError, match="cannot be moved without reading"):
+        chute.experimental.set_next_index(it, 5)

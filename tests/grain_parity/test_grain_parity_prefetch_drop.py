@@ -16,7 +16,6 @@ def _nothing_ever() -> chute.IterDataset[int]:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.filterwarnings("ignore:Transformation to_iter_dataset over")
 @pytest.mark.parametrize("sleep_s", [0, 0.5])
 def test_drop_after_start_prefetch(sleep_s: float) -> None:
     for ds in (

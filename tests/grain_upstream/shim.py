@@ -207,8 +207,10 @@ def _build_adapters() -> dict[str, dict[str, Any]]:
         return parent.batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     @add(f"{tr}.repeat", "RepeatMapDataset", ["chute:MapDataset"])
-    def _repeat_map(parent: Any, num_epochs: int | None = None) -> Any:
-        return parent.repeat(num_epochs)
+    def _repeat_map(
+        parent: Any, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> Any:
+        return parent.repeat(num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     @add(f"{tr}.shuffle", "ShuffleMapDataset", ["chute:MapDataset"])
     def _shuffle_map(parent: Any, seed: int | None = None) -> Any:

@@ -47,3 +47,34 @@ class ElementRngs:
         state["has_uint32"] = 0
         self._bitgen.state = state
         return self._gen
+
+
+class IndexRngs:
+    """Grain's generators for `random_map`: a Philox generator seeded with `seed` (numpy's
+    seeding of it), its counter set to `(0, 0, 0, index)` for the element at `index`, so
+    the draws are Grain's for the same seed and index.
+
+    Same interface as `ElementRngs` (keys are the indices themselves); the generator is
+    valid for one call only. Not thread-safe: make one per block/thread.
+    """
+
+    __slots__ = ("_bitgen", "_gen", "_key")
+
+    def __init__(self, seed: int) -> None:
+        self._bitgen = np.random.Philox(seed)
+        self._gen = np.random.Generator(self._bitgen)
+        self._key = self._bitgen.state["state"]["key"]
+
+    def for_indices(self, indices: np.ndarray) -> np.ndarray:
+        return indices
+
+    def rng(self, index: int) -> np.random.Generator:
+        self._bitgen.state = {
+            "bit_generator": "Philox",
+            "state": {"counter": np.array([0, 0, 0, index], dtype=np.uint64), "key": self._key},
+            "buffer": np.zeros(4, dtype=np.uint64),
+            "buffer_pos": 4,
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        return self._gen

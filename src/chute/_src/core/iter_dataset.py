@@ -18,7 +18,7 @@ from typing import (
 
 import numpy as np
 
-from chute._src.core import observe
+from chute._src.core import element_spec, observe, set_slice
 from chute._src.core.iterator import ThreadGuardedIterator
 from chute._src.core.node import _Node
 
@@ -52,6 +52,14 @@ class IterDataset(_Node, Generic[T]):
     >>> [b.tolist() for b in ds]
     [[1, 3], [5]]
     """
+
+    _slices_in_place: bool = False
+    """True for a dataset with Grain's `set_slice`, which changes it in place
+    (`core/set_slice.py`): the stages built on it are tracked, to refuse it after them."""
+
+    def __init__(self, parents: _Node | Sequence[_Node] = ()) -> None:
+        super().__init__(parents)
+        set_slice.note_parents(self, self._parents)
 
     def __iter__(self) -> DatasetIterator[T]:
         """A fresh iterator, positioned at the start, for one thread at a time."""
@@ -105,6 +113,17 @@ class IterDataset(_Node, Generic[T]):
 
     def __repr__(self) -> str:
         return type(self).__name__
+
+    _keeps_element_spec: bool = False
+    """True for a stage whose elements are its first parent's (a filter, shuffle, slice,
+    repeat, mix, ...): its element spec is that parent's (`core/element_spec.py`)."""
+
+    @property
+    def _element_spec(self) -> Any:
+        """Grain's element-spec inference: the shapes and dtypes of the elements, found
+        from the stages without reading (`core/element_spec.py`); raises as Grain's does
+        where this stage cannot infer them."""
+        return element_spec.inferred(self)
 
     @staticmethod
     def source(source: Iterable[U] | Callable[[], Iterable[U]]) -> IterDataset[U]:
@@ -381,9 +400,10 @@ class IterDataset(_Node, Generic[T]):
         indices it computes; with `options.timeout_s` (default None: wait) the wait ends in
         a `WorkerTimeoutError` instead. A worker's exception is raised here with its
         traceback and element index.
-        `sequential_slice` is Grain's (workers read contiguous slices rather than strided
-        ones, which changes Grain's order); chute's workers always compute contiguous
-        chunks and the output is in index order, so it changes nothing here.
+        `sequential_slice=True` asks for Grain's order with that many workers: each reads a
+        contiguous share of the data and their outputs alternate (10 elements over 3
+        workers: 0, 4, 7, 1, 5, 8, 2, 6, 9, 3); the order then depends on
+        `options.num_workers`, and only on it.
         """
         from chute._src.exec.workers.stage import MultiprocessPrefetchIterDataset
 

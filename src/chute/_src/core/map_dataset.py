@@ -19,6 +19,7 @@ from typing import (
 
 import numpy as np
 
+from chute._src.core import element_spec, set_slice
 from chute._src.core.node import _Node
 
 if TYPE_CHECKING:
@@ -62,6 +63,11 @@ class MapDataset(_Node, Generic[T]):
         super().__init__(parents)
         # True when some upstream stage may produce None (a filtered element).
         self._may_be_none: bool = any(p._may_be_none for p in self._parents)
+        set_slice.note_parents(self, self._parents)
+
+    _slices_in_place: bool = False
+    """True for a dataset with Grain's `set_slice`, which changes it in place
+    (`core/set_slice.py`): the stages built on it are tracked, to refuse it after them."""
 
     # -- what every node implements ----------------------------------------------------------
 
@@ -120,6 +126,17 @@ class MapDataset(_Node, Generic[T]):
 
     def __repr__(self) -> str:
         return type(self).__name__
+
+    _keeps_element_spec: bool = False
+    """True for a stage whose elements are its first parent's (a filter, shuffle, slice,
+    repeat, mix, ...): its element spec is that parent's (`core/element_spec.py`)."""
+
+    @property
+    def _element_spec(self) -> Any:
+        """Grain's element-spec inference: the shapes and dtypes of the elements, found
+        from the stages without reading (`core/element_spec.py`); raises as Grain's does
+        where this stage cannot infer them."""
+        return element_spec.inferred(self)
 
     # -- constructors ------------------------------------------------------------------------
 
@@ -297,11 +314,15 @@ class MapDataset(_Node, Generic[T]):
 
         return ShuffleMapDataset(self, seed=seed)
 
-    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
-        """Repeats `num_epochs` times (forever with None)."""
+    def repeat(
+        self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> MapDataset[T]:
+        """Repeats `num_epochs` times (forever with None). Each epoch is shuffled and
+        drawn anew; with `reseed_each_epoch=False`, every epoch repeats the first one's
+        order and random draws."""
         from chute._src.ops.repeat import RepeatMapDataset
 
-        return RepeatMapDataset(self, num_epochs)
+        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def slice(self, sl: slice) -> MapDataset[T]:
         """The elements selected by `sl` (what `ds[a:b:c]` calls); `ds[k::n]` shards."""

@@ -19,6 +19,13 @@ from chute._src.core.iterator import DatasetIterator
 from chute._src.core.state_checks import seal
 
 _ONE_FOR_ONE = ("map", "indexed_map", "limit", "batch")
+
+
+class NoNextIndexError(ValueError, NotImplementedError):
+    """The iterator has no next index (a stage between cannot say which element comes
+    next without reading): a `ValueError`, and Grain's `NotImplementedError`."""
+
+
 _BATCH_SIZE = re.compile(r"\bbatch_size=(\d+)")
 
 
@@ -51,7 +58,7 @@ def _reader_path(state: Any, where: str) -> list[dict[str, Any]]:
             break
         node = node["parent"]
     stage = path[-1].get("stage") if path else None
-    raise ValueError(
+    raise NoNextIndexError(
         f"{where}: the iterator's stage {stage!r} does not hand out one element per element "
         "of a MapDataset, so it has no next index: use it on the iterator of "
         "`ds.to_iter_dataset()` (with maps, prefetching, workers after it), or save and "
@@ -89,7 +96,7 @@ def set_next_index(ds_iter: DatasetIterator[Any], index: int) -> None:
         stage = node.get("stage")
         if stage == "indexed_map":
             if node.get("index") != now:
-                raise ValueError(
+                raise NoNextIndexError(
                     "set_next_index: a map_with_index/random_map above the reader has mapped "
                     f"{node.get('index')} elements of the first {now} (a filter on the "
                     "MapDataset skips some), so its index cannot be moved without reading: "

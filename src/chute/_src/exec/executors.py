@@ -37,6 +37,7 @@ from chute._src.exec import autotune, in_flight
 from chute._src.exec.threadpool import ComputePool
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
+_FIRST_BLOCK = 16  # the most the block after the first one-element block holds
 _FAST_BLOCK_S, _SLOW_BLOCK_S = 0.008, 0.05
 CHUNK_S = 0.01
 """A thread's chunk aims at about this much work: per-chunk costs (a batched source
@@ -133,19 +134,26 @@ def elements_before_failure(
 
 
 class InProcess(ChunkExecutor):
-    """Computes a block on the consumer's thread, sized to take 2 to 20 ms."""
+    """Computes a block on the consumer's thread, sized to take 2 to 20 ms. The first
+    block is one element, so that slow elements are not computed ahead of a consumer
+    that may never ask for them; after it, the block is what 8 ms of elements like it
+    take (at most 16), then doubles while fast and halves while slow."""
 
     def __init__(self, ds: Any) -> None:
         super().__init__(ds)
-        self._block = 16
+        self._block = 1
+        self._first = True
 
     def next_chunk(self, start: int) -> list[Any]:
         k = min(self._block, self.length - start)
         t0 = time.perf_counter()
         items, failed = getitems_exact(self.ds, start, k)
         dt = time.perf_counter() - t0
+        first, self._first = self._first, False
         if failed:
             self._block = 1
+        elif first:
+            self._block = max(1, min(_FIRST_BLOCK, int(_FAST_BLOCK_S / max(dt, 1e-9))))
         elif dt < _FAST_BLOCK_S and self._block < _MAX_BLOCK:
             self._block *= 2
         elif dt > _SLOW_BLOCK_S and self._block > _MIN_BLOCK:
@@ -238,21 +246,23 @@ class Threads(ChunkExecutor):
         queue = self._chunks <= self.queue_chunks
         return self._pool.submit(_timed_getitems, self.ds, idx, queue)
 
-    def _ahead_limit(self) -> int:
+    def _ahead_limit(self, max_bytes: int | None = None) -> int:
         """How many elements may be computed ahead: `prefetch_buffer_size`, and no more
-        than PREFETCH_BYTES of arrays once an element's size is known (500 batches of
-        images would be gigabytes)."""
+        than `max_bytes` (default: this executor's, PREFETCH_BYTES unless AUTOTUNE gave
+        more) of arrays once an element's size is known (500 batches of images would be
+        gigabytes)."""
         if self._element_bytes is None:
             # Until the first element arrives, compute only it: on a machine with fewer
             # cores than threads, 16 elements started at once would all finish late.
             return 1
         limit = self._buffer_size
         if self._element_bytes:
-            limit = min(limit, max(self._threads, int(self._max_bytes // self._element_bytes)))
+            cap = self._max_bytes if max_bytes is None else min(max_bytes, self._max_bytes)
+            limit = min(limit, max(self._threads, int(cap // self._element_bytes)))
         return max(1, limit)
 
-    def _top_up(self) -> None:
-        ahead = self._ahead_limit()
+    def _top_up(self, max_bytes: int | None = None) -> None:
+        ahead = self._ahead_limit(max_bytes)
         chunk = max(1, min(self._max_chunk, ahead // max(1, 2 * self._threads)))
         element_s = self.element_s or self._first_element_s
         if element_s:
@@ -282,6 +292,10 @@ class Threads(ChunkExecutor):
                     # Computing: its time sizes the chunks. Not when it mostly waited (a
                     # read's round trip): a chunk of many such reads waits about as long.
                     self._first_element_s = wall / len(items)
+                # The element size is known: compute ahead now, while the consumer works
+                # on this chunk (not only at its next call), PREFETCH_BYTES of arrays at
+                # most until it calls again.
+                self._top_up(PREFETCH_BYTES)
             elif items and wall > 0:
                 # Not the first: it holds start-up costs (opening files, loading a model).
                 # Its thread's CPU time, or the process's CPU time meanwhile shared by the

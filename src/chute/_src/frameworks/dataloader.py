@@ -14,9 +14,11 @@ from chute._src.core.iterator import DatasetIterator, concurrent_next_error, one
 from chute._src.core.options import MultiprocessingOptions, ReadOptions
 from chute._src.core.seeding import derive_seed
 from chute._src.core.state_checks import seal
+from chute._src.frameworks.operations import PackAndBatchOperation
 from chute._src.frameworks.samplers import IndexSampler
 from chute._src.frameworks.sharding import NoSharding, ShardOptions
 from chute._src.ops.apply import Kind, apply_transform, transform_kind
+from chute._src.ops.packing.pack_and_batch import PackAndBatchIterDataset
 
 
 class DataLoader:
@@ -129,6 +131,16 @@ class DataLoader:
         it: IterDataset[Any] | None = None
         filtered = False
         for position, op in enumerate(self._operations):
+            if isinstance(op, PackAndBatchOperation):  # packs the stream of records
+                if it is None:
+                    it = ds.to_iter_dataset(self._read_options)
+                it = PackAndBatchIterDataset(
+                    it,
+                    length_struct=op.length_struct,
+                    batch_size=op.batch_size,
+                    max_sequences_per_bin=op.max_sequences_per_bin,
+                )
+                continue
             kind = transform_kind(op)
             if kind is None:
                 if not callable(op):
@@ -251,7 +263,7 @@ def _bad_operation(op: Any, position: int) -> TypeError:
     return TypeError(
         f"DataLoader: operation {position}, {op!r} of type {type(op).__name__}, is not an "
         "operation: use a MapTransform, RandomMapTransform, FilterTransform, MapWithIndex, "
-        "FlatMapTransform, Batch or a plain function."
+        "FlatMapTransform, Batch, PackAndBatchOperation or a plain function."
     )
 
 

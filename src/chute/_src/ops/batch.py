@@ -12,6 +12,7 @@ import numpy as np
 
 from chute._src.core import tree
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
+from chute._src.core.element_spec import batch_spec
 from chute._src.core.errors import add_stage_note
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.transforms import as_batch_fn, check_batch_size, describe
@@ -81,6 +82,10 @@ class BatchMapDataset(MapDataset[Any]):
     def _fingerprint_params(self) -> str:
         return f"batch_size={self._size}, drop_remainder={self._drop}"
 
+    @property
+    def _element_spec(self) -> Any:
+        return batch_spec(self, self._size, self._drop, self._batch_fn, tree.stack)
+
 
 class BatchIterDataset(IterDataset[Any]):
     def __init__(
@@ -99,12 +104,22 @@ class BatchIterDataset(IterDataset[Any]):
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _BatchIterator(self._parent_iter(), self)
 
+    def enable_shared_memory_output(self) -> None:
+        """Grain's switch to stack batches into shared memory. chute always does where it
+        pays: a batch stacked in a worker process goes to the worker's shared-memory slab
+        when large (`core/outbuf.py`); in this process there is no one to share it with.
+        So there is nothing to switch on; the call is accepted."""
+
     def __repr__(self) -> str:
         extra = "" if self._batch_fn is tree.stack else f", batch_fn={describe(self._batch_fn)}"
         return f"BatchIterDataset(batch_size={self._size}, drop_remainder={self._drop}{extra})"
 
     def _fingerprint_params(self) -> str:
         return f"batch_size={self._size}, drop_remainder={self._drop}"
+
+    @property
+    def _element_spec(self) -> Any:
+        return batch_spec(self, self._size, self._drop, self._batch_fn, tree.stack)
 
 
 class _BatchIterator(DatasetIterator[Any]):

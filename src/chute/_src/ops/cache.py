@@ -166,6 +166,8 @@ class CacheMapDataset(MapDataset[T]):
     7
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(
         self,
         parent: MapDataset[T],
@@ -238,6 +240,8 @@ class CacheIterDataset(IterDataset[T]):
     >>> list(ds.cache().repeat(3)), len(calls)
     ([0, 1, 2, 0, 1, 2, 0, 1, 2], 3)
     """
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(self, parent: IterDataset[T]) -> None:
         super().__init__([parent])

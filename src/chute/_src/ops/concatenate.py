@@ -20,6 +20,8 @@ class ConcatenateMapDataset(MapDataset[Any]):
     ([0, 1, 2, 3, 4, 5, 6, 7], 1)
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(self, datasets: Sequence[MapDataset[Any]]) -> None:
         parents = check_parents(datasets, "MapDataset.concatenate")
         super().__init__(parents)

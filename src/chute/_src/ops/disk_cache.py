@@ -150,6 +150,8 @@ class DiskCacheIterDataset(IterDataset[T]):
     ([0, 2, 4, 0, 2, 4], 3)
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(
         self,
         parent: IterDataset[T],

@@ -79,6 +79,8 @@ class EvenBatchesIterDataset(IterDataset[Any]):
     [[[0, 2], [4, 6], [8]], [[1, 3], [5, 7], [0, 0]]]
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(
         self,
         parent: IterDataset[Any],

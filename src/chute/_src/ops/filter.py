@@ -14,7 +14,7 @@ from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.errors import add_stage_note
 from chute._src.core.iterator import DatasetIterator
-from chute._src.core.transforms import as_filter_fn, describe
+from chute._src.core.transforms import FilterTransform, as_filter_fn, describe
 from chute._src.ops.block_apply import failed_position
 from chute._src.ops.filter_check import CHECK_INTERVAL, SkipCounter
 
@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 
 class FilterIterDataset(IterDataset[T]):
+    _keeps_element_spec = True  # its elements are its first parent's
     _role = StageRole.ELEMENT_WISE
     _stage_name = "filter"  # what its iterator records in states
 
@@ -30,13 +31,21 @@ class FilterIterDataset(IterDataset[T]):
         self._fn: Callable[[Any], bool] = as_filter_fn(predicate)
 
     def _as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
-        return parent.filter(self._fn)
+        moved = parent.filter(self._fn)
+        vars(moved)["_moved_from"] = repr(self)  # what errors name it by (`pipeline_pickle.py`)
+        return moved
 
     def _make_iterator(self) -> DatasetIterator[T]:
         return _FilterIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:
         return f"FilterIterDataset(transform={describe(self._fn)})"
+
+
+def _name(fn: Any) -> str:
+    """The filter as Grain names it in its warning: a `FilterTransform` by its class."""
+    owner = getattr(fn, "__self__", None)
+    return type(owner).__name__ if isinstance(owner, FilterTransform) else describe(fn)
 
 
 class _FilterIterator(DatasetIterator[T]):
@@ -49,7 +58,7 @@ class _FilterIterator(DatasetIterator[T]):
         self._seen = 0  # elements tested, to name the failing one
         self._dropped = 0
         self._check_at = CHECK_INTERVAL  # when `_seen` reaches it, the counter looks
-        self._counter = SkipCounter(ds)
+        self._counter = SkipCounter(ds, shown=f"FilterDatasetIterator(transform={_name(ds._fn)})")
 
     def __next__(self) -> T:
         parent, fn = self._parent, self._fn
@@ -97,6 +106,8 @@ class _FilterIterator(DatasetIterator[T]):
 
 class FilterMapDataset(MapDataset[T]):
     """Element `i` is the parent's element `i` if `predicate` keeps it, else None."""
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(self, parent: MapDataset[T], predicate: Any) -> None:
         super().__init__([parent])

@@ -1,8 +1,8 @@
 """The warning (and error) Grain gives when a filter drops nearly everything.
 
 Every 1000 elements a filter has tested (or `to_iter_dataset` has read past a MapDataset
-`filter`), the share it dropped is checked; at 90 % or more it warns, at most once a
-minute per iterator, in Grain's words. `DatasetOptions(filter_warn_threshold_ratio=...,
+`filter`), the share it dropped is checked; at 90 % or more it logs a warning (the
+"chute" logger, as Grain logs one), at most once a minute per iterator, in Grain's words. `DatasetOptions(filter_warn_threshold_ratio=...,
 filter_raise_threshold_ratio=...)` attached with `WithOptionsIterDataset` above the filter
 change the share that warns, and make a share above the raise threshold a ValueError, as
 in Grain; the options are those in force where the filter's iterator is made
@@ -11,8 +11,8 @@ in Grain; the options are those in force where the filter's iterator is made
 
 from __future__ import annotations
 
+import logging
 import time
-import warnings
 from typing import Any
 
 from chute._src.core.dataset_options import OPTIONS
@@ -43,7 +43,7 @@ def _options_of(stage: object) -> Any:
 
 
 class SkipCounter:
-    """Watches a filter's running totals; warns when it drops `WARN_RATIO` or more of the
+    """Watches a filter's running totals; logs a warning when it drops `WARN_RATIO` or more of the
     `CHECK_INTERVAL` (or more) elements seen since the last look."""
 
     __slots__ = (
@@ -52,12 +52,15 @@ class SkipCounter:
         "_last_warning",
         "_raise_ratio",
         "_seen_at",
+        "_shown",
         "_stage",
         "_warn_ratio",
     )
 
-    def __init__(self, stage: object, label: str = "") -> None:
-        self._stage, self._label = stage, label  # named (repr) only when warning
+    def __init__(self, stage: object, label: str = "", shown: str | None = None) -> None:
+        # What the message names: `label` and the stage's repr (made only when warning),
+        # or `shown`.
+        self._stage, self._label, self._shown = stage, label, shown
         self._seen_at = self._dropped_at = 0  # the totals at the last look
         self._last_warning: float | None = None
         options = _options_of(stage)
@@ -75,7 +78,8 @@ class SkipCounter:
         ratio = (dropped - self._dropped_at) / window
         self._seen_at, self._dropped_at = seen, dropped
         message = (
-            f"Transformation {self._label}{self._stage!r} skipped {ratio * 100:.2f} % of the "
+            f"Transformation {self._shown or f'{self._label}{self._stage!r}'} skipped "
+            f"{ratio * 100:.2f} % of the "
             f"last seen {window} elements. Please check the filtering logic."
         )
         if self._raise_ratio is not None and ratio > self._raise_ratio:
@@ -92,8 +96,9 @@ class SkipCounter:
         ):
             return
         self._last_warning = now
-        warnings.warn(
-            f"{message} If this is intended, consider pre-filtering the input dataset before "
-            "training.",
-            stacklevel=4,
+        logging.getLogger("chute").warning(
+            "%s If this is intended, consider pre-filtering the input dataset before "
+            "training, or set DatasetOptions(filter_warn_threshold_ratio=None) with "
+            "WithOptionsIterDataset to turn this off.",
+            message,
         )

@@ -35,6 +35,7 @@ from chute._src.core.iterator import (
     check_state,
     walk_iterators,
 )
+from chute._src.core.set_slice import SetSliceError, check_unbuilt, reset_memos
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE, Autotune
 from chute._src.exec.threadpool import ComputePool
@@ -59,6 +60,8 @@ class InterleaveIterDataset(IterDataset[Any]):
     >>> list(ds)
     [0, 10, 1, 11, 2, 12, 20, 30, 21, 31, 22, 32]
     """
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(
         self,
@@ -109,6 +112,30 @@ class InterleaveIterDataset(IterDataset[Any]):
         self._threads = default if parallelism is None or parallelism is AUTOTUNE else parallelism
 
     _reads_shards = True  # each input is one shard, read whole: see `core/contract.py`
+    _slices_in_place = True
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Grain's hook: from now on, interleave only `datasets[sl]` of the ones it has
+        (`core/set_slice.py`); only before stages are built on it. chute's workers never
+        need it: `mp_prefetch` reads each input in a worker process by itself.
+
+        >>> import chute
+        >>> files = [chute.MapDataset.range(10 * i, 10 * i + 2) for i in range(4)]
+        >>> ds = InterleaveIterDataset(files, cycle_length=2)
+        >>> ds.set_slice(slice(1, 3))
+        >>> list(ds)
+        [10, 20, 11, 21]
+        """
+        del sequential_slice  # as Grain's: `datasets[sl]` whatever it says
+        check_unbuilt(self, f"{type(self).__name__}.set_slice")
+        if not isinstance(sl, slice):
+            raise SetSliceError(
+                f"{type(self).__name__}.set_slice: sl={sl!r} is not a slice: pass one, "
+                "e.g. slice(0, 2) for the first two inputs."
+            )
+        self._parents = self._parents[sl]
+        self._cycle = max(1, min(self._cycle, len(self._parents)))
+        reset_memos(self)
 
     @property
     def parallelism(self) -> int | Autotune:

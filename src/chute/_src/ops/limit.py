@@ -19,6 +19,8 @@ class LimitIterDataset(IterDataset[T]):
     [0, 1, 2]
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(self, parent: IterDataset[T], count: int) -> None:
         super().__init__([parent])
         self._count = check_count(count, "count", "limit", allow_none=False) or 0

@@ -13,12 +13,13 @@ import numpy as np
 
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
+from chute._src.core.element_spec import transform_output_spec
 from chute._src.core.errors import add_stage_note
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, int_at
 from chute._src.core.transforms import as_map_fn, as_map_with_index_fn, describe
 
 if TYPE_CHECKING:  # imports numpy.random, which a plain map does not need
-    from chute._src.core.element_rngs import ElementRngs
+    from chute._src.core.element_rngs import ElementRngs, IndexRngs
 from chute._src.ops.block_apply import failed_position
 
 
@@ -31,13 +32,19 @@ class MapIterDataset(IterDataset[Any]):
         self._fn: Callable[[Any], Any] = as_map_fn(transform, "map")
 
     def _as_map_stage(self, parent: MapDataset[Any]) -> MapDataset[Any]:
-        return parent.map(self._fn)
+        moved = parent.map(self._fn)
+        vars(moved)["_moved_from"] = repr(self)  # what errors name it by (`pipeline_pickle.py`)
+        return moved
 
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _MapIterator(self._parent_iter(), self._fn, self)
 
     def __repr__(self) -> str:
         return f"MapIterDataset(transform={describe(self._fn)})"
+
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)
 
 
 class _MapIterator(DatasetIterator[Any]):
@@ -89,6 +96,10 @@ class MapWithIndexIterDataset(IterDataset[Any]):
     def __repr__(self) -> str:
         return f"MapWithIndexIterDataset(transform={describe(self._fn)})"
 
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)
+
 
 class IndexedIterator(DatasetIterator[Any]):
     """Counts the elements it has mapped: the index of map_with_index, the key of random_map."""
@@ -100,7 +111,7 @@ class IndexedIterator(DatasetIterator[Any]):
         parent: DatasetIterator[Any],
         ds: IterDataset[Any],
         fn: Callable[..., Any],
-        rngs: ElementRngs | None,
+        rngs: ElementRngs | IndexRngs | None,
     ) -> None:
         """`fn(index, element)` with no `rngs` (map_with_index), else `fn(element, rng)`."""
         super().__init__(parent)
@@ -179,6 +190,10 @@ class MapMapDataset(MapDataset[Any]):
     def __repr__(self) -> str:
         return f"MapMapDataset(transform={describe(self._fn)})"
 
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)
+
 
 class MapWithIndexMapDataset(MapDataset[Any]):
     """Applies `fn(index, element)`; the index counts epochs too (`i + epoch * len`)."""
@@ -202,3 +217,7 @@ class MapWithIndexMapDataset(MapDataset[Any]):
 
     def __repr__(self) -> str:
         return f"MapWithIndexMapDataset(transform={describe(self._fn)})"
+
+    @property
+    def _element_spec(self) -> Any:
+        return transform_output_spec(self, self._fn)

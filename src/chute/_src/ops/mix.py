@@ -43,7 +43,7 @@ from chute._src.core.iterator import (
     walk_iterators,
 )
 from chute._src.core.transforms import describe
-from chute._src.ops.mixing import Schedule, Weights, int_proportions
+from chute._src.ops.mixing import Schedule, Weights, grain_proportions, int_proportions
 
 
 class MixedIterDataset(IterDataset[Any]):
@@ -58,6 +58,8 @@ class MixedIterDataset(IterDataset[Any]):
     >>> list(chute.IterDataset.mix({"a": a, "b": b}, {"a": 2, "b": 1}))
     [0, 1, 7, 2, 3, 8, 4]
     """
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(
         self,
@@ -333,6 +335,8 @@ class MixedMapDataset(MapDataset[Any]):
     10
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(
         self,
         datasets: Sequence[MapDataset[Any]],
@@ -352,6 +356,8 @@ class MixedMapDataset(MapDataset[Any]):
             return
         props = int_proportions(weights, len(parents), "MapDataset.mix")
         self._schedule = Schedule(props, "MapDataset.mix")
+        # Grain's proportions before the gcd, which its repr shows.
+        self._shown = tuple(grain_proportions(weights) if weights is not None else props)
         total = sum(props)
         lengths = [len(p) for p in parents]
         self._check_nonempty(lengths, parents)
@@ -390,7 +396,12 @@ class MixedMapDataset(MapDataset[Any]):
         if self._dynamic is not None:
             w = self._dynamic.weights
             return f"MixedMapDataset(weights={w.fn!r}, step_size={w.step_size})"
-        return f"MixedMapDataset(proportions={list(self._schedule.proportions)})"
+        # Grain's words: the lengths of the inputs, and its selection map.
+        return (
+            f"MixedMapDataset(parent_lengths={[len(p) for p in self._parents]}, "
+            f"selection_map=SelectionWithProportionsMap(proportions={self._shown}, "
+            f"length={self._len}))"
+        )
 
     def _fingerprint_params(self) -> str:
         if self._dynamic is not None:
@@ -484,6 +495,8 @@ class SelectFromDatasetsMapDataset(MapDataset[Any]):
     >>> list(ds)
     [10, 2, 11]
     """
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(self, datasets: Sequence[MapDataset[Any]], selection_map: Any) -> None:
         parents = check_parents(datasets, "MapDataset.select_from_datasets")

@@ -35,13 +35,18 @@ def int_proportions(weights: Sequence[Any] | None, n: int, where: str) -> list[i
                 f"{where}: weight {w!r} is invalid: weights must be positive numbers; drop "
                 "a dataset rather than giving it weight 0."
             )
-    # Grain's scaling, float arithmetic and truncation included: the smallest weight becomes
-    # 100. Weights 0.7 and 0.3 are thus 233 and 100 (not 7 and 3), which decides the
-    # mixture's length and order; dividing by the gcd changes neither, only the period.
-    scale = 100 / min(ws)
-    ints = [int(w * scale) for w in ws]
+    ints = grain_proportions(ws)
     divisor = math.gcd(*ints)
     return [i // divisor for i in ints]
+
+
+def grain_proportions(weights: Sequence[Any]) -> list[int]:
+    """Grain's integer proportions of valid `weights`, before the gcd: scaled so that the
+    smallest is 100, float arithmetic and truncation included. Weights 0.7 and 0.3 are
+    thus 233 and 100 (not 7 and 3), which decides the mixture's length and order;
+    dividing by the gcd changes neither, only the period."""
+    scale = 100 / min(weights)
+    return [int(w * scale) for w in weights]
 
 
 class Schedule:

@@ -39,6 +39,32 @@ class PadStack:
     def __repr__(self) -> str:
         return f"PadStack(pad_value={self._pad!r}, padding_struct={self._lengths!r})"
 
+    def output_spec(self, input_spec: Any, batch_size: int, drop_remainder: bool) -> Any:
+        """The spec of its batches (Grain's `BatchFn` protocol): a leading axis of
+        `batch_size` (None unless `drop_remainder`); an array leaf's first axis is the
+        fixed length of `padding_struct` where it gives one. Other axes are the input's
+        (padding to the longest keeps a known length; an unknown one stays None)."""
+        from chute._src.core.element_spec import ShapeDtypeStruct
+
+        size = batch_size if drop_remainder else None
+        return self._spec(input_spec, self._lengths, size, ShapeDtypeStruct)
+
+    def _spec(self, spec: Any, length: Any, size: int | None, make: Any) -> Any:
+        if isinstance(spec, dict):
+            return type(spec)(
+                (k, self._spec(v, _sub(length, k), size, make)) for k, v in spec.items()
+            )
+        if isinstance(spec, list | tuple) and not hasattr(spec, "_fields"):
+            return type(spec)(
+                self._spec(v, _sub(length, i), size, make) for i, v in enumerate(spec)
+            )
+        if spec is None:
+            return None
+        shape = tuple(spec.shape)
+        if isinstance(length, int) and shape:
+            shape = (length, *shape[1:])
+        return make(shape=(size, *shape), dtype=spec.dtype)
+
     def _stack(self, elements: list[Any], length: Any, pad: Any, path: str) -> Any:
         first = elements[0]
         if isinstance(first, dict):

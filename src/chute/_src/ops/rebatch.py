@@ -8,6 +8,7 @@ import numpy as np
 
 from chute._src.core import tree
 from chute._src.core.dataset import IterDataset
+from chute._src.core.element_spec import map_specs, parent_spec
 from chute._src.core.iterator import MAX_POSITION, DatasetIterator
 from chute._src.core.transforms import check_batch_size
 from chute._src.ops.packing.common import (
@@ -45,6 +46,14 @@ class RebatchIterDataset(IterDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"batch_size={self._size}, drop_remainder={self._drop}"
+
+    @property
+    def _element_spec(self) -> Any:
+        # As Grain: every leaf's leading (batch) axis becomes `batch_size`.
+        return map_specs(
+            lambda x: type(x)(shape=(self._size, *x.shape[1:]), dtype=x.dtype),
+            parent_spec(self._parents[0]),
+        )
 
 
 def _rows(batch: Any, index: int) -> int:

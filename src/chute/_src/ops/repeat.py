@@ -34,6 +34,8 @@ class RepeatIterDataset(IterDataset[T]):
     [0, 1, 2, 0, 1, 2]
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(self, parent: IterDataset[T], num_epochs: int | None = None) -> None:
         super().__init__([parent])
         self._epochs = check_count(num_epochs, "num_epochs", "repeat")
@@ -110,8 +112,19 @@ class _RepeatIterator(DatasetIterator[T]):
 class RepeatMapDataset(MapDataset[T]):
     """Extends the index space; the parent reads index `i` as epoch `i // len(parent)`."""
 
-    def __init__(self, parent: MapDataset[T], num_epochs: int | None = None) -> None:
+    _keeps_element_spec = True  # its elements are its first parent's
+
+    def __init__(
+        self,
+        parent: MapDataset[T],
+        num_epochs: int | None = None,
+        *,
+        reseed_each_epoch: bool = True,
+    ) -> None:
         super().__init__([parent])
+        # False: every epoch reads the first epoch's positions, so shuffles and random maps
+        # before the repeat give the same order and draws each epoch (Grain's option).
+        self._reseed = bool(reseed_each_epoch)
         if num_epochs is not None and (
             isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs <= 0
         ):
@@ -135,10 +148,18 @@ class RepeatMapDataset(MapDataset[T]):
         return self._len
 
     def _getitems(self, indices: np.ndarray) -> list[T | None]:
+        if not self._reseed:
+            n = len(self._parents[0])
+            if n and indices.size and int(indices.max()) >= n:
+                indices = indices % n
         return self._parents[0]._getitems(indices)
 
     def __repr__(self) -> str:
+        if not self._reseed:
+            return f"RepeatMapDataset(num_epochs={self._num_epochs}, reseed_each_epoch=False)"
         return f"RepeatMapDataset(num_epochs={self._num_epochs})"
 
     def _fingerprint_params(self) -> str:
+        if not self._reseed:
+            return f"num_epochs={self._num_epochs}, reseed_each_epoch=False"
         return f"num_epochs={self._num_epochs}"

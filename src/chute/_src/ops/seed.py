@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._src.core import contract
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator
@@ -21,6 +22,7 @@ class SeedMapDataset(MapDataset[T]):
     """Passes elements through; only changes the seed its descendants inherit."""
 
     _role = StageRole.PASS_THROUGH
+    _sets_seed = True
 
     def __init__(self, parent: MapDataset[T], seed: int) -> None:
         super().__init__([parent])
@@ -43,6 +45,7 @@ class SeedIterDataset(IterDataset[T]):
     """Passes elements through; only changes the seed its descendants inherit."""
 
     _role = StageRole.PASS_THROUGH
+    _sets_seed = True
 
     def __init__(self, parent: IterDataset[T], seed: int) -> None:
         super().__init__([parent])
@@ -53,3 +56,30 @@ class SeedIterDataset(IterDataset[T]):
 
     def __repr__(self) -> str:
         return f"SeedIterDataset(seed={self._pipeline_seed})"
+
+
+def grain_default_seed(ds: MapDataset[Any] | IterDataset[Any]) -> int | None:
+    """The seed Grain gives a random stage without one of its own: the seeds set upstream
+    (`ds.seed(s)`), each with its distance from `ds`, found breadth first without looking
+    past a seed, hashed by numpy's `SeedSequence` (None: no seed upstream)."""
+    found: list[int] = []
+    to_visit: list[tuple[Any, int]] = [(p, 1) for p in _user_parents(ds)]
+    while to_visit:
+        node, depth = to_visit.pop(0)
+        if getattr(node, "_sets_seed", False):
+            found += (node._pipeline_seed, depth)
+        else:
+            to_visit += [(p, depth + 1) for p in _user_parents(node)]
+    if not found:
+        return None
+    return int(np.random.SeedSequence(found).generate_state(1, dtype=np.uint32)[0])
+
+
+def _user_parents(node: Any) -> list[Any]:
+    """`node`'s parents as the user built them: a stage chute inserted (a timing wrapper,
+    a stand-in for a stage moved into workers) is replaced by its own parents, so that
+    it changes no distance."""
+    out: list[Any] = []
+    for p in node.parents:
+        out += _user_parents(p) if contract.is_internal(p) else [p]
+    return out

@@ -22,6 +22,8 @@ class ShuffleMapDataset(MapDataset[T]):
     user gave it (`seeding.seed_param`).
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(self, parent: MapDataset[T], *, seed: int | None = None) -> None:
         super().__init__([parent])
         if len(parent) >= INFINITE:

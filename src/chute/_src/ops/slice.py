@@ -11,15 +11,23 @@ from chute._src.core.dataset import INFINITE, MapDataset
 T = TypeVar("T")
 
 
+class NotASliceError(TypeError, ValueError):
+    """`MapDataset.slice` given something that is not a slice: a value of the wrong type
+    (`TypeError`), and Grain's `ValueError`."""
+
+
 class SliceMapDataset(MapDataset[T]):
     """Element `j` of epoch `e` is parent element `start + j * step` of epoch `e`."""
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(self, parent: MapDataset[T], sl: slice) -> None:
         super().__init__([parent])
         if not isinstance(sl, slice):
-            raise TypeError(
+            raise NotASliceError(
                 f"slice got {sl!r} of type {type(sl).__name__}: pass a slice object, "
-                "e.g. ds.slice(slice(0, 100)) or ds[0:100]."
+                "e.g. ds.slice(slice(0, 100)) or ds[0:100]. (In Grain's words: sl is not a "
+                f"slice: {type(sl)})"
             )
         if sl.step == 0:
             raise ValueError(

@@ -9,7 +9,9 @@ import numpy as np
 from chute._src.core.contract import StageRole
 from chute._src.core.data_source import getitems
 from chute._src.core.dataset import MapDataset
+from chute._src.core.element_spec import ShapeDtypeStruct
 from chute._src.core.errors import add_stage_note
+from chute._src.core.set_slice import SlicedSource, check_unbuilt, contiguous_share, reset_memos
 
 SHARE_LISTS_FROM = 10_000
 """List and tuple sources at least this long are shared with workers, not copied."""
@@ -40,6 +42,27 @@ class SourceMapDataset(MapDataset[Any]):
     def data_source(self) -> Any:
         """The source object this stage reads (Grain's name)."""
         return self._source
+
+    _slices_in_place = True
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Grain's hook: from now on, read only the contiguous share `sl.start` of
+        `sl.step` of the source it was made with (`core/set_slice.py`); only before stages
+        are built on it. chute's workers never need it: they compute chunks of one order.
+
+        >>> import chute
+        >>> ds = chute.MapDataset.source(list(range(10)))
+        >>> ds.set_slice(slice(1, None, 3), sequential_slice=True)
+        >>> list(ds)
+        [4, 5, 6]
+        """
+        where = "SourceMapDataset.set_slice"
+        check_unbuilt(self, where)
+        whole = self.__dict__.setdefault("_unsliced", self._source)
+        start, end = contiguous_share(len(whole), sl, sequential_slice, where)
+        self._source = SlicedSource(whole, start, end)
+        self._len = end - start
+        reset_memos(self)
 
     @property
     def _data_source(self) -> object | None:  # type: ignore[override]
@@ -109,6 +132,25 @@ class RangeMapDataset(MapDataset[int]):
     def __len__(self) -> int:
         return len(self._range)
 
+    _slices_in_place = True
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Grain's hook: from now on, the contiguous share `sl.start` of `sl.step` of the
+        range it was made with (`core/set_slice.py`); only before stages are built on it.
+
+        >>> import chute
+        >>> ds = chute.MapDataset.range(10)
+        >>> ds.set_slice(slice(0, None, 3), sequential_slice=True)
+        >>> list(ds)
+        [0, 1, 2, 3]
+        """
+        where = "RangeMapDataset.set_slice"
+        check_unbuilt(self, where)
+        whole = self.__dict__.setdefault("_unsliced", self._range)
+        start, end = contiguous_share(len(whole), sl, sequential_slice, where)
+        self._range = whole[start:end]
+        reset_memos(self)
+
     def _getitems(self, indices: np.ndarray) -> list[int | None]:
         r = self._range
         n = len(r)
@@ -125,3 +167,7 @@ class RangeMapDataset(MapDataset[int]):
     def _fingerprint_params(self) -> str:
         r = self._range
         return f"start={r.start}, stop={r.stop}, step={r.step}"
+
+    @property
+    def _element_spec(self) -> Any:
+        return ShapeDtypeStruct(shape=(), dtype=np.dtype(np.int64))

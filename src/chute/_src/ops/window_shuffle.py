@@ -45,6 +45,8 @@ class WindowShuffleIterDataset(IterDataset[T]):
     ([0, 1, 2, 3], [4, 5, 6, 7])
     """
 
+    _keeps_element_spec = True  # its elements are its first parent's
+
     def __init__(self, parent: IterDataset[T], *, window_size: int, seed: int | None = None):
         super().__init__([parent])
         self._w = check_window(window_size, "WindowShuffleIterDataset")
@@ -168,6 +170,8 @@ class WindowShuffleMapDataset(MapDataset[T]):
     >>> sorted(out[:4]), sorted(out[4:])
     ([0, 1, 2, 3], [4, 5, 6, 7])
     """
+
+    _keeps_element_spec = True  # its elements are its first parent's
 
     def __init__(self, parent: MapDataset[T], *, window_size: int, seed: int | None = None):
         super().__init__([parent])

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.core.dataset import IterDataset, MapDataset
+from chute._src.core.element_spec import parent_spec
 from chute._src.core.iterator import DatasetIterator
 from chute._src.ops.mix import check_parents
 
@@ -46,6 +47,10 @@ class ZipIterDataset(IterDataset[tuple[Any, ...]]):
 
     def __repr__(self) -> str:
         return f"ZipIterDataset({len(self._parents)} parents, strict={self._strict})"
+
+    @property
+    def _element_spec(self) -> Any:
+        return tuple(parent_spec(p) for p in self._parents)
 
 
 def _strict_error(i: int, why: str) -> ValueError:
@@ -131,3 +136,7 @@ class ZipMapDataset(MapDataset[tuple[Any, ...]]):
 
     def __repr__(self) -> str:
         return f"ZipMapDataset({len(self._parents)} parents)"
+
+    @property
+    def _element_spec(self) -> Any:
+        return tuple(parent_spec(p) for p in self._parents)

@@ -21,6 +21,8 @@ from typing import Any
 
 import cloudpickle
 
+from chute._src.exec.mp.sync_objects import REDUCERS
+
 __all__ = ["dumps"]
 
 _DYNAMIC = "<dynamic-code>"
@@ -36,7 +38,9 @@ def _reduce_code_keeping_its_file(code: types.CodeType) -> Any:
 
 class _Pickler(cloudpickle.Pickler):
     dispatch_table = ChainMap(
-        {types.CodeType: _reduce_code_keeping_its_file}, cloudpickle.Pickler.dispatch_table
+        {types.CodeType: _reduce_code_keeping_its_file},
+        REDUCERS,  # multiprocessing locks and events of a spawn/forkserver context
+        cloudpickle.Pickler.dispatch_table,
     )
 
 

@@ -13,10 +13,14 @@ workers are forked from can import them once for all of them.
 
 from __future__ import annotations
 
+import copyreg
+import io
 import pickle
 import sys
 import types
 from typing import Any
+
+from chute._src.exec.mp.sync_objects import REDUCERS
 
 # How much of a pipeline's pickle `referenced_modules` writes before it stops: the classes
 # and functions come with the stages, a source's data (a long list) after them.
@@ -31,28 +35,45 @@ def _pickler() -> Any:
     return cloudpickle
 
 
+class _PlainPickler(pickle.Pickler):
+    """The standard pickler (no cloudpickle), with `sync_objects.REDUCERS`."""
+
+    dispatch_table = {**copyreg.dispatch_table, **REDUCERS}
+
+
+def _plain_dumps(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    _PlainPickler(buffer, protocol=5).dump(obj)
+    return buffer.getvalue()
+
+
 def dumps(obj: Any, stages: list[Any], what: str = "mp_prefetch: stage") -> bytes:
     """Pickles `obj`; on failure adds a note to the pickler's exception naming the first
     of `stages` (sources first) that fails."""
     pickler = _pickler()
     try:
         if pickler is pickle:
-            return pickle.dumps(obj, protocol=5)
+            return _plain_dumps(obj)
         from chute._src.exec.mp import by_value  # keeps each function's file name
 
         return by_value.dumps(obj)
     except Exception as e:
         culprit = next((s for s in stages if not _picklable(pickler, s)), None)
-        where = f"{what} {culprit!r}" if culprit is not None else "the pipeline"
+        # A stage moved into the workers is named as the user wrote it (a MapIterDataset
+        # computed there as a MapMapDataset).
+        name = getattr(culprit, "_moved_from", None) or repr(culprit)
+        where = f"{what} {name}" if culprit is not None else "the pipeline"
         fix = (
             "define the functions it uses at module level (lambdas and local functions "
             "cannot be pickled by the standard pickle), or pip install cloudpickle"
             if pickler is pickle
-            else "make the objects it holds picklable (open files, locks and sockets are "
-            "not: open them lazily in the worker, e.g. in __setstate__)"
+            else "make the objects it holds picklable (open files, sockets, multiprocessing "
+            "queues and the locks of its default 'fork' context are not: open them lazily "
+            "in the worker, e.g. in __setstate__, or take locks and events from "
+            "multiprocessing.get_context('spawn'))"
         )
         grain_words = (
-            f" (In Grain's words: Dataset: {culprit!r} cannot be pickled!)"
+            f" (In Grain's words: Dataset: {name} cannot be pickled!)"
             if culprit is not None
             else ""
         )
@@ -69,7 +90,12 @@ def loads(data: bytes) -> Any:
 
 def _picklable(pickler: Any, obj: Any) -> bool:
     try:
-        pickler.dumps(obj, protocol=5)
+        if pickler is pickle:
+            _plain_dumps(obj)
+        else:
+            from chute._src.exec.mp import by_value
+
+            by_value.dumps(obj)
     except Exception:
         return False
     return True

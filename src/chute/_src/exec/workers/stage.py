@@ -36,6 +36,7 @@ from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
 from chute._src.exec.mp.forkserver import prewarm
 from chute._src.exec.ray.options import RayWorkers
+from chute._src.exec.sequential_slice import sequential_shares
 from chute._src.exec.workers import pipeline_pickle, worker
 from chute._src.exec.workers.backend import ChunkBackend
 from chute._src.exec.workers.rewrite import substitute
@@ -55,7 +56,6 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         worker_init_fn: Callable[[int, int], None] | None = None,
         sequential_slice: bool = False,
     ) -> None:
-        super().__init__([parent])
         if not isinstance(sequential_slice, bool):
             raise TypeError(
                 f"mp_prefetch: sequential_slice={sequential_slice!r} is not a bool: pass True "
@@ -66,6 +66,11 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
                 f"mp_prefetch: options={options!r} is not a MultiprocessingOptions: pass "
                 "chute.MultiprocessingOptions(num_workers=N) (or chute.ray.RayWorkers(N))."
             )
+        workers = options.num_workers if options is not None else AUTOTUNE
+        if sequential_slice and isinstance(workers, int) and workers > 1:
+            # Grain's order of contiguous shares, one per worker (`sequential_slice.py`).
+            parent = sequential_shares(parent, workers, "mp_prefetch")
+        super().__init__([parent])
         if worker_init_fn is not None and not callable(worker_init_fn):
             raise TypeError(
                 f"mp_prefetch: worker_init_fn={worker_init_fn!r} is not callable: pass a "
@@ -77,10 +82,10 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
             # Start the process that forks the workers now, while the pipeline is being
             # built: its imports then overlap the user's work instead of the first batch.
             prewarm(functools.partial(_worker_modules, parent, worker_init_fn is None))
-        # Grain's workers read strided slices of the source, or contiguous ones with
-        # sequential_slice=True (a different order). chute's workers always compute
-        # contiguous chunks of indices, reassembled in index order: the output is the same
-        # either way, so the flag is accepted and changes nothing.
+        # Grain's workers read strided slices of the source, which for a pipeline that
+        # keeps its elements in order gives them in index order, as chute's workers do
+        # for any count (they compute chunks of indices, reassembled in index order);
+        # sequential_slice=True asked for Grain's order of contiguous shares, built above.
         self._sequential_slice = sequential_slice
 
     @property

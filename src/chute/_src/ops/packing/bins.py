@@ -59,7 +59,12 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
         super().__init__([parent])
         where = self._name
         self._spec = PackSpec(
-            where, length_struct, meta_features, padding_struct, pack_alignment_struct
+            where,
+            length_struct,
+            meta_features,
+            padding_struct,
+            pack_alignment_struct,
+            allow_nested=True,
         )
         self._bins = check_num_bins(num_packing_bins, where)
         if max_sequences_per_bin is not None and (
@@ -83,6 +88,7 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
         self._seed = self._op_seed(seed, SEED_TAG_PACK, where)
 
     def _make_iterator(self) -> DatasetIterator[dict[str, Any]]:
+        self._spec.check_nested()
         return _PackIterator(self._parent_iter(), self)
 
     def __repr__(self) -> str:
@@ -267,7 +273,7 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
             if ds._group_by is not None:
                 order = _group_rows(batch, ds._group_by, order, spec.where)
         names = list(batch)
-        self._rows = [{k: batch[k][r] for k in names} for r in order]
+        self._rows = [spec.nest({k: batch[k][r] for k in names}) for r in order]
 
     # -- state -----------------------------------------------------------------------------
 

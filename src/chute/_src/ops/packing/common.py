@@ -194,8 +194,17 @@ def replay_to_piece(mark: Mark, path: str, refill: Callable[[], int], holds: str
 # -- the feature spec ------------------------------------------------------------------------
 
 
+Key = str | tuple[str, ...]
+"""A packed feature: its name, or the path to it inside a nested feature."""
+
+
 class PackSpec:
-    """Validated `length_struct`, `meta_features`, `padding_struct`, alignment."""
+    """Validated `length_struct`, `meta_features`, `padding_struct`, alignment.
+
+    With `allow_nested` (the bin packers, as Grain's), a feature of `length_struct` may be
+    a dict of lengths: its leaves are packed each by its own length, keyed by their path,
+    and come out nested again (`nest`). Such a feature has no segment ids or positions, so
+    it must be a meta feature (`check_nested`, when iterating, as Grain checks)."""
 
     def __init__(
         self,
@@ -204,26 +213,41 @@ class PackSpec:
         meta_features: Sequence[str] = (),
         padding_struct: Any = None,
         pack_alignment_struct: Any = None,
+        *,
+        allow_nested: bool = False,
     ) -> None:
         if not isinstance(length_struct, Mapping) or not length_struct:
             raise TypeError(
                 f"{where}: length_struct={length_struct!r} is invalid: it must be a non-empty "
                 'dict from feature name to row length, e.g. length_struct={"tokens": 128}.'
             )
-        for k, v in length_struct.items():
-            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(
-                    f"{where}: length_struct[{k!r}] = {v!r} is invalid: keys must be feature "
-                    'names and lengths positive ints, e.g. {"tokens": 128}.'
-                )
         if isinstance(meta_features, str):
             raise TypeError(
                 f"{where}: meta_features={meta_features!r} is a string: pass a list of "
                 f"feature names, e.g. meta_features=[{meta_features!r}]."
             )
         self.where = where
-        self.keys: list[str] = list(length_struct)
-        self.caps: list[int] = [int(length_struct[k]) for k in self.keys]
+        self.keys: list[Key] = []
+        self.caps: list[int] = []
+        self.nested_features: list[str] = []  # top-level features that are dicts
+
+        def walk(node: Mapping[Any, Any], path: tuple[str, ...]) -> None:
+            for k, v in node.items():
+                if isinstance(k, str) and isinstance(v, Mapping) and allow_nested and v:
+                    if not path:
+                        self.nested_features.append(k)
+                    walk(v, (*path, k))
+                    continue
+                if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise ValueError(
+                        f"{where}: length_struct{_show((*path, k))} = {v!r} is invalid: keys "
+                        "must be feature names and lengths positive ints, e.g. "
+                        '{"tokens": 128}.'
+                    )
+                self.keys.append((*path, k) if path else k)
+                self.caps.append(int(v))
+
+        walk(length_struct, ())
         self.meta: set[str] = set(meta_features)
         self.nonseq_meta: list[str] = [k for k in meta_features if k not in length_struct]
         self.pads: list[Any] = [_lookup(padding_struct, k, 0, "padding_struct") for k in self.keys]
@@ -233,9 +257,41 @@ class PackSpec:
         for k, a in zip(self.keys, self.aligns):
             if isinstance(a, bool) or not isinstance(a, int) or a < 1:
                 raise ValueError(
-                    f"{where}: pack_alignment_struct[{k!r}] = {a!r} is invalid: an alignment "
-                    "must be a positive int (1 for none)."
+                    f"{where}: pack_alignment_struct{_show(k)} = {a!r} is invalid: an "
+                    "alignment must be a positive int (1 for none)."
                 )
+
+    def is_meta(self, key: Key) -> bool:
+        """Whether `key` is packed without segment ids and positions."""
+        return (key if isinstance(key, str) else key[0]) in self.meta
+
+    def check_nested(self) -> None:
+        """Raises for a nested feature that is not a meta feature (Grain's check)."""
+        for k in self.nested_features:
+            if k not in self.meta:
+                raise ValueError(
+                    f"{self.where}: feature {k!r} is a dict of features, which has no one "
+                    "sequence to give segment ids and positions for: list it in "
+                    f"meta_features=[{k!r}] to pack its features without them. (In Grain's "
+                    f"words: Failed to extract segment ids for {k!r}, which has type "
+                    "<class 'dict'> rather than np.ndarray. Perhaps it should be marked as a "
+                    "meta feature?)"
+                )
+
+    def nest(self, row: dict[Any, Any]) -> dict[str, Any]:
+        """`row` with the leaves of nested features (keyed by path) nested again."""
+        if not self.nested_features:
+            return row
+        out: dict[str, Any] = {}
+        for key, value in row.items():
+            if isinstance(key, str):
+                out[key] = value
+                continue
+            node = out
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = value
+        return out
 
     def features(self, element: Any, index: int) -> list[np.ndarray]:
         """The packed features of `element` as arrays with a sequence axis."""
@@ -248,10 +304,15 @@ class PackSpec:
         out: list[np.ndarray] = []
         for k in self.keys:
             try:
-                x = element[k]
-            except KeyError:
+                if isinstance(k, str):
+                    x = element[k]
+                else:
+                    x = element
+                    for part in k:
+                        x = x[part]
+            except (KeyError, TypeError, IndexError):
                 raise KeyError(
-                    f"{self.where}: element {index} has no feature {k!r} (it has "
+                    f"{self.where}: element {index} has no feature {_feature(k)} (it has "
                     f"{sorted(element)}): every feature of length_struct must be present; "
                     "fix length_struct or the map that builds the elements."
                 ) from None
@@ -270,12 +331,23 @@ class PackSpec:
         )
 
 
-def _lookup(struct: Any, key: str, default: Any, name: str) -> Any:
+def _feature(key: Key) -> str:
+    """A feature as errors name it: `'tokens'`, or `['nested']['inner']`."""
+    return repr(key) if isinstance(key, str) else _show(key)
+
+
+def _show(key: Key | tuple[str, ...]) -> str:
+    return f"[{key!r}]" if isinstance(key, str) else "".join(f"[{k!r}]" for k in key)
+
+
+def _lookup(struct: Any, key: Key, default: Any, name: str) -> Any:
     if struct is None:
         return default
     if not isinstance(struct, Mapping):
         raise TypeError(f"{name}={struct!r} is invalid: it must be a dict keyed like length_struct")
-    value = struct.get(key)
+    value: Any = struct
+    for part in (key,) if isinstance(key, str) else key:
+        value = value.get(part) if isinstance(value, Mapping) else None
     return default if value is None else value
 
 
@@ -302,11 +374,11 @@ class Placements:
         self.metas: list[tuple[int, Any]] = []  # (bin, element) for non-sequence meta features
 
 
-def assemble(spec: PackSpec, p: Placements, rows: int) -> dict[str, Any]:
+def assemble(spec: PackSpec, p: Placements, rows: int) -> dict[Any, Any]:
     """The packed batch: every feature `(rows, length, ...)`, plus segment ids/positions."""
     bins = np.asarray(p.bins, dtype=np.int64)
     segs = np.asarray(p.segments, dtype=np.int32)
-    out: dict[str, Any] = {}
+    out: dict[Any, Any] = {}  # keyed by feature name, or path in a nested feature
     aux: dict[str, np.ndarray] = {}
     for f, (key, cap, pad) in enumerate(zip(spec.keys, spec.caps, spec.pads)):
         arrays = p.arrays[f]
@@ -331,7 +403,7 @@ def assemble(spec: PackSpec, p: Placements, rows: int) -> dict[str, Any]:
                     "other axes equal before packing."
                 ) from e
         out[key] = values.reshape(rows, cap, *first.shape[1:])
-        if key not in spec.meta:
+        if not spec.is_meta(key):
             seg_ids = np.zeros(rows * cap, dtype=np.int32)
             positions = np.zeros(rows * cap, dtype=np.int32)
             seg_ids[dest] = np.repeat(segs, lens)

@@ -256,7 +256,7 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
 
     def _pack(self, pieces: list[_Piece]) -> dict[str, Any]:
         spec, ds = self._spec, self._ds
-        out: dict[str, Any] = {}
+        out: dict[Any, Any] = {}  # flat: this packer's features are names (no nesting)
         for f, (key, cap) in enumerate(zip(spec.keys, spec.caps)):
             first = pieces[0].feats[f]
             values = np.zeros((cap, *first.shape[1:]), dtype=first.dtype)

@@ -13,7 +13,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from chute._src.core.dataset import MapDataset
+from chute._src.core.contract import StageRole
+from chute._src.core.dataset import IterDataset, MapDataset
+from chute._src.core.errors import DataError
+from chute._src.core.iterator import DatasetIterator
 from chute._src.ops.interleave import InterleaveIterDataset
 from chute._src.storage.formats._paths import expand_paths
 
@@ -44,7 +47,8 @@ class TFRecordIterDataset(InterleaveIterDataset):
     """The records of the TFRecord file(s) at `path`, as bytes.
 
     Several files are read `cycle_length` at a time by the interleave rule (the default 1:
-    one after the other).
+    one after the other). A file that is missing or corrupt raises where it is read (as
+    in Grain): `FileNotFoundError`, or `chute.DataError` (a `ValueError`).
     """
 
     def __init__(
@@ -52,6 +56,44 @@ class TFRecordIterDataset(InterleaveIterDataset):
     ) -> None:
         from chute._src.storage.formats.tfrecord import TFRecordDataSource
 
-        files = expand_paths(path, "TFRecordIterDataset")
-        shards = [MapDataset.source(TFRecordDataSource(p)) for p in files]
+        where = "TFRecordIterDataset"
+        given = [path] if isinstance(path, str | os.PathLike) else list(path)
+        shards: list[MapDataset[Any] | IterDataset[Any]] = []
+        for item in given:
+            try:
+                files = expand_paths(item, where)
+                shards += [MapDataset.source(TFRecordDataSource(p)) for p in files]
+            except (FileNotFoundError, DataError) as e:  # raised where it is read
+                shards.append(_Unreadable(str(item), e))
         super().__init__(shards, cycle_length=cycle_length)
+
+
+class _Unreadable(IterDataset[Any]):
+    """A file that could not be opened: reading it raises why."""
+
+    _role = StageRole.SOURCE
+
+    def __init__(self, path: str, error: Exception) -> None:
+        super().__init__()
+        self._path = path
+        self._error = error
+
+    def _make_iterator(self) -> DatasetIterator[Any]:
+        return _Raising(self._error)
+
+    def __repr__(self) -> str:
+        return f"unreadable file {self._path!r}"
+
+    def _fingerprint_params(self) -> str:
+        return repr(self._path)
+
+
+class _Raising(DatasetIterator[Any]):
+    stage = "unreadable_file"
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self._error = error
+
+    def __next__(self) -> Any:
+        raise self._error.with_traceback(None)
