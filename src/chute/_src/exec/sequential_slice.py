@@ -25,7 +25,7 @@ from typing import Any
 
 from chute._src.core import contract
 from chute._src.core.contract import StageRole
-from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
+from chute._src.core.dataset import INFINITE, IterDataset, MapDataset, rewrite, walk
 from chute._src.core.set_slice import contiguous_share, reset_memos
 from chute._src.ops.interleave import InterleaveIterDataset
 
@@ -38,13 +38,35 @@ def sequential_shares(ds: IterDataset[Any], count: int, where: str) -> IterDatas
     >>> list(sequential_shares(ds, 3, "mp_prefetch"))
     [0, 4, 7, 1, 5, 8, 2, 6, 9, 3]
     """
-    copies = [_share(ds, i, count, where, {}) for i in range(count)]
+    copies = [_share(ds, i, count, where) for i in range(count)]
     return InterleaveIterDataset(copies, cycle_length=count, parallelism=0)
 
 
-def _share(node: Any, index: int, count: int, where: str, memo: dict[int, Any]) -> Any:
-    if id(node) in memo:
-        return memo[id(node)]
+def _divides(node: Any) -> bool:
+    """Where a copy's share is taken (`rewrite` hands it over whole): a reader, a stage
+    reading shards, or a stream source."""
+    return (
+        contract.role(node) is StageRole.READER or contract.reads_shards(node) or not node.parents
+    )
+
+
+def _share(ds: IterDataset[Any], index: int, count: int, where: str) -> IterDataset[Any]:
+    """Copy `index` of `ds`: the readers and shard readers below it take share `index`."""
+
+    originals = {id(n) for n in walk(ds, _divides)}
+
+    def take(node: Any) -> Any:
+        if _divides(node):
+            node = _share_of(node, index, count, where)
+        elif id(node) in originals:
+            return node  # nothing below it changed
+        reset_memos(node)  # rebuilt on its parents' shares: its identity is the share's
+        return node
+
+    return rewrite(ds, take, stop=_divides)
+
+
+def _share_of(node: Any, index: int, count: int, where: str) -> Any:
     if contract.role(node) is StageRole.READER:
         parent: MapDataset[Any] = node.parents[0]
         n = len(parent)
@@ -67,10 +89,4 @@ def _share(node: Any, index: int, count: int, where: str, memo: dict[int, Any]) 
             "leave sequential_slice False. (In Grain's words: Cannot slice `IterDataset` "
             f"source. {type(node)})"
         )
-    else:
-        out = contract.with_parents(
-            node, [_share(p, index, count, where, memo) for p in node.parents]
-        )
-    reset_memos(out)  # its identity is the share's
-    memo[id(node)] = out
     return out
