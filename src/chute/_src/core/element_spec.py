@@ -126,7 +126,7 @@ def parent_spec(parent: _Node) -> Any:
     """The element spec of `parent`, as a stage's `_element_spec` asks for it: inferred,
     or, under `get_element_spec`, computed where it cannot be inferred."""
     try:
-        return parent._element_spec  # type: ignore[attr-defined]
+        return parent._element_spec
     except _NOT_INFERRED:
         if not _COMPUTE_WHEN_UNKNOWN.get():
             raise

@@ -19,7 +19,7 @@ from typing import (
 
 import numpy as np
 
-from chute._src.core import element_spec, set_slice
+from chute._src.core import set_slice
 from chute._src.core.node import _Node
 
 if TYPE_CHECKING:
@@ -126,17 +126,6 @@ class MapDataset(_Node, Generic[T]):
 
     def __repr__(self) -> str:
         return type(self).__name__
-
-    _keeps_element_spec: bool = False
-    """True for a stage whose elements are its first parent's (a filter, shuffle, slice,
-    repeat, mix, ...): its element spec is that parent's (`core/element_spec.py`)."""
-
-    @property
-    def _element_spec(self) -> Any:
-        """Grain's element-spec inference: the shapes and dtypes of the elements, found
-        from the stages without reading (`core/element_spec.py`); raises as Grain's does
-        where this stage cannot infer them."""
-        return element_spec.inferred(self)
 
     # -- constructors ------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar, cast
 
+from chute._src.core import element_spec
 from chute._src.core.contract import StageRole
 from chute._src.core.seeding import derive_seed, validate_seed
 
@@ -100,6 +101,17 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
             "IterDataset subclass implements __iter__ (or _make_iterator) returning a "
             "DatasetIterator."
         )
+
+    _keeps_element_spec: bool = False
+    """True for a stage whose elements are its first parent's (a filter, shuffle, slice,
+    repeat, mix, ...): its element spec is that parent's (`core/element_spec.py`)."""
+
+    @property
+    def _element_spec(self) -> Any:
+        """Grain's element-spec inference: the shapes and dtypes of the elements, found
+        from the stages without reading (`core/element_spec.py`); raises as Grain's does
+        where this stage cannot infer them."""
+        return element_spec.inferred(self)
 
     @property
     def parents(self) -> tuple[_Node, ...]:

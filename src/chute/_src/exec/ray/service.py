@@ -25,11 +25,10 @@ states are those of the same pipeline with worker processes or with none.
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from chute._src.core import observe
 from chute._src.core.dataset import MapDataset, walk
@@ -47,6 +46,7 @@ from chute._src.exec.workers.service import Ticket
 from chute._src.exec.workers.shards import ShardStream
 from chute._src.exec.workers.startup import StartupHelper
 from chute._src.exec.workers.tasks import ChunkResult, ChunkTask, ShardResult, ShardTask, Task
+from chute._src.exec.workers.watchdog import STILL_WAITING, wait_bounded
 from chute._src.exec.workers.worker import ShippedInit
 
 
@@ -347,33 +347,32 @@ class RayService:
         """`ray.get` of the ticket's result, warning while it stalls and giving up after
         `timeout_s` (`MultiprocessingOptions`)."""
         warn_every, limit = self._options.stall_warning_s, self._options.timeout_s
-        next_warning = warn_every
-        t0 = time.monotonic()
-        while True:
-            marks = [m for m in (next_warning, limit) if m is not None]
-            wait = max(0.0, min(marks) - (time.monotonic() - t0)) if marks else None
+
+        def attempt(wait: float | None) -> Any:
             try:
                 return self._ray.get(ticket.ref, timeout=wait)
             except self._timeout_error:
-                pass
-            waited = time.monotonic() - t0
+                return STILL_WAITING
+
+        def give_up(waited: float) -> NoReturn:
             who = self._describe(ticket)
-            if limit is not None and waited >= limit:
-                self.close()
-                raise WorkerTimeoutError(
-                    f"{who} produced nothing for {waited:.1f} s, the "
-                    f"MultiprocessingOptions(timeout_s={limit}). The actors are stopped.",
-                    worker_index=ticket.worker,
-                )
-            if next_warning is not None and warn_every is not None and waited >= next_warning:
-                next_warning += warn_every
-                warnings.warn(
-                    f"chute: {who} has produced nothing for {waited:.0f} s. If the work is "
-                    "just slow, raise RayWorkers(stall_warning_s=...) above "
-                    f"{warn_every} (None turns this warning off).",
-                    WorkerStallWarning,
-                    stacklevel=4,
-                )
+            self.close()
+            raise WorkerTimeoutError(
+                f"{who} produced nothing for {waited:.1f} s, the "
+                f"MultiprocessingOptions(timeout_s={limit}). The actors are stopped.",
+                worker_index=ticket.worker,
+            )
+
+        def warn(waited: float) -> None:
+            warnings.warn(
+                f"chute: {self._describe(ticket)} has produced nothing for {waited:.0f} s. "
+                "If the work is just slow, raise RayWorkers(stall_warning_s=...) above "
+                f"{warn_every} (None turns this warning off).",
+                WorkerStallWarning,
+                stacklevel=6,
+            )
+
+        return wait_bounded(attempt, warn_every, limit, warn, give_up)
 
     def _describe(self, ticket: RayTicket) -> str:
         self._take_in_started()  # which actors have started since

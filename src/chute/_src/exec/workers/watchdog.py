@@ -7,10 +7,39 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from chute._src.exec.mp.errors import WorkerStallWarning, WorkerTimeoutError
 from chute._src.exec.mp.pool import WorkerPool
+
+STILL_WAITING: Any = object()
+"""What an attempt of `wait_bounded` returns when its wait ran out with no result."""
+
+
+def wait_bounded(
+    attempt: Callable[[float | None], Any],
+    stall_warning_s: float | None,
+    timeout_s: float | None,
+    warn: Callable[[float], None],
+    give_up: Callable[[float], NoReturn],
+) -> Any:
+    """`attempt(wait)`'s result, called again while it returns `STILL_WAITING`; `warn(s)`
+    every `stall_warning_s` seconds without one and `give_up(s)` (which raises) after
+    `timeout_s`. Every worker backend waits for its results through here."""
+    next_warning = stall_warning_s
+    t0 = time.monotonic()
+    while True:
+        marks = [m for m in (next_warning, timeout_s) if m is not None]
+        wait = max(0.0, min(marks) - (time.monotonic() - t0)) if marks else None
+        result = attempt(wait)
+        if result is not STILL_WAITING:
+            return result
+        waited = time.monotonic() - t0
+        if timeout_s is not None and waited >= timeout_s:
+            give_up(waited)
+        if next_warning is not None and stall_warning_s is not None and waited >= next_warning:
+            next_warning += stall_warning_s
+            warn(waited)
 
 
 class Watchdog:
@@ -32,38 +61,38 @@ class Watchdog:
         """The pool's next result from `worker`, which computes what `describe()` names,
         warning while it stalls and giving up after the timeout."""
         warn_every, limit = self._warn_every, self._limit
-        next_warning = warn_every
-        t0 = time.monotonic()
-        while True:
-            marks = [m for m in (next_warning, limit) if m is not None]
-            wait = max(0.0, min(marks) - (time.monotonic() - t0)) if marks else None
+
+        def attempt(wait: float | None) -> Any:
             try:
                 return self._pool.get(worker, timeout=wait)
             except TimeoutError:
                 if self._pool.closed:
                     raise  # the worker's own TimeoutError, not ours
-            waited = time.monotonic() - t0
-            if limit is not None and waited >= limit:
-                who, stack = describe(), self.stack(worker)
-                self._on_timeout()
-                raise WorkerTimeoutError(
-                    f"{who} produced nothing for {waited:.1f} s, the "
-                    f"MultiprocessingOptions(timeout_s={limit}). Fix what its stack below "
-                    "shows it waiting on (a lock, a network call, an endless loop), or give "
-                    "a larger timeout_s (None waits as long as it takes). The workers are "
-                    f"stopped. {stack}",
-                    worker_index=worker,
-                )
-            if next_warning is not None and warn_every is not None and waited >= next_warning:
-                next_warning += warn_every
-                warnings.warn(
-                    f"chute: {describe()} has produced nothing for {waited:.0f} s. "
-                    "If it is stuck, its stack below shows where; if the work is just slow, "
-                    "raise MultiprocessingOptions(stall_warning_s=...) above "
-                    f"{warn_every} (None turns this warning off). {self.stack(worker)}",
-                    WorkerStallWarning,
-                    stacklevel=3,
-                )
+                return STILL_WAITING
+
+        def give_up(waited: float) -> NoReturn:
+            who, stack = describe(), self.stack(worker)
+            self._on_timeout()
+            raise WorkerTimeoutError(
+                f"{who} produced nothing for {waited:.1f} s, the "
+                f"MultiprocessingOptions(timeout_s={limit}). Fix what its stack below "
+                "shows it waiting on (a lock, a network call, an endless loop), or give "
+                "a larger timeout_s (None waits as long as it takes). The workers are "
+                f"stopped. {stack}",
+                worker_index=worker,
+            )
+
+        def warn(waited: float) -> None:
+            warnings.warn(
+                f"chute: {describe()} has produced nothing for {waited:.0f} s. "
+                "If it is stuck, its stack below shows where; if the work is just slow, "
+                "raise MultiprocessingOptions(stall_warning_s=...) above "
+                f"{warn_every} (None turns this warning off). {self.stack(worker)}",
+                WorkerStallWarning,
+                stacklevel=5,
+            )
+
+        return wait_bounded(attempt, warn_every, limit, warn, give_up)
 
     def stack(self, worker: int) -> str:
         stack = self._pool.stack(worker)
