@@ -16,6 +16,10 @@ def _double(x: int) -> int:
     return 2 * x
 
 
+def _add_draw(x: int, rng: Any) -> int:
+    return x + int(rng.integers(0, 1000))
+
+
 def test_stages_declare_their_role() -> None:
     src = chute.MapDataset.range(10)
     stream = src.to_iter_dataset()
@@ -132,6 +136,11 @@ def test_a_rebuilt_stage_keeps_its_seed_and_identity_wherever_its_parents_sit() 
     assert contract.identity(rebuilt) == contract.identity(shuffled)
     fresh = deeper.shuffle()  # the same stage built by hand there draws otherwise
     assert [fresh[i] for i in range(50)] != [shuffled[i] for i in range(50)]
+    # The same for a seed found by searching upstream (random_map's, as Grain's).
+    drawn = seeded.random_map(_add_draw)
+    redrawn = contract.with_parents(drawn, [deeper])
+    assert [redrawn[i] for i in range(50)] == [drawn[i] for i in range(50)]
+    assert [deeper.random_map(_add_draw)[i] for i in range(50)] != [drawn[i] for i in range(50)]
 
 
 def test_a_stage_that_makes_its_own_parents_is_copied_onto_new_ones() -> None:

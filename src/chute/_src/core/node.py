@@ -72,7 +72,9 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         self._parents: tuple[_Node, ...] = (
             (parents,) if isinstance(parents, _Node) else tuple(parents)
         )
-        origin: _Node | None = self.__dict__.pop("_rebuilt_from", None)
+        # Set while `_with_parents` builds this stage again (until its `__init__` returns):
+        # what a stage derives from upstream, its seeds, is read from the stage it replaces.
+        origin: _Node | None = self.__dict__.get("_rebuilt_from")
         if origin is not None:
             # Built again on other parents (`_with_parents`): the same seeds and the same
             # identity as the stage it replaces, wherever the new parents sit.
@@ -140,9 +142,12 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         if _mentions(args, kwargs, replace):
             new = type(self).__new__(type(self))
             new.__dict__["_rebuilt_from"] = self
-            new.__init__(  # type: ignore[misc]
-                *_swap(args, replace), **{k: _swap(v, replace) for k, v in kwargs.items()}
-            )
+            try:
+                new.__init__(  # type: ignore[misc]
+                    *_swap(args, replace), **{k: _swap(v, replace) for k, v in kwargs.items()}
+                )
+            finally:
+                new.__dict__.pop("_rebuilt_from", None)
             if len(new._parents) == len(parents) and all(
                 a is b for a, b in zip(new._parents, parents)
             ):

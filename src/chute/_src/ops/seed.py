@@ -62,6 +62,9 @@ def grain_default_seed(ds: MapDataset[Any] | IterDataset[Any]) -> int | None:
     """The seed Grain gives a random stage without one of its own: the seeds set upstream
     (`ds.seed(s)`), each with its distance from `ds`, found breadth first without looking
     past a seed, hashed by numpy's `SeedSequence` (None: no seed upstream)."""
+    # A stage being built again on other parents (`_with_parents`) keeps its seed: the
+    # seeds upstream are those of the stage it replaces.
+    ds = ds.__dict__.get("_rebuilt_from", ds)
     found: list[int] = []
     to_visit: list[tuple[Any, int]] = [(p, 1) for p in _user_parents(ds)]
     while to_visit:
