@@ -41,15 +41,19 @@ class ElementRngs:
     def rng(self, element_key: int) -> np.random.Generator:
         """The generator for one element, given its key from `for_indices`."""
         key = np.array([element_key, self._seed], dtype=np.uint64)
+        return self._reset(np.zeros(4, dtype=np.uint64), key)
+
+    def _reset(self, counter: np.ndarray, key: np.ndarray) -> np.random.Generator:
+        """The generator with its Philox state set to (`counter`, `key`), nothing buffered."""
         state = self._state
-        state["state"] = {"counter": np.zeros(4, dtype=np.uint64), "key": key}
+        state["state"] = {"counter": counter, "key": key}
         state["buffer_pos"] = 4
         state["has_uint32"] = 0
         self._bitgen.state = state
         return self._gen
 
 
-class IndexRngs:
+class IndexRngs(ElementRngs):
     """Grain's generators for `random_map`: a Philox generator seeded with `seed` (numpy's
     seeding of it), its counter set to `(0, 0, 0, index)` for the element at `index`, so
     the draws are Grain's for the same seed and index.
@@ -58,23 +62,17 @@ class IndexRngs:
     valid for one call only. Not thread-safe: make one per block/thread.
     """
 
-    __slots__ = ("_bitgen", "_gen", "_key")
+    __slots__ = ()
 
     def __init__(self, seed: int) -> None:
+        self._seed = seed
         self._bitgen = np.random.Philox(seed)
         self._gen = np.random.Generator(self._bitgen)
-        self._key = self._bitgen.state["state"]["key"]
+        self._state = self._bitgen.state
+        self._key = self._state["state"]["key"]
 
     def for_indices(self, indices: np.ndarray) -> np.ndarray:
         return indices
 
-    def rng(self, index: int) -> np.random.Generator:
-        self._bitgen.state = {
-            "bit_generator": "Philox",
-            "state": {"counter": np.array([0, 0, 0, index], dtype=np.uint64), "key": self._key},
-            "buffer": np.zeros(4, dtype=np.uint64),
-            "buffer_pos": 4,
-            "has_uint32": 0,
-            "uinteger": 0,
-        }
-        return self._gen
+    def rng(self, element_key: int) -> np.random.Generator:
+        return self._reset(np.array([0, 0, 0, element_key], dtype=np.uint64), self._key)

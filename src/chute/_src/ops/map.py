@@ -19,7 +19,7 @@ from chute._src.core.iterator import DatasetIterator, bad_value, check_int, int_
 from chute._src.core.transforms import as_map_fn, as_map_with_index_fn, describe
 
 if TYPE_CHECKING:  # imports numpy.random, which a plain map does not need
-    from chute._src.core.element_rngs import ElementRngs, IndexRngs
+    from chute._src.core.element_rngs import ElementRngs
 from chute._src.ops.block_apply import failed_position
 
 
@@ -111,7 +111,7 @@ class IndexedIterator(DatasetIterator[Any]):
         parent: DatasetIterator[Any],
         ds: IterDataset[Any],
         fn: Callable[..., Any],
-        rngs: ElementRngs | IndexRngs | None,
+        rngs: ElementRngs | None,
     ) -> None:
         """`fn(index, element)` with no `rngs` (map_with_index), else `fn(element, rng)`."""
         super().__init__(parent)
