@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -161,3 +161,41 @@ def fail_first(x: int) -> int:
         time.sleep(0.3)  # the workers start meanwhile
         raise KeyError("element 0 is bad")
     return x
+
+
+class Pair(NamedTuple):
+    left: Any
+    right: Any
+
+
+def uniform(i: int) -> dict[str, Any]:
+    """Element `i`: one structure of same-shaped arrays for every `i` (sent as columns)."""
+    return {
+        "ids": np.full(128, i, np.int32),
+        "pair": Pair(np.arange(3, dtype=np.float32) + i, np.asarray(i)),  # a 0-d leaf
+        "list": [np.zeros((2, 2), np.uint8) + i % 256],
+    }
+
+
+def ragged_after_100(i: int) -> dict[str, Any]:
+    """Uniform up to 100, then rows of 1 to 3 tokens: chunks of both kinds."""
+    return uniform(i) if i < 100 else {"ids": np.full(1 + i % 3, i, np.int32)}
+
+
+def assert_exactly_equal(x: Any, y: Any, where: str = "element") -> None:
+    """Equal structures of the same types (a 0-d array is not a scalar), and arrays of the
+    same shape, dtype and values."""
+    assert type(x) is type(y), f"{where}: {type(x)} is not {type(y)}"
+    if isinstance(x, dict):
+        assert list(x) == list(y), f"{where}: keys {list(x)} != {list(y)}"
+        for k in x:
+            assert_exactly_equal(x[k], y[k], f"{where}[{k!r}]")
+    elif isinstance(x, list | tuple):
+        assert len(x) == len(y), where
+        for k, (a, b) in enumerate(zip(x, y)):
+            assert_exactly_equal(a, b, f"{where}[{k}]")
+    elif isinstance(x, np.ndarray):
+        assert (x.shape, x.dtype) == (y.shape, y.dtype), f"{where}: {x!r} != {y!r}"
+        np.testing.assert_array_equal(x, y, err_msg=where)
+    else:
+        assert x == y, f"{where}: {x!r} != {y!r}"

@@ -31,6 +31,7 @@ from chute._src.core.exiting import park_if_abandoned
 from chute._src.core.state_checks import clip_message, quote, seal, unseal
 
 if TYPE_CHECKING:
+    from chute._src.core.columns import Columns
     from chute._src.core.tuning import Parallelism, Tuning
 
 T = TypeVar("T")
@@ -122,6 +123,13 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         except StopIteration:
             pass
         return out
+
+    def _next_columns(self, n: int) -> list[T] | Columns:
+        """Up to `n` next elements, as `_next_many` gives them, or as `Columns` (one array
+        per leaf, `core/columns.py`) where this iterator holds them so: a reader fed by
+        worker processes. What `batch` asks its parent for; a stage that hands its
+        parent's elements on unchanged (a pass-through) forwards it."""
+        return self._next_many(n)
 
     # -- checkpointing ---------------------------------------------------------------------
 

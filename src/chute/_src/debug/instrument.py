@@ -35,6 +35,7 @@ from typing import Any, cast
 import numpy as np
 
 from chute._src.core import config, contract, observe
+from chute._src.core.columns import Columns
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset, rewrite, walk
 from chute._src.core.iterator import DatasetIterator, walk_iterators
@@ -335,6 +336,13 @@ class TimedIterator(DatasetIterator[Any]):
 
     def _next_many(self, n: int) -> list[Any]:
         xs, wall, cpu = _timed(self.record, self._inner._next_many, n)
+        self.record.add(len(xs), wall, cpu)
+        if self.record.spec is None and xs:
+            self.record.spec = element_spec(xs[0])
+        return xs
+
+    def _next_columns(self, n: int) -> list[Any] | Columns:
+        xs, wall, cpu = _timed(self.record, self._inner._next_columns, n)
         self.record.add(len(xs), wall, cpu)
         if self.record.spec is None and xs:
             self.record.spec = element_spec(xs[0])

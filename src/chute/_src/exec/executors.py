@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from chute._src.core import machine
+from chute._src.core.columns import Columns
 from chute._src.core.tuning import Parallelism
 from chute._src.exec import autotune, in_flight
 from chute._src.exec.threadpool import ComputePool
@@ -45,6 +46,10 @@ read, a future, the GIL handed over) stay small beside it."""
 PREFETCH_BYTES = 256 << 20
 """At most this many bytes of arrays are computed ahead by the threads (besides the
 element count of `ReadOptions.prefetch_buffer_size`)."""
+
+
+Chunk = list[Any] | Columns
+"""Consecutive elements, as an executor hands them to the reader."""
 
 
 class ChunkExecutor(abc.ABC):
@@ -61,9 +66,10 @@ class ChunkExecutor(abc.ABC):
         self.length = len(ds)
 
     @abc.abstractmethod
-    def next_chunk(self, start: int) -> list[Any]:
+    def next_chunk(self, start: int) -> Chunk:
         """Elements from index `start` on (at least one; `start < length`). An element
-        that raises: the elements before it, then the exception on the next call."""
+        that raises: the elements before it, then the exception on the next call. A list,
+        or `Columns` from worker processes (`core/columns.py`)."""
 
     def seek(self, start: int) -> None:  # noqa: B027 (optional)
         """The next chunk asked for starts at `start`: drop what was computed ahead."""

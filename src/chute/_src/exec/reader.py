@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar
 
 from chute._src.core import contract, observe
+from chute._src.core.columns import Columns
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.errors import CheckpointError
@@ -22,6 +23,7 @@ from chute._src.core.seeding import same_params
 from chute._src.exec.autotune import AUTOTUNE, Tuning
 from chute._src.exec.executors import (
     Autotuned,
+    Chunk,
     ChunkExecutor,
     InProcess,
     Parallelism,
@@ -152,7 +154,7 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         self._identity = contract.identity(ds)
         self._filtered = SkipCounter(ds, "to_iter_dataset over ")
         self._read = self._nones = 0  # positions read, filtered ones among them (warning)
-        self._buf: list[Any] = []
+        self._buf: Chunk = []  # the chunk being consumed
         self._pos = 0
         self._buf_start = 0  # index of _buf[0]
         self._closed = False
@@ -188,6 +190,30 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
                 out.extend(take)
         return out
 
+    def _next_columns(self, n: int) -> list[T] | Columns:
+        # Columns while the chunks are columns of one structure: the views of each chunk's
+        # part, joined (one copy) when the batch spans chunks. Elements one by one otherwise.
+        pieces: list[Columns] = []
+        got = 0
+        while got < n:
+            pos, buf = self._pos, self._buf
+            if pos >= len(buf):
+                try:
+                    self._fill()
+                except StopIteration:
+                    break
+                continue
+            if not isinstance(buf, Columns) or (pieces and buf.skeleton != pieces[0].skeleton):
+                if not pieces:
+                    return self._next_many(n)
+                rows: list[Any] = [x for piece in pieces for x in piece]
+                return rows + self._next_many(n - got)
+            take = min(n - got, len(buf) - pos)
+            pieces.append(buf.take(pos, pos + take))
+            self._pos = pos + take
+            got += take
+        return Columns.join(pieces) if pieces else []
+
     def _fill(self) -> None:
         """Replaces the consumed buffer with the next block; StopIteration at the end."""
         start = self._buf_start + len(self._buf)
@@ -201,7 +227,8 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         self._buf, self._pos, self._buf_start = items, 0, start
         if self._skip_none:
             self._read += len(items)
-            self._nones += sum(1 for x in items if x is None)  # not count(): arrays use ==
+            if not isinstance(items, Columns):  # (which hold no None)
+                self._nones += sum(1 for x in items if x is None)  # not count(): arrays use ==
             self._filtered.update(self._read, self._nones)
 
     # -- state and lifecycle ---------------------------------------------------------------
@@ -240,8 +267,12 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
         return self._executor.ds
 
     def buffer_info(self) -> tuple[int, int]:
-        ahead = self._buf[self._pos :]
-        return len(ahead) + self._executor.in_flight(), nbytes(ahead)
+        buf, pos = self._buf, self._pos
+        if isinstance(buf, Columns):
+            ahead = buf.take(min(pos, len(buf)), len(buf))
+            return len(ahead) + self._executor.in_flight(), ahead.nbytes
+        rest = buf[pos:]
+        return len(rest) + self._executor.in_flight(), nbytes(rest)
 
     def tuning(self) -> Tuning | None:
         return self._executor.tuning()

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.core import tree
+from chute._src.core.columns import Columns
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.element_spec import batch_spec
 from chute._src.core.errors import add_stage_note
@@ -134,11 +135,17 @@ class _BatchIterator(DatasetIterator[Any]):
         self._drop = ds._drop
         self._batch_fn = ds._batch_fn
         self._batches = 0
+        # Stacking leaf by leaf: elements that come as columns (from worker processes) are
+        # cut and joined as columns, not stacked one by one (`core/columns.py`).
+        self._take = parent._next_columns if ds._batch_fn is tree.stack else parent._next_many
 
     def __next__(self) -> Any:
-        xs = self._parent._next_many(self._size)
+        xs = self._take(self._size)
         if not xs or (self._drop and len(xs) < self._size):
             raise StopIteration
+        if isinstance(xs, Columns):
+            self._batches += 1
+            return xs.stacked()
         try:
             batch = self._batch_fn(xs)
         except Exception as e:

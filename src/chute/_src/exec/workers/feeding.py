@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core.columns import Columns
 from chute._src.core.dataset import MapDataset
 from chute._src.core.tuning import Parallelism
-from chute._src.exec.executors import ChunkExecutor, getitems_exact, nbytes
+from chute._src.exec.executors import Chunk, ChunkExecutor, getitems_exact, nbytes
 from chute._src.exec.mp import heap
 from chute._src.exec.workers.backend import ChunkBackend
 from chute._src.exec.workers.service import Ticket
@@ -77,7 +78,7 @@ class WorkerChunks(ChunkExecutor):
             self._pending.append((start, k, self._service.submit(self._leaf_id, start, k)))
             self._submitted = start + k
 
-    def next_chunk(self, start: int) -> list[Any]:
+    def next_chunk(self, start: int) -> Chunk:
         if self._failure is not None and self._failure[0] == start:
             exc = self._failure[1]
             self._failure = None
@@ -124,7 +125,7 @@ class WorkerChunks(ChunkExecutor):
         self._top_up()
         return self._result(start, ticket)
 
-    def _result(self, start: int, ticket: Ticket) -> list[Any]:
+    def _result(self, start: int, ticket: Ticket) -> Chunk:
         result, failure = self._service.result(ticket)
         elapsed, items = result.seconds, result.items
         if failure is not None:  # items holds the elements before the failing one
@@ -137,7 +138,7 @@ class WorkerChunks(ChunkExecutor):
             self._resize(items, elapsed, failure is not None)
         return items
 
-    def _resize(self, items: list[Any], elapsed: float, failed: bool) -> None:
+    def _resize(self, items: Chunk, elapsed: float, failed: bool) -> None:
         """Sizes the chunks asked for next from `items`, computed in `elapsed` seconds
         (and the one after them, which raised, if `failed`)."""
         # Chunks aim at `target_chunk_s` of work, but never at more than _CHUNK_BYTES of arrays:
@@ -145,8 +146,11 @@ class WorkerChunks(ChunkExecutor):
         # pipes. Either way only scheduling changes, never which elements come out.
         # From up to 8 elements spread over the chunk: summing every array of every element
         # cost the consumer a fifth of its CPU on seed 003's text (one chunk ~ 200 dicts).
-        sample = items[:: max(1, len(items) // 8)]
-        per_element = nbytes(sample) / max(1, len(sample))
+        if isinstance(items, Columns):
+            per_element = items.nbytes / len(items)
+        else:
+            sample = items[:: max(1, len(items) // 8)]
+            per_element = nbytes(sample) / max(1, len(sample))
         cap = (
             _MAX_CHUNK
             if not per_element

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from chute._src.core import contract, observe
+from chute._src.core.columns import Columns
 from chute._src.core.contract import ElementWise, StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator
@@ -150,3 +151,6 @@ class _PassThrough(DatasetIterator[Any]):
 
     def _next_many(self, n: int) -> list[Any]:
         return self._parent._next_many(n)
+
+    def _next_columns(self, n: int) -> list[Any] | Columns:
+        return self._parent._next_columns(n)

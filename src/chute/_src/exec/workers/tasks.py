@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from chute._src.core.columns import Columns
 from chute._src.exec.mp.transport import RemoteFailure
 
 
@@ -51,11 +52,12 @@ Task = ChunkTask | ShardTask
 
 @dataclass(frozen=True, slots=True)
 class ChunkResult:
-    """A `ChunkTask` done: its elements, or those before the one that raised and that
-    one's exception; the seconds it took; the debug layer's figures (debug mode only)."""
+    """A `ChunkTask` done: its elements (as `Columns` when they stack leaf by leaf), or
+    those before the one that raised and that one's exception; the seconds it took; the
+    debug layer's figures (debug mode only)."""
 
     seconds: float
-    items: list[Any]
+    items: list[Any] | Columns
     figures: list[Any]
     failure: RemoteFailure | None
 

@@ -1,7 +1,8 @@
 """The code each worker process runs: it unpickles the pipeline once, then computes the
 tasks (`tasks.py`) the main process sends.
 
-A chunk whose element raises is recomputed one element at a time by
+A chunk whose elements share one structure of same-shaped arrays goes back as `Columns`
+(`core/columns.py`): one array per leaf. A chunk whose element raises is recomputed one element at a time by
 `executors.elements_before_failure`, the reader's path in one process too: the result
 holds the elements before the failing one and its exception, so the consumer receives
 every element before it, whatever the number of workers. A shard's
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from chute._src.core import observe
+from chute._src.core.columns import columns_of
 from chute._src.core.dataset import MapDataset
 from chute._src.exec.executors import elements_before_failure
 from chute._src.exec.mp.transport import RemoteFailure
@@ -73,7 +75,11 @@ class ChunkWorker:
                         exc = exit_as_error(exc, start + len(items))
                     failure = RemoteFailure.capture(exc) if exc is not None else None
                 figures = self._take_figures() if self._take_figures is not None else []
-                return ChunkResult(time.perf_counter() - t0, items, figures, failure)
+                # Elements of one structure of same-shaped arrays go as one array per leaf.
+                block = columns_of(items) if failure is None else None
+                return ChunkResult(
+                    time.perf_counter() - t0, items if block is None else block, figures, failure
+                )
         raise TypeError(f"chute worker: {task!r} is not a task")
 
     def not_picklable(self, task: Task, result: Any, exc: BaseException) -> Any:
@@ -94,7 +100,7 @@ class ChunkWorker:
                 )
                 return ShardResult(result.seconds, result.steps[:n], True, RemoteFailure.capture(e))
             case ChunkTask(), ChunkResult():
-                found = first_unpicklable(result.items)
+                found = first_unpicklable(list(result.items))
                 if found is None:
                     raise exc
                 position, e = found
@@ -104,7 +110,7 @@ class ChunkWorker:
                 )
                 return ChunkResult(
                     result.seconds,
-                    result.items[:position],
+                    list(result.items[:position]),
                     result.figures,
                     RemoteFailure.capture(e),
                 )
