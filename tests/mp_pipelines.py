@@ -199,3 +199,27 @@ def assert_exactly_equal(x: Any, y: Any, where: str = "element") -> None:
         np.testing.assert_array_equal(x, y, err_msg=where)
     else:
         assert x == y, f"{where}: {x!r} != {y!r}"
+
+
+_DELAY = [0.0]
+
+
+def slow_first_worker(index: int, count: int) -> None:
+    """worker_init_fn: worker 0 takes 8 times as long per element as the others."""
+    _DELAY[0] = 0.004 if index == 0 else 0.0005
+
+
+def paced_with_pid(x: int) -> tuple[int, int]:
+    time.sleep(_DELAY[0])
+    return x, os.getpid()
+
+
+def in_worker(index: int, count: int) -> None:
+    """worker_init_fn: marks this process as a worker."""
+    _DELAY[0] = -1.0
+
+
+def die_at_400_in_a_worker(x: int) -> int:
+    if x == 400 and _DELAY[0] == -1.0:
+        os._exit(3)  # the worker process ends, as one killed would
+    return x

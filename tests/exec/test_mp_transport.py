@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 from multiprocessing import Pipe
 from typing import Any
@@ -14,7 +15,13 @@ from hypothesis import strategies as st
 
 import mp_helpers
 from chute._src.exec.mp.shm import create_slab_fd, map_slab, plan_slabs
-from chute._src.exec.mp.transport import ALIGN, ResultReceiver, ResultSender, SlabAllocator
+from chute._src.exec.mp.transport import (
+    ALIGN,
+    PIPE_BYTES,
+    ResultReceiver,
+    ResultSender,
+    SlabAllocator,
+)
 
 SLAB = 1 << 20
 
@@ -370,3 +377,32 @@ def test_a_result_that_still_fits_goes_first_and_the_slab_grows_after() -> None:
     release(sender, receiver)
     worker_side.close()
     main_side.close()
+
+
+def test_a_large_pickle_goes_through_the_slab_and_is_freed_once_read(link) -> None:
+    sender, receiver = link
+    # Thousands of small arrays (each inside the pickle): a pickle of ~400 KiB, which
+    # through the pipe would hold the worker until the main process reads it.
+    value = [np.full(20, i, dtype=np.int32) for i in range(4000)]
+    sender.send_result(0, value)  # no thread: it must not block on a full pipe
+    header = receiver._conn.recv_bytes()
+    kind, _, (payload, layout, payload_at) = pickle.loads(header)
+    assert (kind, payload, layout) == ("ok", None, None) and len(header) < 1000
+    first, _, length = payload_at
+    assert length >= PIPE_BYTES and sender.live_regions() == 1
+    # Through `recv`: the values, and the region given back as soon as they are read.
+    sender.send_result(1, value)
+    seq, got = receiver.recv()
+    assert seq == 1 and all((a == b).all() for a, b in zip(got, value, strict=True))
+    assert len(receiver.freed) == 1 and sender.live_regions() == 2
+    sender.freed.extend([first, receiver.freed.popleft()])
+    sender._release_freed()
+    assert sender.live_regions() == 0
+
+
+def test_a_large_pickle_that_does_not_fit_the_slab_goes_through_the_pipe(link) -> None:
+    sender, receiver = link
+    value = [np.full(20, i, dtype=np.int32) for i in range(12000)]  # > 1 MiB pickled
+    got = roundtrip(sender, receiver, value)
+    assert all((a == b).all() for a, b in zip(got, value, strict=True))
+    assert sender.live_regions() == 0 and not receiver.freed

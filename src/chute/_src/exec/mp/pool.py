@@ -294,6 +294,12 @@ class WorkerPool(Generic[TaskT, ResultT]):
         """How many tasks were put to this worker and not yet got."""
         return len(self._worker(worker_index).pending)
 
+    def ready(self, worker_index: int) -> bool:
+        """Whether `get(worker_index)` would find a message waiting from a live worker
+        (so returns at once, unless the message only announces a new slab)."""
+        w = self._worker(worker_index)
+        return bool(w.pending) and w.conn.poll(0) and w.process.is_alive()
+
     def start(self) -> None:
         """Starts every worker (all at once). Called by the first `put` if not before."""
         if self._started:

@@ -22,7 +22,11 @@ Wire format, one `Connection.send_bytes` frame per item:
 
     worker -> main  header: pickle((kind, seq, body)), then, for layout "pipe", one raw
                     frame per buffer.
-                    kind "ok":    body = (payload, layout), layout one of
+                    kind "ok":    body = (payload, layout, payload_at): payload is the
+                                  pickle, or None when it lies in the slab at
+                                  payload_at = (region_id, offset, length) (a pickle
+                                  of at least PIPE_BYTES, freed once unpickled); layout
+                                  one of
                                   None,
                                   ("slab", [(region_id, offset, length), ...],
                                            [(region_index, start, n), ...]),
@@ -67,6 +71,8 @@ __all__ = [
 
 ALIGN = 64
 DEFAULT_MIN_SHARED_BYTES = 1024
+PIPE_BYTES = 16 << 10
+"""A result's pickle this large goes through the slab, not the pipe (64 KiB on Linux)."""
 
 
 def _align(n: int) -> int:
@@ -243,7 +249,7 @@ class ResultSender:
             buffers.append(raw)
             return False
 
-        payload = pickle.dumps(result, protocol=5, buffer_callback=out_of_band)
+        payload: bytes | None = pickle.dumps(result, protocol=5, buffer_callback=out_of_band)
         layout: tuple[Any, ...] | None = None
         if buffers:
             self._release_freed()
@@ -255,13 +261,33 @@ class ResultSender:
                 for rid in {rid for rid, _ in carried.values()}:
                     del self._built[rid]
                     self._handed[rid] = 2  # the main process and the worker hold it
-        self._conn.send_bytes(pickle.dumps(("ok", seq, (payload, layout)), protocol=5))
+        # A large pickle (many small elements) goes through the slab too: through the pipe,
+        # it would block this worker until the main process reads it, which it does only
+        # when it wants this result (results are consumed in order). Placed after the
+        # buffers, in the slab the main process has once it reads this header.
+        assert payload is not None
+        payload_at = self._place_payload(payload) if len(payload) >= PIPE_BYTES else None
+        if payload_at is not None:
+            payload = None
+        self._conn.send_bytes(pickle.dumps(("ok", seq, (payload, layout, payload_at)), protocol=5))
         if layout is not None and layout[0] == "pipe":
             for b in buffers:
                 self._conn.send_bytes(b)
         wanted, self._grow_after = self._grow_after, 0
         if wanted * self._headroom > self.slab_bytes and self.slab_bytes < self._grow_to:
             self._grow(wanted)
+
+    def _place_payload(self, payload: bytes) -> tuple[int, int, int] | None:
+        """Copies `payload` into a region of its own in the current slab: (id, offset,
+        length), or None where it has no room (it then goes through the pipe)."""
+        self._release_freed()
+        slab = self._current
+        got = slab.allocator.allocate(len(payload)) if slab is not None else None
+        if slab is None or got is None:
+            return None
+        local, offset = got
+        slab.view[offset : offset + len(payload)] = payload
+        return (slab.id << _SLAB_SHIFT) | local, offset, len(payload)
 
     def _fits_now(self, length: int) -> tuple[int, int] | None:
         """A region of `length` in the current slab when it still has room, the larger
@@ -484,12 +510,22 @@ class ResultReceiver:
                 break
         if kind == "error":
             return RemoteFailure(seq, *body)
-        payload, layout = body
-        if layout is None:
-            return seq, pickle.loads(payload)
-        if layout[0] == "slab":
-            return seq, pickle.loads(payload, buffers=self._slab_buffers(layout))
-        return seq, pickle.loads(payload, buffers=self._pipe_buffers(layout[1]))
+        payload, layout, payload_at = body
+        if payload_at is not None:  # the pickle lies in a region of its own
+            _, offset, length = payload_at
+            assert self._slab is not None, "a pickle in the slab of a worker that has none"
+            payload = memoryview(self._slab)[offset : offset + length]
+        try:
+            if layout is None:
+                return seq, pickle.loads(payload)
+            if layout[0] == "slab":
+                return seq, pickle.loads(payload, buffers=self._slab_buffers(layout))
+            return seq, pickle.loads(payload, buffers=self._pipe_buffers(layout[1]))
+        finally:
+            if payload_at is not None:
+                # Unpickling copied everything out of it (arrays in it were in-band).
+                payload.release()
+                self.freed.append(payload_at[0])
 
     def _slab_buffers(self, layout: tuple[Any, ...]) -> list[Any]:
         import numpy as np
