@@ -1,9 +1,10 @@
 """`ChunkService`: the worker processes of one `mp_prefetch` iterator, and the routing of
 their tasks and results.
 
-Chunk tasks go to workers round-robin; a shard goes to the worker that has read it
-before (it keeps the shard open). Each task gets a `Ticket`; results come back in order
-per worker and are routed to their tickets. Which worker computes a chunk never changes
+A chunk task goes to the worker likely to be free first (`submit`); a shard goes to the
+worker that has read it before (it keeps the shard open). Each task gets a `Ticket`;
+results come back in order per worker and are routed to their tickets, received ahead
+when already there. Which worker computes a chunk never changes
 what the chunk holds, only when it is ready.
 """
 
