@@ -159,6 +159,8 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
         spec = self._spec
         feats = spec.features(element, self._seen)
         self._seen += 1
+        if len(feats) == 1 and len(feats[0]) <= spec.caps[0]:  # the common case, quickly
+            return [feats]
         lens = [len(x) for x in feats]
         if any(n > c for n, c in zip(lens, spec.caps)):
             if not self._ds._split:

@@ -295,7 +295,7 @@ class PackSpec:
 
     def features(self, element: Any, index: int) -> list[np.ndarray]:
         """The packed features of `element` as arrays with a sequence axis."""
-        if not isinstance(element, Mapping):
+        if type(element) is not dict and not isinstance(element, Mapping):  # (ABCs are slow)
             raise TypeError(
                 f"{self.where}: element {index} is a {type(element).__name__}, not a dict: "
                 "packing needs dict elements with the features named in length_struct; "
