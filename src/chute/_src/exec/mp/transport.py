@@ -72,7 +72,8 @@ __all__ = [
 ALIGN = 64
 DEFAULT_MIN_SHARED_BYTES = 1024
 PIPE_BYTES = 16 << 10
-"""A result's pickle this large goes through the slab, not the pipe (64 KiB on Linux)."""
+"""A result's pickle of this many bytes or more goes through the slab, not the pipe (whose
+buffer holds 64 KiB on Linux: a larger frame holds the worker until it is read)."""
 
 
 def _align(n: int) -> int:

@@ -4,8 +4,8 @@ their tasks and results.
 A chunk task goes to the worker likely to be free first (`submit`); a shard goes to the
 worker that has read it before (it keeps the shard open). Each task gets a `Ticket`;
 results come back in order per worker and are routed to their tickets, received ahead
-when already there. Which worker computes a chunk never changes
-what the chunk holds, only when it is ready.
+when already there. Which worker computes a chunk never changes what the chunk holds,
+only when it is ready.
 """
 
 from __future__ import annotations
