@@ -93,3 +93,13 @@ def test_bare_arrays_make_columns() -> None:
 )
 def test_anything_else_stays_a_list(items: list[Any], why: str) -> None:
     assert columns_of(items) is None, why
+
+
+def test_a_dict_of_batch_arrays_as_columns() -> None:
+    arrays = {"t": np.arange(12, dtype=np.int32).reshape(4, 3), "w": np.ones((4, 3), np.float32)}
+    cols = Columns.of_dict(arrays)
+    assert cols is not None and len(cols) == 4
+    assert_exactly_equal(cols[2], {"t": arrays["t"][2], "w": arrays["w"][2]})
+    assert_exactly_equal(cols.take(1, 3).stacked(), {k: v[1:3] for k, v in arrays.items()})
+    assert Columns.of_dict({"meta": np.empty(4, dtype=object)}) is None
+    assert Columns.of_dict({}) is None

@@ -356,3 +356,40 @@ def test_shuffle_bins_group_by_feature_keeps_groups_together() -> None:
                 shuffle_bins_group_by_feature="x",
             )
         )
+
+
+@pytest.mark.parametrize("packer", PACKERS)
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_batches_of_packed_rows_are_their_rows_stacked_and_resume(
+    packer: Any, shuffle: bool
+) -> None:
+    from chute._src.core import tree
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 30, 300).tolist()
+    seqs = [
+        {"t": np.arange(n, dtype=np.int32) + i, "w": np.full(n, i / 7, np.float32)}
+        for i, n in enumerate(lengths)
+    ]
+
+    def packed() -> chute.IterDataset[Any]:
+        return packer(
+            chute.MapDataset.source(seqs).to_iter_dataset(),
+            length_struct={"t": 32, "w": 32},
+            num_packing_bins=4,
+            shuffle_bins=shuffle,
+            seed=3,
+        )
+
+    # `batch` joins the packer's rows as columns; a batch_fn gets the rows themselves.
+    joined: list[Any] = list(packed().batch(7))
+    stacked = list(packed().batch(7, batch_fn=lambda rows: tree.stack(rows)))
+    assert len(joined) == len(stacked) > 10
+    for a, b in zip(joined, stacked, strict=True):
+        assert list(a) == list(b)
+        for k in a:
+            assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
+            np.testing.assert_array_equal(a[k], b[k])
+    rows = list(packed())
+    assert_trees_equal(rows[:7], [dict(zip(joined[0], r)) for r in zip(*joined[0].values())])
+    assert_equal_output_after_checkpoint(packed().batch(7))

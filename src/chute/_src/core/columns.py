@@ -31,12 +31,15 @@ class Columns(Sequence[Any]):
     """`len(leaves[0])` elements of structure `skeleton`: element `i`'s leaves are
     `leaves[j][i]`. A sequence of its elements (rows, built when asked for)."""
 
-    __slots__ = ("_owned", "leaves", "skeleton")
+    __slots__ = ("_keys", "_owned", "leaves", "skeleton")
 
-    def __init__(self, skeleton: Hashable, leaves: list[np.ndarray], owned: bool) -> None:
+    def __init__(self, skeleton: Any, leaves: list[np.ndarray], owned: bool) -> None:
         self.skeleton = skeleton
         self.leaves = leaves
         self._owned = owned  # the leaves are arrays of their own, not views of bigger ones
+        # A dict of arrays (the common element): its keys, for building rows quickly.
+        flat = skeleton[0] == "d" and all(c[0] == "a" for c in skeleton[3])
+        self._keys: tuple[Any, ...] | None = skeleton[2] if flat else None
 
     def __len__(self) -> int:
         return len(self.leaves[0])
@@ -49,6 +52,8 @@ class Columns(Sequence[Any]):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         # `leaf[i, ...]`: a 0-d leaf comes back a 0-d array, as it went, not a scalar.
+        if self._keys is not None:
+            return dict(zip(self._keys, [leaf[i, ...] for leaf in self.leaves]))
         return _build(self.skeleton, iter([leaf[i, ...] for leaf in self.leaves]))
 
     def __iter__(self) -> Iterator[Any]:
@@ -81,6 +86,17 @@ class Columns(Sequence[Any]):
             return pieces[0]
         leaves = [_concatenate([p.leaves[j] for p in pieces]) for j in range(len(pieces[0].leaves))]
         return Columns(pieces[0].skeleton, leaves, True)
+
+    @staticmethod
+    def of_dict(arrays: dict[str, np.ndarray]) -> Columns | None:
+        """Elements `{k: arrays[k][i]}`: the rows of a batch a stage made itself (a packer's
+        rows), as columns of their own; None if an array holds objects or its byte order
+        is not the machine's."""
+        leaves = list(arrays.values())
+        if not leaves or any(a.dtype.hasobject or not a.dtype.isnative for a in leaves):
+            return None
+        children = tuple(("a", a.shape[1:], a.dtype) for a in leaves)
+        return Columns(("d", dict, tuple(arrays), children), leaves, True)
 
     def __repr__(self) -> str:
         return f"Columns({len(self)} elements, {len(self.leaves)} leaves)"

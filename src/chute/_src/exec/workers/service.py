@@ -280,13 +280,16 @@ class ChunkService:
                 e.add_note(_DIED_AT_START)
             raise
         self._queues[worker].popleft()
+        oldest.result = result
+        oldest.cold = not self._received[worker]
         task = oldest.task
-        if isinstance(task, ChunkTask) and result.seconds > 0:  # its pace, for `submit`
+        # Its pace, for `submit`; not from its first result, which pays its one-off costs
+        # (imports, a tokenizer loaded on first use): sized by it, the others would get
+        # every chunk while it sat idle.
+        if isinstance(task, ChunkTask) and result.seconds > 0 and not oldest.cold:
             pace = result.seconds / task.k
             was = self._seconds_per_element[worker]
             self._seconds_per_element[worker] = pace if not was else (was + pace) / 2
-        oldest.result = result
-        oldest.cold = not self._received[worker]
         self._received[worker] = True
         self.warm = True
 

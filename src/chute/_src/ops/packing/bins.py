@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core.columns import Columns
 from chute._src.core.dataset import IterDataset
 from chute._src.core.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int
 from chute._src.core.seeding import derive_seed
@@ -115,7 +116,8 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
         self._ds = ds
         self._spec = ds._spec
         self._reader = ReplayReader(parent)
-        self._rows: list[dict[str, Any]] = []  # the current batch's rows, in emission order
+        # The current batch's rows, in emission order (as columns when they are arrays).
+        self._rows: list[dict[str, Any]] | Columns = []
         self._emitted = 0  # rows of the current batch already handed out
         self._counter = 0  # rows handed out before the current batch (keys the shuffle)
         self._start: Mark | None = None  # where the current batch began upstream
@@ -152,6 +154,30 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
         except StopIteration:
             pass
         return out
+
+    def _next_columns(self, n: int) -> list[dict[str, Any]] | Columns:
+        # The rows of the batches of bins as columns while they are (a `batch` above joins
+        # them); the position moves as in `_next_many`.
+        pieces: list[Columns] = []
+        got = 0
+        try:
+            while got < n:
+                if self._emitted >= len(self._rows):
+                    self._pack_batch()
+                rows = self._rows
+                if not isinstance(rows, Columns):
+                    out: list[dict[str, Any]] = [x for piece in pieces for x in piece]
+                    return out + self._next_many(n - got)
+                take = min(n - got, len(rows) - self._emitted)
+                pieces.append(rows.take(self._emitted, self._emitted + take))
+                self._emitted += take
+                got += take
+                if self._emitted == len(rows):
+                    self._counter += len(rows)
+                    self._start, self._rows, self._emitted = self._next_start, [], 0
+        except StopIteration:
+            pass
+        return Columns.join(pieces) if pieces else []
 
     # -- packing ---------------------------------------------------------------------------
 
@@ -275,7 +301,13 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
             if ds._group_by is not None:
                 order = _group_rows(batch, ds._group_by, order, spec.where)
         names = list(batch)
-        self._rows = [spec.nest({k: batch[k][r] for k in names}) for r in order]
+        rows_as_columns = None
+        if not spec.nested_features:  # rows of arrays only: as columns, which `batch` joins
+            rows_as_columns = Columns.of_dict({k: batch[k][order] for k in names})
+        if rows_as_columns is not None:
+            self._rows = rows_as_columns
+        else:
+            self._rows = [spec.nest({k: batch[k][r] for k in names}) for r in order]
 
     # -- state -----------------------------------------------------------------------------
 
