@@ -89,6 +89,12 @@ def test_bare_arrays_make_columns() -> None:
         ([defaultdict(None, x=np.zeros(1)), defaultdict(None, x=np.zeros(1))], "defaultdict"),
         ([{}, {}], "no leaves"),
         ([[np.zeros(1)], (np.zeros(1),)], "list and tuple"),
+        ([{"x": np.zeros(2)}, {"x": np.ma.zeros(2)}], "a later array subclass"),
+        ([{"x": np.zeros(2, "<i4")}, {"x": np.zeros(2, ">i4")}], "a later big-endian leaf"),
+        ([{"x": np.zeros(2)}, {"x": np.array([None, 1])}], "a later object array"),
+        ([{"x": np.zeros(2)}, OrderedDict(x=np.zeros(2))], "a later dict subclass"),
+        ([{"x": np.zeros(2)}, {"x": {"y": np.zeros(2)}}], "a later nested dict"),
+        ([{"x": np.zeros(2)}, {"x": np.zeros(2), "y": np.zeros(2)}], "a later extra key"),
     ],
 )
 def test_anything_else_stays_a_list(items: list[Any], why: str) -> None:

@@ -109,10 +109,22 @@ def columns_of(items: list[Any]) -> Columns | None:
     if len(items) < 2:
         return None
     first: list[np.ndarray] = []
-    skeleton = _flatten(items[0], first)
+    skeleton: Any = _flatten(items[0], first)
     if skeleton is None or not first:
         return None
     per_leaf: list[list[np.ndarray]] = [[leaf] for leaf in first]
+    if skeleton[0] == "d" and all(c[0] == "a" for c in skeleton[3]):
+        # A dict of arrays, the common element: checked without building its skeleton.
+        _, _, keys, children = skeleton
+        specs = [(shape, dtype) for _, shape, dtype in children]
+        for x in items[1:]:
+            if type(x) is not dict or tuple(x) != keys:
+                return None
+            for column, (shape, dtype), v in zip(per_leaf, specs, x.values()):
+                if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+                    return None
+                column.append(v)
+        return Columns(skeleton, [outbuf.stack(column) for column in per_leaf], True)
     scratch: list[np.ndarray] = []
     for x in items[1:]:
         scratch.clear()
