@@ -42,6 +42,15 @@ def fail_at_13(x: int) -> int:
     return x
 
 
+def as_list(ds: chute.IterDataset[Any]) -> list[Any]:
+    """Every element of `ds`, its iterator closed after (its workers stopped)."""
+    it = iter(ds)
+    try:
+        return list(it)
+    finally:
+        it.close()
+
+
 def rich_pipeline(workers: int, n: int = 400) -> chute.IterDataset[Any]:
     """Filter, random_map, batch and an iter-side filter before the worker boundary."""
     ds = (

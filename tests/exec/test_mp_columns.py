@@ -29,14 +29,6 @@ def pipeline(
     return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
 
 
-def collect(ds: chute.IterDataset[Any]) -> list[Any]:
-    it = iter(ds)
-    try:
-        return list(it)
-    finally:
-        it.close()
-
-
 def assert_same_lists(got: list[Any], expected: list[Any]) -> None:
     assert len(got) == len(expected)
     for k, (x, y) in enumerate(zip(got, expected)):
@@ -45,14 +37,14 @@ def assert_same_lists(got: list[Any], expected: list[Any]) -> None:
 
 @pytest.mark.parametrize("drop", [False, True])
 def test_batches_of_columns_are_the_batches_without_workers(drop: bool) -> None:
-    expected = collect(pipeline(0, drop=drop))
+    expected = mpp.as_list(pipeline(0, drop=drop))
     for workers in (1, 2):
-        assert_same_lists(collect(pipeline(workers, drop=drop)), expected)
+        assert_same_lists(mpp.as_list(pipeline(workers, drop=drop)), expected)
 
 
 def test_elements_one_by_one_are_the_elements_without_workers() -> None:
-    expected = collect(pipeline(0, batch=None))
-    got = collect(pipeline(2, batch=None))
+    expected = mpp.as_list(pipeline(0, batch=None))
+    got = mpp.as_list(pipeline(2, batch=None))
     assert_same_lists(got, expected)
     assert all(x["ids"].flags.writeable for x in got)  # as a stage above may write them
 
@@ -77,7 +69,7 @@ def test_chunks_that_do_not_stack_stay_lists_and_mix_with_columns() -> None:
             chute.MultiprocessingOptions(num_workers=workers)
         )
 
-    assert_same_lists(collect(ragged(2)), collect(ragged(0)))
+    assert_same_lists(mpp.as_list(ragged(2)), mpp.as_list(ragged(0)))
     filtered = [
         chute.MapDataset.range(700)
         .map(mpp.uniform)
@@ -87,7 +79,7 @@ def test_chunks_that_do_not_stack_stay_lists_and_mix_with_columns() -> None:
         .mp_prefetch(chute.MultiprocessingOptions(num_workers=w))
         for w in (0, 2)
     ]
-    assert_same_lists(collect(filtered[1]), collect(filtered[0]))
+    assert_same_lists(mpp.as_list(filtered[1]), mpp.as_list(filtered[0]))
 
 
 def _root(a: np.ndarray) -> np.ndarray:
@@ -97,7 +89,7 @@ def _root(a: np.ndarray) -> np.ndarray:
 
 
 def test_a_batch_holds_its_own_memory_not_a_chunk() -> None:
-    batches = collect(pipeline(2, batch=100))
+    batches = mpp.as_list(pipeline(2, batch=100))
     for a, b in itertools.pairwise(batches):
         # Whatever a batch's arrays are views of holds that batch and no other elements.
         size = sum(x.nbytes for x in (a["ids"], *a["pair"], *a["list"]))
@@ -110,7 +102,7 @@ def test_a_batch_holds_its_own_memory_not_a_chunk() -> None:
 def test_states_taken_between_batches_of_columns_restore_with_any_worker_count(
     taken_with: int, restored_with: int
 ) -> None:
-    expected = collect(pipeline(0, batch=37))
+    expected = mpp.as_list(pipeline(0, batch=37))
     it = iter(pipeline(taken_with, batch=37))
     try:
         for _ in range(5):
@@ -133,13 +125,13 @@ def test_a_batch_fn_gets_the_elements() -> None:
             chute.MultiprocessingOptions(num_workers=workers)
         )
 
-    got = collect(build(2))
+    got = mpp.as_list(build(2))
     assert all(type(b) is list and len(b) in (24, 200 % 24) for b in got)
-    assert_same_lists(got, collect(build(0)))
+    assert_same_lists(got, mpp.as_list(build(0)))
 
 
 def test_debug_mode_sees_the_same_batches_and_counts_their_elements() -> None:
-    expected = collect(pipeline(0))
+    expected = mpp.as_list(pipeline(0))
     chute.config.update("py_debug_mode", True)
     try:
         it = iter(pipeline(2))

@@ -77,19 +77,11 @@ def wait_until(cond: Any, timeout: float = 10.0) -> bool:
     return bool(cond())
 
 
-def as_list(ds: chute.IterDataset[Any]) -> list[Any]:
-    it = iter(ds)
-    try:
-        return list(it)
-    finally:
-        it.close()
-
-
 def test_same_output_for_0_1_2_3_4_8_workers() -> None:
-    reference = as_list(mpp.rich_pipeline(0))
+    reference = mpp.as_list(mpp.rich_pipeline(0))
     assert len(reference) > 20
     for workers in (1, 2, 3, 4, 8):
-        assert_trees_equal(as_list(mpp.rich_pipeline(workers)), reference)
+        assert_trees_equal(mpp.as_list(mpp.rich_pipeline(workers)), reference)
 
 
 @given(
@@ -114,7 +106,7 @@ def test_random_pipelines_do_not_depend_on_workers(
             it = it.batch(batch)
         return it.mp_prefetch(chute.MultiprocessingOptions(num_workers=w))
 
-    assert_trees_equal(as_list(build(workers)), as_list(build(0)))
+    assert_trees_equal(mpp.as_list(build(workers)), mpp.as_list(build(0)))
 
 
 @pytest.mark.parametrize(("taken_with", "restored_with"), [(2, 3), (3, 0), (0, 2), (1, 4)])
@@ -170,8 +162,8 @@ def test_arrays_come_through_shared_memory_and_stay_valid() -> None:
     del it
     gc.collect()
     for _ in range(3):  # churn: new pools reuse memory; held arrays must not change
-        as_list(build(2))
-    reference = as_list(build(0))
+        mpp.as_list(build(2))
+    reference = mpp.as_list(build(0))
     assert_trees_equal(held, reference)
     assert held[0]["image"].shape == (4, 64, 1024)
 
@@ -190,7 +182,7 @@ def test_batches_built_in_shared_memory_stay_valid_while_the_stream_goes_on() ->
         for k, batch in enumerate(it):
             if k % 7 == 0:
                 held.append(batch)
-    reference = as_list(build(0))
+    reference = mpp.as_list(build(0))
     assert_trees_equal(held, reference[::7])
     assert len(held) == 22 and held[0]["image"][0, 0, 0] == 0.5  # replaced in a worker
 
@@ -201,7 +193,7 @@ def test_start_prefetch_starts_workers_before_next() -> None:
     it.start_prefetch()
     it.start_prefetch()
     assert wait_until(lambda: len(worker_pids() - before) >= 2)
-    assert next(it) == as_list(mpp.rich_pipeline(0))[0]
+    assert next(it) == mpp.as_list(mpp.rich_pipeline(0))[0]
     it.close()
     assert wait_until(lambda: not (worker_pids() - before))
 
@@ -261,7 +253,7 @@ def test_unpicklable_stage_is_named_before_any_worker_starts() -> None:
 def test_worker_init_fn_runs_in_each_worker(tmp_path: Path) -> None:
     ds = chute.MapDataset.range(50).to_iter_dataset()
     opts = chute.MultiprocessingOptions(num_workers=3)
-    assert as_list(ds.mp_prefetch(opts, worker_init_fn=mpp.WriteMarker(tmp_path))) == list(
+    assert mpp.as_list(ds.mp_prefetch(opts, worker_init_fn=mpp.WriteMarker(tmp_path))) == list(
         range(50)
     )
     names = sorted(p.name.rsplit("-pid-", 1)[0] for p in tmp_path.iterdir())
@@ -331,7 +323,7 @@ def test_large_list_source_is_shared_not_copied() -> None:
     assert len(made) == 1  # one shared copy, whatever the number of workers
     rest = list(it)
     it.close()
-    assert_trees_equal([first, *rest], as_list(build(0)))
+    assert_trees_equal([first, *rest], mpp.as_list(build(0)))
     assert not made & set(os.listdir("/dev/shm"))  # removed when the workers stop
 
 
@@ -340,7 +332,7 @@ def test_shared_list_files_of_dead_processes_are_swept() -> None:
     stale.write_bytes(b"left by a killed process")
     os.utime(stale, (0, 0))  # old enough not to be a file in creation
     ds = chute.MapDataset.source(list(range(20_000))).to_iter_dataset()
-    assert as_list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1)))[:3] == [0, 1, 2]
+    assert mpp.as_list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1)))[:3] == [0, 1, 2]
     assert not stale.exists()
 
 

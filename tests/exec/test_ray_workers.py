@@ -40,14 +40,6 @@ def ray() -> Iterator[Any]:
         ray.shutdown()
 
 
-def _outputs(ds: chute.IterDataset[Any]) -> list[Any]:
-    it = iter(ds)
-    try:
-        return list(it)
-    finally:
-        it.close()
-
-
 # -- the options, without a cluster --------------------------------------------------------
 
 
@@ -97,10 +89,10 @@ def test_chute_and_local_workers_do_not_import_ray() -> None:
 
 
 def test_same_output_for_1_2_4_actors_as_for_no_workers(ray: Any) -> None:
-    reference = _outputs(rh.packed_pipeline(chute.MultiprocessingOptions(num_workers=0)))
+    reference = mpp.as_list(rh.packed_pipeline(chute.MultiprocessingOptions(num_workers=0)))
     assert len(reference) > 20
     for n in (1, 2, 4):
-        assert_trees_equal(_outputs(rh.packed_pipeline(rh.workers(n))), reference)
+        assert_trees_equal(mpp.as_list(rh.packed_pipeline(rh.workers(n))), reference)
 
 
 def test_states_move_between_ray_and_local_workers(ray: Any) -> None:
@@ -163,8 +155,8 @@ def test_streams_are_read_by_shard_in_actors(ray: Any) -> None:
         ds = InterleaveIterDataset(shards, cycle_length=4, iter_buffer_size=3)
         return ds.map(sh.key).mp_prefetch(options)
 
-    reference = _outputs(streams(chute.MultiprocessingOptions(num_workers=0)))
-    assert _outputs(streams(rh.workers(2))) == reference
+    reference = mpp.as_list(streams(chute.MultiprocessingOptions(num_workers=0)))
+    assert mpp.as_list(streams(rh.workers(2))) == reference
     assert_equal_output_after_checkpoint(
         streams(rh.workers(2)), restore_into=streams(rh.workers(1)), steps=[0, 7, 30]
     )
@@ -241,7 +233,7 @@ def test_a_module_missing_on_the_actors_node_is_named_with_the_fix(
     try:
         ds = chute.MapDataset.range(20).map(only_here.triple).to_iter_dataset()
         with pytest.raises(ModuleNotFoundError, match="only_here") as info:
-            _outputs(ds.mp_prefetch(rh.workers(1)))
+            mpp.as_list(ds.mp_prefetch(rh.workers(1)))
     finally:
         del sys.modules["only_here"]
     notes = "\n".join(info.value.__notes__)
@@ -251,7 +243,7 @@ def test_a_module_missing_on_the_actors_node_is_named_with_the_fix(
 def test_worker_init_fn_runs_in_each_actor(ray: Any, tmp_path: Path) -> None:
     ds = chute.MapDataset.range(30).to_iter_dataset()
     staged = ds.mp_prefetch(rh.workers(2), worker_init_fn=rh.MarkWorker(str(tmp_path)))
-    assert _outputs(staged) == list(range(30))
+    assert mpp.as_list(staged) == list(range(30))
     marks = sorted(p.name.rsplit("-pid-", 1)[0] for p in tmp_path.iterdir())
     assert marks == ["worker-0-of-2", "worker-1-of-2"]
 
@@ -290,7 +282,7 @@ def test_enable_profiling_prints_the_summary_with_the_actors_figures(
 ) -> None:
     options = rh.workers(2, enable_profiling=True)
     ds = chute.MapDataset.range(64).map(mpp.double).to_iter_dataset().batch(8)
-    assert len(_outputs(ds.mp_prefetch(options))) == 8
+    assert len(mpp.as_list(ds.mp_prefetch(options))) == 8
     err = capsys.readouterr().err
     assert err.count("chute execution summary") == 1 and "MapMapDataset" in err, err
 
@@ -299,7 +291,7 @@ def test_enable_profiling_prints_the_summary_with_the_actors_figures(
 
 
 def test_an_actor_killed_mid_epoch_loses_and_repeats_nothing(ray: Any) -> None:
-    reference = _outputs(rh.slow_pipeline(chute.MultiprocessingOptions(num_workers=0)))
+    reference = mpp.as_list(rh.slow_pipeline(chute.MultiprocessingOptions(num_workers=0)))
     it = iter(rh.slow_pipeline(rh.workers(2)))
     out = [next(it) for _ in range(30)]
     actors = rh.pool(it).actors
@@ -321,7 +313,7 @@ def test_a_killed_actor_holding_shards_has_them_reopened_elsewhere(ray: Any) -> 
         ds = InterleaveIterDataset(shards, cycle_length=4, iter_buffer_size=3)
         return ds.map(sh.key).mp_prefetch(options)
 
-    reference = _outputs(streams(chute.MultiprocessingOptions(num_workers=0)))
+    reference = mpp.as_list(streams(chute.MultiprocessingOptions(num_workers=0)))
     it = iter(streams(rh.workers(2)))
     out = [next(it) for _ in range(30)]
     (service,) = rh.services(it)
@@ -393,7 +385,7 @@ def test_autotune_counts_the_clusters_cpus(ray: Any) -> None:
 def test_results_are_the_same_bytes(ray: Any) -> None:
     def images(options: Any) -> list[Any]:
         ds = chute.MapDataset.range(8).shuffle(seed=1).map(rh.image).to_iter_dataset()
-        return _outputs(ds.batch(3).mp_prefetch(options))
+        return mpp.as_list(ds.batch(3).mp_prefetch(options))
 
     for a, b in zip(images(rh.workers(2)), images(chute.MultiprocessingOptions(num_workers=0))):
         assert a["image"].tobytes() == b["image"].tobytes()

@@ -250,7 +250,7 @@ class ResultSender:
             buffers.append(raw)
             return False
 
-        payload: bytes | None = pickle.dumps(result, protocol=5, buffer_callback=out_of_band)
+        payload = pickle.dumps(result, protocol=5, buffer_callback=out_of_band)
         layout: tuple[Any, ...] | None = None
         if buffers:
             self._release_freed()
@@ -266,11 +266,9 @@ class ResultSender:
         # it would block this worker until the main process reads it, which it does only
         # when it wants this result (results are consumed in order). Placed after the
         # buffers, in the slab the main process has once it reads this header.
-        assert payload is not None
         payload_at = self._place_payload(payload) if len(payload) >= PIPE_BYTES else None
-        if payload_at is not None:
-            payload = None
-        self._conn.send_bytes(pickle.dumps(("ok", seq, (payload, layout, payload_at)), protocol=5))
+        inline = payload if payload_at is None else None
+        self._conn.send_bytes(pickle.dumps(("ok", seq, (inline, layout, payload_at)), protocol=5))
         if layout is not None and layout[0] == "pipe":
             for b in buffers:
                 self._conn.send_bytes(b)
