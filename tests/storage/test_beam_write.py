@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import typing
 from pathlib import Path
 
 import pytest
@@ -79,13 +80,47 @@ def test_fewer_records_than_shards_gives_empty_shards(tmp_path: Path) -> None:
     assert RecordFileDataSource(str(tmp_path / "few"))[0] == b"one"
 
 
-def test_elements_that_are_not_records_name_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(Exception, match=r"takes records as bytes, got tuple.*give num_positions="):
-        write([(0, b"a")], tmp_path / "t", num_shards=2)  # type: ignore[list-item]
-    with pytest.raises(Exception, match=r"got str 'a'; encode each element to bytes"):
-        write(["a"], tmp_path / "s", num_shards=2)  # type: ignore[list-item]
-    with pytest.raises(Exception, match=r"takes \(position, record\) pairs, got bytes"):
-        write([b"a"], tmp_path / "p", num_shards=2, num_positions=1)
+def write_untyped(records: list[object], out: Path, **kw: object) -> None:
+    """`write` with elements whose type Beam does not know (`Any`), so no check of
+    Beam's or chute's can refuse them when the pipeline is built."""
+    with beam.Pipeline() as p:
+        _ = (
+            p
+            | beam.Create(records).with_output_types(typing.Any)
+            | chute.beam.WriteShards(str(out), **kw)  # type: ignore[arg-type]
+        )
+
+
+# What a user who gave the wrong elements needs to read, whichever check finds them (the
+# one when the pipeline is built, or the one per element while it runs), in words that are
+# chute's own and not one Beam release's: what WriteShards takes, what it got, the fix.
+NOT_BYTES = r"(?is)takes records as bytes.*got.*tuple.*give num_positions="
+NOT_ENCODED = r"(?is)takes records as bytes.*got.*str.*encode each element to bytes"
+NOT_PAIRS = r"(?is)takes \(position, record\) pairs.*got.*bytes.*leave num_positions out"
+
+
+@pytest.mark.parametrize("writer", [write, write_untyped], ids=["typed", "untyped"])
+def test_elements_that_are_not_records_name_the_fix(writer: typing.Any, tmp_path: Path) -> None:
+    with pytest.raises(Exception, match=NOT_BYTES):
+        writer([(0, b"a")], tmp_path / "t", num_shards=2)
+    with pytest.raises(Exception, match=NOT_ENCODED):
+        writer(["a"], tmp_path / "s", num_shards=2)
+    with pytest.raises(Exception, match=NOT_PAIRS):
+        writer([b"a"], tmp_path / "p", num_shards=2, num_positions=1)
+
+
+def test_a_typed_pcollection_is_refused_when_the_pipeline_is_built(tmp_path: Path) -> None:
+    p = beam.Pipeline()
+    pairs = p | beam.Create([(0, b"a")])
+    with pytest.raises(TypeError, match=NOT_BYTES) as raised:
+        _ = pairs | chute.beam.WriteShards(str(tmp_path / "t"), num_shards=2)
+    assert "Tuple[int, bytes]" in str(raised.value)  # the type as Beam inferred it, readable
+    texts = p | "Texts" >> beam.Create(["a"])
+    with pytest.raises(TypeError, match=NOT_ENCODED):
+        _ = texts | "W2" >> chute.beam.WriteShards(str(tmp_path / "s"), num_shards=2)
+
+
+def test_the_argument_checks_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"num_positions=-1 is invalid"):
         chute.beam.WriteShards(str(tmp_path / "n"), num_shards=2, num_positions=-1)
     with pytest.raises(ValueError, match=r"num_shards=0 is invalid; give 1 or more"):

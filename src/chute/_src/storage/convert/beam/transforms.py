@@ -6,11 +6,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 try:
     import apache_beam as beam
+    from apache_beam.typehints import typehints
 except ImportError as e:  # pragma: no cover - the [beam] extra is in the test extra
     raise ImportError("chute.beam needs Apache Beam: pip install 'chute[beam]'") from e
 
@@ -207,6 +209,39 @@ def _content_key(spec: ShardSpec) -> Any:
     return key
 
 
+def _check_element_type(pcoll: Any, spec: ShardSpec) -> None:
+    """Refuses, when the pipeline is built, a PCollection whose declared or inferred
+    element type cannot be what `WriteShards` takes, with the fix; elements of a type
+    Beam does not know (`Any`) are checked one by one as they are written."""
+    declared = getattr(pcoll, "element_type", None)
+    if declared is None:
+        return
+    if spec.positioned:
+        expected: Any = typehints.Tuple[int, bytes]
+        if typehints.is_consistent_with(declared, expected):
+            return
+        raise TypeError(
+            f"WriteShards(num_positions=...) takes (position, record) pairs, got a "
+            f"PCollection of {_type_name(declared)}; for a PCollection of records leave "
+            "num_positions out"
+        )
+    if typehints.is_consistent_with(declared, bytes):
+        return
+    hint = (
+        "for (position, record) pairs give num_positions= (ReadRecords tells it)"
+        if isinstance(declared, typehints.TupleConstraint) or declared is tuple
+        else "encode each element to bytes first (a beam.Map before WriteShards)"
+    )
+    raise TypeError(
+        f"WriteShards takes records as bytes, got a PCollection of {_type_name(declared)}; {hint}"
+    )
+
+
+def _type_name(hint: Any) -> str:
+    """`Tuple[int, bytes]` for Beam's `Tuple[<class 'int'>, <class 'bytes'>]`."""
+    return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", str(hint))
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -290,6 +325,7 @@ class WriteShards(beam.PTransform):
         self.complete = prepare_output(self.spec)
 
     def expand(self, pcoll: Any) -> Any:
+        _check_element_type(pcoll, self.spec)
         return _write(pcoll, self.spec)
 
 
