@@ -9,6 +9,8 @@ from chute._src.core.element_spec import ShapeDtypeStructProtocol as ShapeDtypeS
 from chute._src.core.element_spec import get_element_spec as get_element_spec
 from chute._src.core.next_index import get_next_index as get_next_index
 from chute._src.core.next_index import set_next_index as set_next_index
+from chute._src.core.skip import skip as skip
+from chute._src.core.skip import skip_state as skip_state
 from chute._src.core.transforms import MapWithIndex as MapWithIndexTransform
 from chute._src.exec.multithread_prefetch import (
     ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator,
@@ -110,5 +112,7 @@ __all__ = [
     "multithread_prefetch",
     "set_mix_weights",
     "set_next_index",
+    "skip",
+    "skip_state",
     "zeros_like_batch",
 ]

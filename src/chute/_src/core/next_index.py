@@ -74,7 +74,7 @@ def get_next_index(ds_iter: DatasetIterator[Any]) -> int:
     >>> next(it), next(it), get_next_index(it)
     (0, 2, 2)
     """
-    return _indices(_reader_path(ds_iter.get_state(), "get_next_index"))[0]
+    return next_index_of(ds_iter.get_state(), "get_next_index")
 
 
 def set_next_index(ds_iter: DatasetIterator[Any], index: int) -> None:
@@ -89,15 +89,22 @@ def set_next_index(ds_iter: DatasetIterator[Any], index: int) -> None:
     """
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"set_next_index: index={index!r} is invalid: it must be an int >= 0.")
-    state = copy.deepcopy(ds_iter.get_state())
-    path = _reader_path(state, "set_next_index")
+    ds_iter.set_state(moved(ds_iter.get_state(), index, "set_next_index"))
+
+
+def moved(state: Any, index: int, where: str) -> Any:
+    """A copy of `state` (an iterator's, trusted) whose top stage produces its element
+    `index` next, sealed anew; `NoNextIndexError` where a stage between cannot say which
+    element that is without reading."""
+    state = copy.deepcopy(state)
+    path = _reader_path(state, where)
     current = _indices(path)
     for node, now in zip(path[:-1], current):
         stage = node.get("stage")
         if stage == "indexed_map":
             if node.get("index") != now:
                 raise NoNextIndexError(
-                    "set_next_index: a map_with_index/random_map above the reader has mapped "
+                    f"{where}: a map_with_index/random_map above the reader has mapped "
                     f"{node.get('index')} elements of the first {now} (a filter on the "
                     "MapDataset skips some), so its index cannot be moved without reading: "
                     "save and restore positions with get_state()/set_state()."
@@ -108,4 +115,9 @@ def set_next_index(ds_iter: DatasetIterator[Any], index: int) -> None:
         elif stage == "batch":
             index *= _batch_size(node)
     path[-1]["next_index"] = index
-    ds_iter.set_state(seal(state))  # an edit of chute's own: sealed anew
+    return seal(state)  # an edit of chute's own: sealed anew
+
+
+def next_index_of(state: Any, where: str) -> int:
+    """The next index of the top stage of `state` (see `get_next_index`)."""
+    return _indices(_reader_path(state, where))[0]

@@ -1,0 +1,96 @@
+"""`skip` and `skip_state`: move an iterator, or a saved state, `n` steps on, as if those
+steps had been consumed (after a loss spike: restart earlier, skip the bad range).
+
+Where the position is index arithmetic (a `MapDataset` chain of shuffles, slices,
+repeats, mixes and maps read by `to_iter_dataset`, then maps, batches, prefetching and
+worker processes), a step is a known number of the reader's indices, so the move is O(1):
+the state's `next_index` (and the counters of `random_map`, `limit`) are set as
+`set_next_index` sets them, and nothing is read. Any other stage between (a filter of an
+`IterDataset`, packing, batching by tokens, a mixture drawing at random) cannot say where
+step `n` begins without reading, so the iterator reads the `n` steps and drops them:
+every stage computes what it must, user maps included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chute._src.core.iterator import DatasetIterator
+from chute._src.core.next_index import NoNextIndexError, moved, next_index_of
+from chute._src.core.state_checks import check_bounds, verify
+
+
+def _check_steps(n: object, where: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(
+            f"{where}: n={n!r} is invalid: the number of steps to skip must be an int >= 0 "
+            "(an iterator cannot go back; to return to an earlier step, restore a state "
+            "saved before it)."
+        )
+    return n
+
+
+def skip(ds_iter: DatasetIterator[Any], n: int) -> int:
+    """Advances `ds_iter` by `n` steps (elements or batches, as it yields them) and returns
+    how many it skipped: `n`, or fewer where a finite stream ended first (when it is read).
+
+    What follows is what follows `n` calls of `next`; the state it then gives restores to
+    it with any number of workers. O(1) where the position is index arithmetic.
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(10**9).seed(0).shuffle().batch(4).to_iter_dataset()
+    >>> a, b = iter(ds), iter(ds)
+    >>> skip(a, 10**6)  # O(1): no element is read
+    1000000
+    >>> b.set_state(skip_state(b.get_state(), 10**6))
+    >>> bool((next(a) == next(b)).all())
+    True
+    """
+    n = _check_steps(n, "skip")
+    if n == 0:
+        return 0
+    state = ds_iter.get_state()
+    try:
+        start = next_index_of(state, "skip")
+        target = moved(state, start + n, "skip")
+    except NoNextIndexError:
+        for done in range(n):  # a stage between must read to know where step n begins
+            try:
+                next(ds_iter)
+            except StopIteration:
+                return done
+        return n
+    ds_iter.set_state(target)
+    return n
+
+
+def skip_state(state: Any, n: int, dataset: Any = None) -> Any:
+    """`state` (from `get_state()`, a checkpoint, a `state_dict`'s chute part) moved `n`
+    steps on: what the iterator would give after consuming those steps.
+
+    Where the position is index arithmetic the state is edited in O(1) and `dataset` is not
+    needed. Otherwise give the pipeline (`dataset`, the `IterDataset` or `DataLoader` the
+    state came from): an iterator is made, restored, moved by `skip` and its state
+    returned, so a state from another pipeline raises `CheckpointError` as `set_state`
+    does.
+    """
+    n = _check_steps(n, "skip_state")
+    if dataset is not None:
+        it = iter(dataset)
+        try:
+            it.set_state(state)
+            skip(it, n)
+            return it.get_state()
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+    check_bounds(state, "skip_state")
+    verify(state, "skip_state")  # never seal anew a state changed since it was saved
+    try:
+        return moved(state, next_index_of(state, "skip_state") + n, "skip_state")
+    except NoNextIndexError as e:
+        raise NoNextIndexError(
+            f"{e} skip_state cannot move this state without reading: give the pipeline "
+            "it came from, skip_state(state, n, dataset=ds), and it reads the steps."
+        ) from None
