@@ -308,8 +308,9 @@ class IterDataset(_Node, Generic[T]):
     ) -> IterDataset[Any]:
         """tf.data's length buckets: an element of length `n` joins the bucket of
         `bucket_boundaries[b-1] <= n < bucket_boundaries[b]`, batched by
-        `bucket_batch_sizes[b]`. Buckets close at the end of each window of `window_size`
-        elements (default 16 x the sum of the batch sizes), so the state stays small.
+        `bucket_batch_sizes[b]`. As in tf.data, the buckets stay open across the stream: only
+        the final remainder is short (`drop_remainder` drops it). `window_size`, if given,
+        bounds how many input elements an element waits. The state stays a few integers.
         `experimental.BucketBySequenceLengthIterDataset`; docs/sequences.md.
         """
         from chute._src.ops.bucket_by_length import BucketBySequenceLengthIterDataset
