@@ -119,7 +119,8 @@ class BucketBySequenceLengthIterDataset(IterDataset[Any]):
         return _BucketIterator(self._parent_iter(), self)
 
     def bucket_of(self, element: Any, index: int) -> int:
-        """The bucket of `element`, input element `index`; checks its length."""
+        """The bucket of `element`, input element `index`; checks its length. (The
+        iterator computes it inline for a length that passes the checks.)"""
         n = self._length_fn(element)
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
             raise ValueError(
@@ -183,10 +184,18 @@ class _BucketIterator(DatasetIterator[Any]):
     def _next_bucket(self) -> int:
         """Reads until a bucket is to be handed out and returns it; StopIteration at the end."""
         ds, buckets, sizes = self._ds, self._buckets, self._ds._sizes
+        read_next, length_fn, bounds, wait = (
+            self._reader.next,
+            ds._length_fn,
+            ds._bounds,
+            ds._max_wait,
+        )
+        # Lengths at or above `limit` raise (`bucket_of`); the checks are its, done there.
+        limit = bounds[-1] if ds._pad_to_boundary and bounds else None
         while True:
-            if ds._max_wait is not None:
+            if wait is not None:
                 oldest = self._oldest()
-                if oldest is not None and self._read - oldest[0] >= ds._max_wait:
+                if oldest is not None and self._read - oldest[0] >= wait:
                     return oldest[2]
             if self._ended:
                 rest = next((b for b, bucket in enumerate(buckets) if bucket), None)
@@ -194,13 +203,17 @@ class _BucketIterator(DatasetIterator[Any]):
                     raise StopIteration
                 return rest
             try:
-                x = self._reader.next()
+                x = read_next()
             except StopIteration:
                 self._ended = True
                 continue
             index = self._read
-            self._read += 1
-            b = ds.bucket_of(x, index)
+            self._read = index + 1
+            n = length_fn(x)
+            if type(n) is int and n >= 0 and (limit is None or n < limit):
+                b = bisect.bisect_right(bounds, n)
+            else:
+                b = ds.bucket_of(x, index)
             bucket = buckets[b]
             if not bucket:
                 self._firsts[b] = (index, self._reader.last_mark())
