@@ -147,6 +147,24 @@ def test_errors() -> None:
         )
 
 
+def test_lengths_are_checked_and_numpy_ints_accepted() -> None:
+    ds = _sequences([3, 12, 5]).to_iter_dataset()
+    as_numpy = ds.bucket_by_sequence_length(lambda x: np.int64(len(x["tokens"])), [4], [2, 2])
+    assert [b["id"].tolist() for b in as_numpy] == [[1, 2], [0]]
+    for bad in (-1, 2.5, "3", True):
+        with pytest.raises(ValueError, match=rf"returned {bad!r} for input element 0: it must"):
+            next(iter(ds.bucket_by_sequence_length(lambda x, bad=bad: bad, [4], [2, 2])))
+
+
+def test_a_state_of_another_window_size_is_refused() -> None:
+    ds = _sequences([3, 12, 5, 1]).to_iter_dataset()
+    it = iter(ds.bucket_by_sequence_length(_length, [4], [2, 2], window_size=3))
+    next(it)
+    other = iter(ds.bucket_by_sequence_length(_length, [4], [2, 2]))
+    with pytest.raises(chute.CheckpointError, match=r"window_size=None"):
+        other.set_state(it.get_state())
+
+
 @pytest.mark.parametrize(
     ("wait", "drop"), [(None, False), (None, True), (25, True), (7, False), (1, False)]
 )
