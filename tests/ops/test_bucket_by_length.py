@@ -79,6 +79,26 @@ def test_buckets_as_tf_over_the_whole_stream(
     assert [b["id"].tolist() for b in ds] == _tf_reference(lengths, bounds, sizes, wait, drop)
 
 
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=1, max_size=60),
+    bounds=st.lists(st.integers(1, 30), max_size=3, unique=True).map(sorted),
+    sizes_seed=st.integers(1, 6),
+    wait=st.none() | st.integers(1, 20),
+    drop=st.booleans(),
+)
+@settings(max_examples=30, deadline=None)
+def test_restore_at_every_step_of_any_buckets(
+    lengths: list[int], bounds: list[int], sizes_seed: int, wait: int | None, drop: bool
+) -> None:
+    sizes = [1 + (sizes_seed * (b + 2)) % 6 for b in range(len(bounds) + 1)]
+    ds = (
+        _sequences(lengths)
+        .to_iter_dataset()
+        .bucket_by_sequence_length(_length, bounds, sizes, window_size=wait, drop_remainder=drop)
+    )
+    assert_equal_output_after_checkpoint(ds)
+
+
 def test_no_short_batch_before_the_end_of_the_stream() -> None:
     """Issue 47, defect 3: the buckets used to close at every window's end (16 x the sum of
     the batch sizes by default), handing out short batches mid-stream: under JAX, each a
