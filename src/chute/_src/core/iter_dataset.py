@@ -394,6 +394,8 @@ class IterDataset(_Node, Generic[T]):
         contiguous share of the data and their outputs alternate (10 elements over 3
         workers: 0, 4, 7, 1, 5, 8, 2, 6, 9, 3); the order then depends on
         `options.num_workers`, and only on it.
+        An `mp_prefetch` in the input of another with workers hands its input on: the
+        outer one runs the whole pipeline below it in its own workers.
         """
         from chute._src.exec.workers.stage import MultiprocessPrefetchIterDataset
 
