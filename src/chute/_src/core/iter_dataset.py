@@ -308,8 +308,9 @@ class IterDataset(_Node, Generic[T]):
     ) -> IterDataset[Any]:
         """tf.data's length buckets: an element of length `n` joins the bucket of
         `bucket_boundaries[b-1] <= n < bucket_boundaries[b]`, batched by
-        `bucket_batch_sizes[b]`. Buckets close at the end of each window of `window_size`
-        elements (default 16 x the sum of the batch sizes), so the state stays small.
+        `bucket_batch_sizes[b]`. As in tf.data, the buckets stay open across the stream: only
+        the final remainder is short (`drop_remainder` drops it). `window_size`, if given,
+        bounds how many input elements an element waits. The state stays a few integers.
         `experimental.BucketBySequenceLengthIterDataset`; docs/sequences.md.
         """
         from chute._src.ops.bucket_by_length import BucketBySequenceLengthIterDataset
@@ -393,6 +394,8 @@ class IterDataset(_Node, Generic[T]):
         contiguous share of the data and their outputs alternate (10 elements over 3
         workers: 0, 4, 7, 1, 5, 8, 2, 6, 9, 3); the order then depends on
         `options.num_workers`, and only on it.
+        An `mp_prefetch` in the input of another with workers hands its input on: the
+        outer one runs the whole pipeline below it in its own workers.
         """
         from chute._src.exec.workers.stage import MultiprocessPrefetchIterDataset
 

@@ -1,9 +1,11 @@
 """What the batching stages shaped by the data share: windows, replay, padding.
 
-`batch_by_tokens` and `bucket_by_sequence_length` read their input in windows of
-`window_size` consecutive elements, cut each window into batches by the elements' lengths
-(a pure function of the window, its number and whether it is the stream's last), and hand
-the batches out. No batch spans two windows, so no element moves further than its window.
+`batch_by_tokens` reads its input in windows of `window_size` consecutive elements, cuts
+each window into batches by the elements' lengths (a pure function of the window, its
+number and whether it is the stream's last), and hands the batches out. No batch spans two
+windows, so no element moves further than its window. (`bucket_by_sequence_length` shares
+the padding and the checks, not the windows: its buckets stay open across the stream,
+`bucket_by_length.py`.)
 
 The state is the window's start upstream (the parent's state before a chunk, and an
 offset in it), the window's number and how many of its batches were handed out: a few

@@ -16,6 +16,13 @@ bound the wait (a warning with the worker's stack, then an error).
 
 With `chute.ray.RayWorkers` (a `MultiprocessingOptions`), the workers are the actors of a
 Ray cluster (`_src/exec/ray/`): the same rewrite, readers and tasks, another service.
+
+An `mp_prefetch` inside another's input (`ds.mp_prefetch(a).batch(8).mp_prefetch(b)`)
+hands its input on: the outermost one with workers runs the whole pipeline below it in
+its own, so each reader and stream is split once (split twice, the inner rewrite would
+re-read the readers the outer one had already moved, dropping the stages moved with
+them). The elements and states are those of the pipeline with no workers, as always; an
+inner `worker_init_fn`, which then never runs, is named in a warning when it is built.
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ from typing import Any, TypeVar
 
 from chute._src.core import config
 from chute._src.core.contract import StageRole
-from chute._src.core.dataset import IterDataset, MapDataset
+from chute._src.core.dataset import IterDataset, MapDataset, walk
 from chute._src.core.iterator import DatasetIterator
+from chute._src.core.node import rewrite
 from chute._src.core.options import MultiprocessingOptions
 from chute._src.core.tuning import Parallelism
 from chute._src.exec import autotune
@@ -78,6 +86,8 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
             )
         self._options = options or MultiprocessingOptions(num_workers=AUTOTUNE)
         self._worker_init_fn = worker_init_fn
+        if self._options.num_workers != 0:
+            _warn_of_inner_init_fns(parent)
         if self._options.num_workers != 0 and not isinstance(self._options, RayWorkers):
             # Start the process that forks the workers now, while the pipeline is being
             # built: its imports then overlap the user's work instead of the first batch.
@@ -114,7 +124,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         leaves: list[MapDataset[Any]] = []
         streams: list[ShardStream] = []
         box = ServiceBox()
-        main_chain = substitute(parent, leaves, streams, box)
+        main_chain = substitute(_inner_ones_handed_on(parent), leaves, streams, box)
         if not leaves and not streams:
             warnings.warn(
                 f"mp_prefetch: {parent!r} is one stream that cannot be split: it has no "
@@ -139,6 +149,31 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
 
     def __repr__(self) -> str:
         return f"MultiprocessPrefetchIterDataset(num_workers={self._options.num_workers})"
+
+
+def _inner_ones_handed_on(parent: IterDataset[T]) -> IterDataset[T]:
+    """`parent` with every `mp_prefetch` in it replaced by its input (see module doc). Its
+    iterator's state is its input's, so the states keep their shape."""
+
+    def hand_on(node: Any) -> Any:
+        if isinstance(node, MultiprocessPrefetchIterDataset):  # this stage, nested in itself
+            return node._parents[0]
+        return node
+
+    return rewrite(parent, hand_on)
+
+
+def _warn_of_inner_init_fns(parent: IterDataset[Any]) -> None:
+    for node in walk(parent):
+        if isinstance(node, MultiprocessPrefetchIterDataset) and node._worker_init_fn:
+            warnings.warn(
+                f"mp_prefetch: worker_init_fn={node._worker_init_fn!r} of an inner "
+                "mp_prefetch will not run: the outer mp_prefetch runs the whole pipeline "
+                "below it in its own workers, and the inner one hands its input on. Pass the "
+                "function to the outer mp_prefetch (worker_init_fn=...), or remove the inner "
+                "one.",
+                stacklevel=5,  # this, __init__, its wrapper, mp_prefetch, the user's
+            )
 
 
 def _worker_modules(parent: IterDataset[Any], users_too: bool) -> list[str]:
