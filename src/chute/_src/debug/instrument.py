@@ -27,8 +27,10 @@ datasets; `children()` and `computed_dataset()` on iterators). Each record carri
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -68,6 +70,8 @@ class StageRecord:
         "role",
         "samples",
         "spec",
+        "stage",
+        "stands_for",
         "wall_ns",
     )
 
@@ -91,6 +95,10 @@ class StageRecord:
         # stand-in for a stage moved into workers) is not the user's: the summary hides it.
         self.pass_through = role is StageRole.PASS_THROUGH
         self.internal = internal
+        self.stage = ""  # the stage's kind, as metrics label it (`stage_kind`)
+        # Main process only, on the record of a stand-in (`_stands_for`): the records that
+        # take its place, the one in its place first (see `stand_in_records`).
+        self.stands_for: list[StageRecord] | None = None
         self.spec: Any = None
         self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
         self.queued_ns = 0
@@ -247,7 +255,9 @@ class _TimedMapDataset(MapDataset[Any]):
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         out, wall, cpu = _timed(self.record, self._parents[0]._getitems, indices)
-        self.record.add(len(indices), wall, cpu)
+        # What the node produced: a filter's rejects (None, holes in the index space) are
+        # not elements, as they are not for the same filter run on the stream.
+        self.record.add(len(out) - sum(map(operator.is_, out, _NONES)), wall, cpu)
         if self.record.spec is None:
             first = next((x for x in out if x is not None), None)
             if first is not None:
@@ -258,23 +268,108 @@ class _TimedMapDataset(MapDataset[Any]):
         return repr(self.inner)
 
 
+_NONES = itertools.repeat(None)
+
+# The record of each node that a timed copy stands for, in this process: how a stand-in
+# (`_stands_for`) finds the records that take its place.
+_records_of: weakref.WeakKeyDictionary[Any, list[StageRecord]] = weakref.WeakKeyDictionary()
+
+
+def stage_kind(node: Any) -> str:
+    """What metrics call a stage: its kind, as the checkpoint's `"pipeline"` names it (the
+    class less its `MapDataset`/`IterDataset` suffix), the same wherever it runs and never
+    a file, a line or a function."""
+    name = type(node).__name__.lstrip("_")
+    for suffix in ("MapDataset", "IterDataset"):
+        if name.endswith(suffix) and name != suffix:
+            return name[: -len(suffix)]
+    return name
+
+
+def _map_record(node: MapDataset[Any], original: MapDataset[Any], inputs: list[int]) -> StageRecord:
+    # A map/filter moved into workers from the stream is named as the user wrote it.
+    name = getattr(original, "_moved_from", None) or repr(node)
+    record = StageRecord(
+        name, "map", inputs, role=contract.role(node), internal=contract.is_internal(node)
+    )
+    record.stage = stage_kind(node)
+    return record
+
+
 def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
-    """A copy of `ds` with every node timed; same elements, same fingerprint."""
+    """A copy of `ds` with every node timed; same elements, same fingerprint. Each node of
+    `ds` is noted as timed by its record (`_records_of`), for the stand-ins of moved
+    stages."""
+    originals = iter(walk(ds))  # `rewrite` hands the nodes over in the walk's order
 
     def timed(node: MapDataset[Any]) -> MapDataset[Any]:
+        original = next(originals)
         inputs = [cast(_TimedMapDataset, p).record.id for p in node.parents]
-        return _TimedMapDataset(
-            node, StageRecord(repr(node), "map", inputs, role=contract.role(node))
-        )
+        record = _map_record(node, original, inputs)
+        if type(original) is type(node):
+            _records_of[original] = [record]
+        return _TimedMapDataset(node, record)
 
     return rewrite(ds, timed)
 
 
-def map_records(ds: MapDataset[Any] | None) -> list[StageRecord]:
-    """The records of a timed map chain, sources first."""
+def map_records(ds: Any) -> list[StageRecord]:
+    """The records of a timed map chain, or of a shard timed for a worker, sources first."""
     if ds is None:
         return []
-    return [n.record for n in walk(ds) if isinstance(n, _TimedMapDataset)]
+    out: list[StageRecord] = []
+    for n in walk(ds):
+        if isinstance(n, _TimedMapDataset):
+            out.append(n.record)
+        elif isinstance(n, _TimedShard):
+            out.extend(n.records)
+    return out
+
+
+# -- shards read in worker processes --------------------------------------------------------
+
+
+class _TimedShard(IterDataset[Any]):
+    """A shard of a stream as a worker reads it, its stages timed: the records are made
+    here (in the main process, so their figures merge back by id), one per stage of the
+    shard, and the worker's iterators of the same stages take them (`_preset`)."""
+
+    _role = StageRole.SOURCE
+    _internal = True
+
+    def __init__(self, inner: IterDataset[Any]) -> None:
+        super().__init__()
+        self.inner = inner
+        index: dict[int, StageRecord] = {}
+        self.records: list[StageRecord] = []
+        for node in walk(inner):
+            record = StageRecord(
+                repr(node),
+                "iter",
+                [index[id(p)].id for p in node.parents],
+                boundary=contract.is_concurrent(node),
+                role=contract.role(node),
+                internal=contract.is_internal(node),
+            )
+            record.stage = stage_kind(node)
+            index[id(node)] = record
+            self.records.append(record)
+        _records_of[inner] = [self.records[-1], *self.records[:-1]]
+
+    def _make_iterator(self) -> DatasetIterator[Any]:
+        before = getattr(_preset, "records", None)
+        _preset.records = {id(n): r for n, r in zip(walk(self.inner), self.records)}
+        try:
+            with config.debug_mode_here():  # the shard's stages are built timed, here too
+                return self.inner._iter()
+        finally:
+            _preset.records = before
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+
+_preset = threading.local()  # .records: id(stage) -> the record its iterator takes
 
 
 # -- IterDataset side ---------------------------------------------------------------------
@@ -380,16 +475,25 @@ def instrumented_iter(
         inner = make()
     finally:
         _depth.level = level
-    record = StageRecord(
-        repr(ds),
-        "iter",
-        _input_ids(inner),
-        boundary=contract.is_concurrent(ds),
-        role=contract.role(ds),
-        internal=contract.is_internal(ds),
-    )
+    preset: dict[int, StageRecord] | None = getattr(_preset, "records", None)
+    record = preset.get(id(ds)) if preset is not None else None
+    if record is None:
+        record = StageRecord(
+            repr(ds),
+            "iter",
+            _input_ids(inner),
+            boundary=contract.is_concurrent(ds),
+            role=contract.role(ds),
+            internal=contract.is_internal(ds),
+        )
+        record.stage = stage_kind(ds)
+        # A stand-in for work done elsewhere (a stage moved into workers, a shard read in
+        # one): the records of that work take its place in the figures.
+        stands_for = getattr(ds, "_stands_for", None)
+        if stands_for is not None:
+            record.stands_for = _records_of.get(stands_for)
     proxy = TimedIterator(inner, record)
-    if level == 0:
+    if level == 0 and preset is None:
         if config.get("py_debug_mode"):
             ensure_sampler()
         if _view_factory is not None:
@@ -440,11 +544,14 @@ def stage_records(
     top: DatasetIterator[Any],
 ) -> list[tuple[StageRecord, DatasetIterator[Any] | None]]:
     """Every stage's record below `top` (sources first), with the iterator of IterDataset
-    stages (None for MapDataset stages): what the debug summary reads."""
+    stages (None for MapDataset stages and for stages run in workers): what the debug
+    summary reads. The records that take a stand-in's place come with it."""
     out: dict[int, tuple[StageRecord, DatasetIterator[Any] | None]] = {}
     for it in walk_iterators(top):
         if isinstance(it, TimedIterator):
             out[it.record.id] = (it.record, it.inner)
+            for r in it.record.stands_for or ():
+                out.setdefault(r.id, (r, None))
         for r in map_records(it.computed_dataset()):
             out.setdefault(r.id, (r, None))
     return [out[k] for k in sorted(out)]
@@ -479,7 +586,10 @@ class DebugObserver(observe.PipelineObserver):
     def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
         return timed_map_chain(ds)
 
-    def worker_start(self, leaves: Sequence[MapDataset[Any]]) -> Callable[[], list[Any]] | None:
+    def shard(self, ds: IterDataset[Any]) -> IterDataset[Any]:
+        return _TimedShard(ds)
+
+    def worker_start(self, leaves: Sequence[Any]) -> Callable[[], list[Any]] | None:
         records = [r for leaf in leaves for r in map_records(leaf)]
         if not records:
             return None
@@ -490,9 +600,7 @@ class DebugObserver(observe.PipelineObserver):
 
         return take
 
-    def figures_merger(
-        self, leaves: Sequence[MapDataset[Any]]
-    ) -> Callable[[list[Any]], None] | None:
+    def figures_merger(self, leaves: Sequence[Any]) -> Callable[[list[Any]], None] | None:
         by_id = {r.id: r for leaf in leaves for r in map_records(leaf)}
         if not by_id:
             return None
