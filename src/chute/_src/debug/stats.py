@@ -3,8 +3,12 @@
 `chute.stats(it)` returns a `PipelineStats`: per stage, the elements produced, processing
 time (total, min, max, mean per element), elements/s, the share of the consumer's waiting
 attributed to it, its CPU share, GIL samples, and for prefetch stages the buffer occupancy
-and bytes. Only the user's stages are listed: stages the engine adds for itself (a `map`
-moved into worker processes leaves one behind) are folded into their neighbours.
+and bytes. The stages are listed as the user wrote the pipeline (sources first), with the
+same counts for any number of worker processes (`_as_written`): a stage counts what it
+produced, wherever it ran (a `map`/`filter` moved into workers, a shard of a stream read
+in one, is shown in its place with the figures the workers sent back), and stages the
+engine adds for itself (the stand-ins such moves leave behind) are folded into their
+neighbours. Figures include work computed ahead of the consumer (by threads or workers).
 `PipelineView` prints the execution summary and draws the graph while the iterator runs;
 their text is laid out in `summary.py`.
 
