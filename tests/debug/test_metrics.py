@@ -130,7 +130,7 @@ def test_the_prometheus_exporter_through_the_registry() -> None:
     assert (
         registry.get_sample_value(
             "chute_stage_elements_total",
-            {"pipeline": "eval", "stage_index": "1", "stage": "ShuffleMapDataset(seed=3)"},
+            {"pipeline": "eval", "stage_index": "1", "stage": "Shuffle"},
         )
         == 300
     )

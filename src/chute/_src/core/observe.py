@@ -13,10 +13,12 @@ which it does once per iterator created, never per element:
 - `iterator(ds, make)`: `IterDataset._iter` hands the making of each stage's iterator
   over (`make()` builds the engine's);
 - `map_chain(ds)`: a `to_iter_dataset` reader reads an equivalent of its MapDataset (same
-  elements, same fingerprint), in this process or, pickled, in `mp_prefetch`'s workers.
+  elements, same fingerprint), in this process or, pickled, in `mp_prefetch`'s workers;
+- `shard(ds)`: `mp_prefetch`'s workers read an equivalent of a stream's shard.
 
-In worker processes no option is set: unpickling the chains made by `map_chain` imports
-the observer's module, which installs it. Each worker calls `worker_start(leaves)` once,
+In worker processes no option is set: unpickling the chains made by `map_chain` (or the
+shards made by `shard`) imports the observer's module, which installs it. Each worker
+calls `worker_start(leaves)` once (the chains and shards it computes),
 and after every chunk the function it returned; what that returns travels back with the
 chunk to the function `figures_merger(leaves)` returned in the main process.
 
@@ -53,18 +55,27 @@ class PipelineObserver(abc.ABC):
         """What a reader reads instead of `ds`: same elements, same fingerprint, picklable
         (it may be sent to worker processes)."""
 
+    def shard(self, ds: IterDataset[Any]) -> IterDataset[Any]:
+        """What a worker reads instead of shard `ds` of a stream (`mp_prefetch`): the same
+        elements and states, picklable. The default: `ds` itself."""
+        return ds
+
     @abc.abstractmethod
-    def worker_start(self, leaves: Sequence[MapDataset[Any]]) -> Callable[[], list[Any]] | None:
-        """Called once in a worker process with the chains it computes (as `map_chain` made
-        them): the function it then calls after each chunk, whose (picklable) result goes
-        back with the chunk; None when there is nothing to send."""
+    def worker_start(
+        self, leaves: Sequence[MapDataset[Any] | IterDataset[Any]]
+    ) -> Callable[[], list[Any]] | None:
+        """Called once in a worker process with the chains and shards it computes (as
+        `map_chain` and `shard` made them): the function it then calls after each chunk or
+        shard request, whose (picklable) result goes back with it; None when there is
+        nothing to send."""
 
     @abc.abstractmethod
     def figures_merger(
-        self, leaves: Sequence[MapDataset[Any]]
+        self, leaves: Sequence[MapDataset[Any] | IterDataset[Any]]
     ) -> Callable[[list[Any]], None] | None:
-        """Called once in the main process for the chains sent to workers: the function
-        given what a worker sent back with each chunk; None when nothing will come."""
+        """Called once in the main process for the chains and shards sent to workers: the
+        function given what a worker sent back with each result; None when nothing will
+        come."""
 
 
 _current: PipelineObserver | None = None

@@ -11,24 +11,34 @@ pipeline pays nothing for it. Instrumented:
 - every IterDataset stage's iterator is wrapped in a `TimedIterator` (state, prefetch and
   close pass straight through, so checkpoints are unchanged);
 - the MapDataset under a `to_iter_dataset` is rebuilt (`rewrite`) with a
-  `_TimedMapDataset` around every node, timing each block call; in worker processes the
-  same copy runs, and the figures travel back with every chunk and are merged;
+  `_TimedMapDataset` around every node, timing each block call and counting what it
+  produced (a filter's rejects, `None`, are not elements); in worker processes the same
+  copy runs, and the figures travel back with every chunk and are merged;
+- a shard of a stream read in a worker process (`mp_prefetch`) is sent as a `_TimedShard`,
+  whose records, one per stage of the shard, are made here; the worker's iterators of
+  those stages take them, and their figures travel back with each shard request;
 - a sampler thread wakes every few milliseconds and notes, for the stage each thread is in,
   whether it had to wait for the GIL: a wait means some thread was running Python code
   (GIL held); no wait means the work was in code that released the GIL.
 
 It finds its way through the stage contract only (`core/contract.py`: parents, role,
 concurrency, whether the engine inserted a stage, and rebuilding on other parents, on
-datasets; `children()` and `computed_dataset()` on iterators). Each record carries the stage's `role`, whether it is a pass-through (a seed,
-`mp_prefetch` with no workers: never named the bottleneck) and whether it is `internal`
-(the engine's stand-in for a stage moved into workers: the summary hides it).
+datasets; `children()` and `computed_dataset()` on iterators). Each record carries the
+stage's `role`, its kind (`stage_kind`: what metrics label it by), whether it is a
+pass-through (a seed, `mp_prefetch` with no workers: never named the bottleneck) and
+whether it is `internal` (a stage the engine put in: the summary hides it). A stand-in
+for work done elsewhere (a stage moved into workers, a shard read in one) names that work
+(`_stands_for`: a node of which a timed copy was made); its record lists that copy's
+records (`stands_for`), which the figures show in the stand-in's place (`stats.py`).
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -40,120 +50,10 @@ from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset, rewrite, walk
 from chute._src.core.iterator import DatasetIterator, walk_iterators
 from chute._src.core.machine import thread_times_ns
+from chute._src.debug.records import StageRecord
 
-_ids = itertools.count()
 _get_ident = threading.get_ident
 _perf_counter_ns = time.perf_counter_ns
-
-
-class StageRecord:
-    """Figures of one stage, accumulated where it runs (picklable, merged from workers)."""
-
-    __slots__ = (
-        "boundary",
-        "calls",
-        "cpu_ns",
-        "cpu_wall_ns",
-        "elements",
-        "gil_busy",
-        "id",
-        "inputs",
-        "internal",
-        "kind",
-        "max_ns",
-        "min_ns",
-        "name",
-        "pass_through",
-        "queued_ns",
-        "role",
-        "samples",
-        "spec",
-        "wall_ns",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        kind: str,
-        inputs: list[int],
-        boundary: bool = False,
-        role: StageRole = StageRole.ORDER_DEPENDENT,
-        internal: bool = False,
-    ) -> None:
-        self.id = next(_ids)
-        self.name = name
-        self.kind = kind  # "map" (MapDataset node, timed per block) or "iter"
-        self.inputs = inputs
-        self.boundary = boundary  # its inputs run on other threads or processes
-        self.role = role.value  # what the stage is to the engine (`StageRole`)
-        # A pass-through stage (a seed, mp_prefetch without workers) does no work of its
-        # own: the summary never names it as the bottleneck. An internal one (the engine's
-        # stand-in for a stage moved into workers) is not the user's: the summary hides it.
-        self.pass_through = role is StageRole.PASS_THROUGH
-        self.internal = internal
-        self.spec: Any = None
-        self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
-        self.queued_ns = 0
-        self.min_ns = 1 << 62
-        self.max_ns = 0
-        self.samples = self.gil_busy = 0
-
-    def add(self, n: int, wall_ns: int, cpu: tuple[int, int] | None) -> None:
-        """One call that produced `n` elements; `cpu` (on a CPU, queued for one) in ns, or
-        None when it was not read."""
-        self.calls += 1
-        self.elements += n
-        self.wall_ns += wall_ns
-        if cpu is not None:
-            self.add_cpu(wall_ns, *cpu)
-        if n:
-            per = wall_ns // n
-            self.min_ns = min(self.min_ns, per)
-            self.max_ns = max(self.max_ns, per)
-
-    def add_cpu(self, wall_ns: int, on_cpu_ns: int, queued_ns: int) -> None:
-        """The CPU figures of one call. Linux can charge a thread woken while it runs (as
-        GIL hand-overs do) with queue time it never spent, so the time queued is capped at
-        the call's time off a CPU."""
-        self.cpu_ns += on_cpu_ns
-        self.queued_ns += max(0, min(queued_ns, wall_ns - on_cpu_ns))
-        self.cpu_wall_ns += wall_ns
-
-    def take_delta(self) -> tuple[Any, ...]:
-        """The figures since the last call, and a reset (used in worker processes)."""
-        delta = (
-            self.id, self.calls, self.elements, self.wall_ns, self.cpu_ns, self.cpu_wall_ns,
-            self.min_ns, self.max_ns, self.samples, self.gil_busy, self.spec, self.queued_ns,
-        )  # fmt: skip
-        self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
-        self.queued_ns = 0
-        self.samples = self.gil_busy = 0
-        self.min_ns, self.max_ns = 1 << 62, 0
-        return delta
-
-    def cpu_estimate_ns(self) -> float:
-        """CPU time over all calls, from the calls whose CPU time was read."""
-        return self.cpu_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
-
-    def queued_estimate_ns(self) -> float:
-        """Time queued for a CPU over all calls, from the calls where it was read."""
-        return self.queued_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
-
-    def merge(self, delta: tuple[Any, ...]) -> None:
-        _, calls, elements, wall, cpu, cpu_wall, lo, hi, samples, busy, spec, queued = delta
-        self.calls += calls
-        self.queued_ns += queued
-        self.elements += elements
-        self.wall_ns += wall
-        self.cpu_ns += cpu
-        self.cpu_wall_ns += cpu_wall
-        self.min_ns = min(self.min_ns, lo)
-        self.max_ns = max(self.max_ns, hi)
-        self.samples += samples
-        self.gil_busy += busy
-        if self.spec is None:
-            self.spec = spec
-
 
 # -- which stage each thread is in, for the GIL sampler ------------------------------------
 
@@ -247,7 +147,9 @@ class _TimedMapDataset(MapDataset[Any]):
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         out, wall, cpu = _timed(self.record, self._parents[0]._getitems, indices)
-        self.record.add(len(indices), wall, cpu)
+        # What the node produced: a filter's rejects (None, holes in the index space) are
+        # not elements, as they are not for the same filter run on the stream.
+        self.record.add(len(out) - sum(map(operator.is_, out, _NONES)), wall, cpu)
         if self.record.spec is None:
             first = next((x for x in out if x is not None), None)
             if first is not None:
@@ -258,23 +160,119 @@ class _TimedMapDataset(MapDataset[Any]):
         return repr(self.inner)
 
 
+_NONES = itertools.repeat(None)
+
+# The records of each node that a timed copy was made of, in this process, by the node's
+# id while it lives: how a stand-in (`_stands_for`) finds the records that take its place.
+_timed_as: dict[int, tuple[weakref.ref[Any], list[StageRecord]]] = {}
+
+
+def _note_timed(node: Any, records: list[StageRecord]) -> None:
+    key = id(node)
+    _timed_as[key] = (weakref.ref(node, lambda _: _timed_as.pop(key, None)), records)
+
+
+def records_of(node: Any) -> list[StageRecord] | None:
+    """The records of the timed copy made of `node` (the one in its place first), if any."""
+    found = _timed_as.get(id(node))
+    return found[1] if found is not None and found[0]() is node else None
+
+
+def stage_kind(node: Any) -> str:
+    """What metrics call a stage: its kind, as the checkpoint's `"pipeline"` names it (the
+    class less its `MapDataset`/`IterDataset` suffix), the same wherever it runs and never
+    a file, a line or a function."""
+    name = type(node).__name__.lstrip("_")
+    for suffix in ("MapDataset", "IterDataset"):
+        if name.endswith(suffix) and name != suffix:
+            return name[: -len(suffix)]
+    return name
+
+
+def _map_record(node: MapDataset[Any], original: MapDataset[Any], inputs: list[int]) -> StageRecord:
+    # A map/filter moved into workers from the stream is named as the user wrote it.
+    name = getattr(original, "_moved_from", None) or repr(node)
+    record = StageRecord(
+        name, "map", inputs, role=contract.role(node), internal=contract.is_internal(node)
+    )
+    record.stage = stage_kind(node)
+    return record
+
+
 def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
-    """A copy of `ds` with every node timed; same elements, same fingerprint."""
+    """A copy of `ds` with every node timed; same elements, same fingerprint. Each node of
+    `ds` is noted as timed by its record (`records_of`), for the stand-ins of moved
+    stages."""
+    originals = iter(walk(ds))  # `rewrite` hands the nodes over in the walk's order
 
     def timed(node: MapDataset[Any]) -> MapDataset[Any]:
+        original = next(originals)
         inputs = [cast(_TimedMapDataset, p).record.id for p in node.parents]
-        return _TimedMapDataset(
-            node, StageRecord(repr(node), "map", inputs, role=contract.role(node))
-        )
+        record = _map_record(node, original, inputs)
+        if type(original) is type(node):
+            _note_timed(original, [record])
+        return _TimedMapDataset(node, record)
 
     return rewrite(ds, timed)
 
 
-def map_records(ds: MapDataset[Any] | None) -> list[StageRecord]:
-    """The records of a timed map chain, sources first."""
+def map_records(ds: Any) -> list[StageRecord]:
+    """The records of a timed map chain, or of a shard timed for a worker, sources first."""
     if ds is None:
         return []
-    return [n.record for n in walk(ds) if isinstance(n, _TimedMapDataset)]
+    out: list[StageRecord] = []
+    for n in walk(ds):
+        if isinstance(n, _TimedMapDataset):
+            out.append(n.record)
+        elif isinstance(n, _TimedShard):
+            out.extend(n.records)
+    return out
+
+
+# -- shards read in worker processes --------------------------------------------------------
+
+
+class _TimedShard(IterDataset[Any]):
+    """A shard of a stream as a worker reads it, its stages timed: the records are made
+    here (in the main process, so their figures merge back by id), one per stage of the
+    shard, and the worker's iterators of the same stages take them (`_preset`)."""
+
+    _role = StageRole.SOURCE
+    _internal = True
+
+    def __init__(self, inner: IterDataset[Any]) -> None:
+        super().__init__()
+        self.inner = inner
+        index: dict[int, StageRecord] = {}
+        self.records: list[StageRecord] = []
+        for node in walk(inner):
+            record = StageRecord(
+                repr(node),
+                "iter",
+                [index[id(p)].id for p in node.parents],
+                boundary=contract.is_concurrent(node),
+                role=contract.role(node),
+                internal=contract.is_internal(node),
+            )
+            record.stage = stage_kind(node)
+            index[id(node)] = record
+            self.records.append(record)
+        _note_timed(inner, [self.records[-1], *self.records[:-1]])
+
+    def _make_iterator(self) -> DatasetIterator[Any]:
+        before = getattr(_preset, "records", None)
+        _preset.records = {id(n): r for n, r in zip(walk(self.inner), self.records)}
+        try:
+            with config.debug_mode_here():  # the shard's stages are built timed, here too
+                return self.inner._iter()
+        finally:
+            _preset.records = before
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+
+_preset = threading.local()  # .records: id(stage) -> the record its iterator takes
 
 
 # -- IterDataset side ---------------------------------------------------------------------
@@ -380,16 +378,25 @@ def instrumented_iter(
         inner = make()
     finally:
         _depth.level = level
-    record = StageRecord(
-        repr(ds),
-        "iter",
-        _input_ids(inner),
-        boundary=contract.is_concurrent(ds),
-        role=contract.role(ds),
-        internal=contract.is_internal(ds),
-    )
+    preset: dict[int, StageRecord] | None = getattr(_preset, "records", None)
+    record = preset.get(id(ds)) if preset is not None else None
+    if record is None:
+        record = StageRecord(
+            repr(ds),
+            "iter",
+            _input_ids(inner),
+            boundary=contract.is_concurrent(ds),
+            role=contract.role(ds),
+            internal=contract.is_internal(ds),
+        )
+        record.stage = stage_kind(ds)
+        # A stand-in for work done elsewhere (a stage moved into workers, a shard read in
+        # one): the records of that work take its place in the figures.
+        stands_for = getattr(ds, "_stands_for", None)
+        if stands_for is not None:
+            record.stands_for = records_of(stands_for)
     proxy = TimedIterator(inner, record)
-    if level == 0:
+    if level == 0 and preset is None:
         if config.get("py_debug_mode"):
             ensure_sampler()
         if _view_factory is not None:
@@ -440,11 +447,14 @@ def stage_records(
     top: DatasetIterator[Any],
 ) -> list[tuple[StageRecord, DatasetIterator[Any] | None]]:
     """Every stage's record below `top` (sources first), with the iterator of IterDataset
-    stages (None for MapDataset stages): what the debug summary reads."""
+    stages (None for MapDataset stages and for stages run in workers): what the debug
+    summary reads. The records that take a stand-in's place come with it."""
     out: dict[int, tuple[StageRecord, DatasetIterator[Any] | None]] = {}
     for it in walk_iterators(top):
         if isinstance(it, TimedIterator):
             out[it.record.id] = (it.record, it.inner)
+            for r in it.record.stands_for or ():
+                out.setdefault(r.id, (r, None))
         for r in map_records(it.computed_dataset()):
             out.setdefault(r.id, (r, None))
     return [out[k] for k in sorted(out)]
@@ -479,7 +489,10 @@ class DebugObserver(observe.PipelineObserver):
     def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
         return timed_map_chain(ds)
 
-    def worker_start(self, leaves: Sequence[MapDataset[Any]]) -> Callable[[], list[Any]] | None:
+    def shard(self, ds: IterDataset[Any]) -> IterDataset[Any]:
+        return _TimedShard(ds)
+
+    def worker_start(self, leaves: Sequence[Any]) -> Callable[[], list[Any]] | None:
         records = [r for leaf in leaves for r in map_records(leaf)]
         if not records:
             return None
@@ -490,9 +503,7 @@ class DebugObserver(observe.PipelineObserver):
 
         return take
 
-    def figures_merger(
-        self, leaves: Sequence[MapDataset[Any]]
-    ) -> Callable[[list[Any]], None] | None:
+    def figures_merger(self, leaves: Sequence[Any]) -> Callable[[list[Any]], None] | None:
         by_id = {r.id: r for leaf in leaves for r in map_records(leaf)}
         if not by_id:
             return None

@@ -3,8 +3,12 @@
 `chute.stats(it)` returns a `PipelineStats`: per stage, the elements produced, processing
 time (total, min, max, mean per element), elements/s, the share of the consumer's waiting
 attributed to it, its CPU share, GIL samples, and for prefetch stages the buffer occupancy
-and bytes. Only the user's stages are listed: stages the engine adds for itself (a `map`
-moved into worker processes leaves one behind) are folded into their neighbours.
+and bytes. The stages are listed as the user wrote the pipeline (sources first), with the
+same counts for any number of worker processes (`_as_written`): a stage counts what it
+produced, wherever it ran (a `map`/`filter` moved into workers, a shard of a stream read
+in one, is shown in its place with the figures the workers sent back), and stages the
+engine adds for itself (the stand-ins such moves leave behind) are folded into their
+neighbours. Figures include work computed ahead of the consumer (by threads or workers).
 `PipelineView` prints the execution summary and draws the graph while the iterator runs;
 their text is laid out in `summary.py`.
 
@@ -40,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._src.core import config
-from chute._src.core.iterator import DatasetIterator
+from chute._src.core.iterator import DatasetIterator, walk_iterators
 from chute._src.core.machine import thread_times_ns, usable_cores
 from chute._src.core.tuning import Decision, Parallelism
 from chute._src.debug import diagnosis
@@ -87,6 +91,7 @@ class StageStats:
     pass_through: bool = False
     queued_s: float = 0.0
     parallelism: Parallelism | None = None
+    stage: str = ""  # the stage's kind (`Batch`, `Filter`, ...): what metrics label it by
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,9 +328,11 @@ class PipelineView:
                     spec=r.spec,
                     queued_s=self_queued_ns(r) / 1e9,
                     parallelism=it.parallelism() if it is not None and r.boundary else None,
+                    stage=r.stage,
                 )
             )
         internal = {r.id for r in records.values() if r.internal}
+        stands_for = {r.id: [x.id for x in r.stands_for] for r in records.values() if r.stands_for}
         tuned = []
         for r, it in pairs:
             tuning = it.tuning() if it is not None else None
@@ -334,7 +341,7 @@ class PipelineView:
                     TunedStage(r.id, r.name, dict(tuning.current), tuple(tuning.decisions))
                 )
         return PipelineStats(
-            _fold(stages, internal),
+            _as_written(stages, internal, stands_for, top.id),
             top.wall_ns / 1e9,
             self._verdict,
             tuple(tuned),
@@ -394,30 +401,93 @@ class PipelineView:
             print(text, file=sys.stderr, flush=True)
 
 
-def _fold(stages: list[StageStats], internal: set[int]) -> tuple[StageStats, ...]:
-    """`stages` without the `internal` ones: a stage fed by one is fed by its inputs
-    instead, and takes its share of the wait (or its input does, at the top)."""
-    by_id = {st.id: st for st in stages}
-    extra = dict.fromkeys(by_id, 0.0)
+def _as_written(
+    stages: list[StageStats], internal: set[int], stands_for: dict[int, list[int]], top: int
+) -> tuple[StageStats, ...]:
+    """The stages as the user wrote the pipeline, whatever ran where: the same list, in the
+    same order (sources first), with the same counts, for any number of workers.
 
-    def inputs_of(ids: tuple[int, ...]) -> tuple[int, ...]:
+    - A stand-in (a stage moved into workers, a shard read in one) gives its place to the
+      record of the work it stands for (`StageRecord.stands_for`), which leaves the chain
+      it ran in: a reader that fed moved stages hands out, as written, what they received.
+    - Stages the engine put in (`internal`) are folded away: a stage fed by one is fed by
+      its inputs instead, and takes its share of the wait (or the one in its place does).
+    - The order is a walk from the outermost stage, each stage after its inputs, in order,
+      as `walk` lists a pipeline's stages.
+    """
+    by_id = {st.id: st for st in stages}
+    heir = {s: ids[0] for s, ids in stands_for.items() if ids and ids[0] in by_id}
+    taken = set(heir.values())
+
+    def cut(ids: tuple[int, ...]) -> list[int]:
         out: list[int] = []
         for i in ids:
-            out.extend(inputs_of(by_id[i].inputs) if i in internal and i in by_id else (i,))
-        return tuple(out)
+            out.extend(cut(by_id[i].inputs) if i in taken else [i] if i in by_id else [])
+        return out
 
-    for h in (by_id[i] for i in internal if i in by_id):
-        consumer = next((st for st in stages if h.id in st.inputs), None)
-        heir = consumer.id if consumer is not None else next(iter(inputs_of(h.inputs)), None)
-        if heir is not None and heir not in internal:
-            extra[heir] += h.wait_percent
-    return tuple(
-        dataclasses.replace(
-            st, inputs=inputs_of(st.inputs), wait_percent=st.wait_percent + extra[st.id]
+    inputs: dict[int, list[int]] = {}
+    fed_moved: set[int] = set()
+    for st in stages:
+        if st.id not in taken:
+            inputs[st.id] = [heir.get(i, i) for i in cut(st.inputs)]
+            if any(i in taken for i in st.inputs):
+                fed_moved.add(st.id)
+    for s, t in heir.items():
+        # In the stand-in's place, on its inputs; a stand-in with none (a shard read in a
+        # worker) is replaced by the whole graph of what it stands for.
+        own = by_id[s].inputs or by_id[t].inputs
+        inputs[t] = [heir.get(i, i) for i in cut(own)]
+
+    def visible(ids: list[int]) -> list[int]:
+        out: list[int] = []
+        for i in ids:
+            out.extend(visible(inputs[i]) if i in internal else [i])
+        return out
+
+    wait = {i: st.wait_percent for i, st in by_id.items()}
+    for h in sorted(internal & by_id.keys()):
+        to = heir.get(h)
+        if to is None:
+            consumer = next(
+                (i for i, ins in inputs.items() if h in ins and i not in internal), None
+            )
+            to = consumer if consumer is not None else next(iter(visible(inputs[h])), None)
+        if to is not None and to not in internal:
+            wait[to] += wait[h]
+            wait[h] = 0.0
+
+    order: list[int] = []
+    seen: set[int] = set()
+    start = heir.get(top, top)
+    stack: list[tuple[int, bool]] = [(start, False)]
+    while stack:
+        i, expanded = stack.pop()
+        if expanded:
+            order.append(i)
+            continue
+        if i in seen:
+            continue
+        seen.add(i)
+        stack.append((i, True))
+        stack.extend((p, False) for p in reversed(visible(inputs[i])) if p not in seen)
+    order += [i for i in inputs if i not in seen and i not in internal]
+
+    out: list[StageStats] = []
+    for i in order:
+        st = by_id[i]
+        ins = visible(inputs[i])
+        elements = sum(by_id[p].elements for p in ins) if i in fed_moved else st.elements
+        out.append(
+            dataclasses.replace(
+                st,
+                inputs=tuple(ins),
+                wait_percent=wait[i],
+                elements=elements,
+                elements_per_s=elements / st.self_s if st.self_s else None,
+                mean_s=st.total_s / elements if elements else None,
+            )
         )
-        for st in stages
-        if st.id not in internal
-    )
+    return tuple(out)
 
 
 def _buffer_info(it: DatasetIterator[Any] | None) -> tuple[int, int] | None:
@@ -436,13 +506,25 @@ def stats(iterator: Any) -> PipelineStats:
     [1000, 1000, 1000, 100]
     >>> chute.config.update("py_debug_mode", False)
     """
-    view = getattr(iterator, "top", None)
-    if not isinstance(view, PipelineView):
+    view = _view_of(iterator)
+    if view is None:
         raise ValueError(
             f"chute.stats: {iterator!r} records no statistics: turn them on before creating "
             'the iterator, with chute.config.update("py_debug_mode", True), then iter(ds).'
         )
     return view.stats()
+
+
+def _view_of(iterator: Any) -> PipelineView | None:
+    """The view of the outermost instrumented stage of `iterator`: itself, or the one that
+    an iterator wrapping a pipeline's (a `DataLoader`'s) reads."""
+    if not isinstance(iterator, DatasetIterator):
+        return None
+    for it in walk_iterators(iterator):
+        view = getattr(it, "top", None) if isinstance(it, TimedIterator) else None
+        if isinstance(view, PipelineView):
+            return view
+    return None
 
 
 attach_view(PipelineView)  # the summary plugs into the instrumentation

@@ -180,9 +180,9 @@ class DataLoader:
                 it = apply_transform(it, op, kind, seed=op_seed)
         if it is None:
             it = ds.to_iter_dataset(self._read_options)
-        if self._worker_options.num_workers != 0 or self._enable_profiling:  # 0: profiling only
-            it = it.mp_prefetch(self._worker_options, self._worker_init_fn)
-        return it
+        # With any worker count, 0 included (a pass-through then), so that the pipeline,
+        # and the stages its figures list, are the same whatever the count.
+        return it.mp_prefetch(self._worker_options, self._worker_init_fn)
 
     def __iter__(self) -> DataLoaderIterator:
         return DataLoaderIterator(self._dataset._iter())

@@ -3,9 +3,11 @@
 A callback for `chute.metrics.export` that keeps the latest figures and a collector that
 Prometheus's registry asks for them at every scrape, so a metric is never older than the
 export's interval. Series, labelled `pipeline` (the exporter's), `stage_index` (the
-stage's place in the pipeline, sources first: the same for every iterator of the same
-pipeline, where the summary's ids are not) and `stage` (the stage as the summary names
-it):
+stage's place in the pipeline as written, sources first) and `stage` (its kind:
+`Shuffle`, `Filter`, `Batch`, ...). The labels are the same for every iterator of the
+pipeline and for any number of workers (stages moved into workers, shards read in them,
+keep their place; the engine's own stages are not listed), and never hold a file, a line
+or a function, so editing a script keeps its series:
 
 - `chute_stage_elements_total` (counter): elements the stage produced;
 - `chute_stage_busy_seconds_total` (counter): the stage's own time (its inputs' left out);
@@ -24,7 +26,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from chute._src.debug.diagnosis import label
 from chute._src.debug.stats import PipelineStats
 
 __all__ = ["PrometheusExporter"]
@@ -106,7 +107,7 @@ class PrometheusExporter:
         if stats is not None:
             slowest = stats.bottleneck
             for index, s in enumerate(stats.stages):
-                at = [self.pipeline, str(index), label(s.name)]
+                at = [self.pipeline, str(index), s.stage]
                 elements.add_metric(at, s.elements)
                 busy.add_metric(at, s.self_s)
                 wait.add_metric(at, s.wait_percent / 100)

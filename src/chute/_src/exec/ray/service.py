@@ -96,7 +96,8 @@ class RayService:
         self._task_error: type[BaseException] = ray.exceptions.RayTaskError
         self._timeout_error: type[BaseException] = ray.exceptions.GetTimeoutError
         observer = observe.observing()
-        self._merge_figures = observer.figures_merger(leaves) if observer is not None else None
+        observed = [*leaves, *(n for stream in streams for n in stream.observed())]
+        self._merge_figures = observer.figures_merger(observed) if observer is not None else None
         self._options = options
         self.tuning: autotune.Tuning | None = None
         if options.num_workers is AUTOTUNE:
@@ -177,6 +178,8 @@ class RayService:
 
     def stream_result(self, ticket: Ticket) -> tuple[ShardResult, BaseException | None]:
         result: ShardResult = self._wait(ticket)
+        if result.figures and self._merge_figures is not None:  # debug mode's, from the actor
+            self._merge_figures(result.figures)
         task = ticket.task
         assert isinstance(task, ShardTask)
         shard = self._shards[(task.stream, task.shard)]

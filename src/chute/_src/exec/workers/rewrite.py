@@ -75,13 +75,14 @@ def _worker_read_shards(
 ) -> IterDataset[Any]:
     """A stream of shards (`shards.py`): each shard read whole in a worker."""
     shards: list[IterDataset[Any]] = list(node.parents)  # type: ignore[arg-type]
-    streams.append(ShardStream(shards, hoisted))
+    stream = ShardStream(shards, hoisted)
+    streams.append(stream)
     s = len(streams) - 1
     merged = contract.with_parents(node, [WorkerShard(p, s, j, box) for j, p in enumerate(shards)])
     if hoisted:
         merged = DropHoles(merged)
-    for stage in reversed(hoisted):
-        merged = DoneInWorkers(merged, stage._stage_name, contract.position_params(stage))
+    for stage, moved in zip(reversed(hoisted), stream.moved):
+        merged = DoneInWorkers(merged, stage._stage_name, contract.position_params(stage), moved)
     return merged
 
 
@@ -99,8 +100,10 @@ def _worker_fed_reader(
         # The stages above see the Nones: they stay in the main process, as they are.
         hoisted, kept = [], hoisted
     mapped: MapDataset[Any] = node.parents[0]  # type: ignore[assignment]
+    moved: list[MapDataset[Any]] = []  # each hoisted stage as the workers run it
     for stage in reversed(hoisted):
         mapped = stage._as_map_stage(mapped)
+        moved.append(mapped)
     observer = observe.observing()
     if observer is not None:
         mapped = observer.map_chain(mapped)
@@ -112,8 +115,8 @@ def _worker_fed_reader(
         return WorkerChunks(leaf, leaf_id, box.service)
 
     out: IterDataset[Any] = reader._with_executor(executor)
-    for stage in reversed(hoisted):
-        out = DoneInWorkers(out, stage._stage_name, contract.position_params(stage))
+    for stage, done in zip(reversed(hoisted), moved):
+        out = DoneInWorkers(out, stage._stage_name, contract.position_params(stage), done)
     for stage in reversed(kept):
         out = cast("IterDataset[Any]", contract.with_parents(stage, [out]))
     return out
@@ -121,15 +124,21 @@ def _worker_fed_reader(
 
 class DoneInWorkers(IterDataset[Any]):
     """Stands where a `map`/`filter` was that now runs in the workers: a pass-through with
-    the same stage name, so the state has the same shape as without workers."""
+    the same stage name, so the state has the same shape as without workers.
+
+    `_stands_for` is the stage as the workers run it (its MapDataset form): the debug
+    layer's figures show that stage's work in this one's place (`_src/debug/stats.py`)."""
 
     _role = StageRole.PASS_THROUGH
     _internal = True
 
-    def __init__(self, parent: IterDataset[Any], stage: str, params: str) -> None:
+    def __init__(
+        self, parent: IterDataset[Any], stage: str, params: str, moved: MapDataset[Any]
+    ) -> None:
         super().__init__([parent])
         self._stage = stage
         self._params = params
+        self._stands_for = moved
 
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _PassThrough(self._parent_iter(), self._stage)

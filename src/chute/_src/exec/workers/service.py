@@ -93,7 +93,8 @@ class ChunkService:
         stages: list[Any] = [n for leaf in leaves for n in walk(leaf)]
         stages += [shard for stream in streams for shard in stream.shards]
         observer = observe.observing()
-        self._merge_figures = observer.figures_merger(leaves) if observer is not None else None
+        observed = [*leaves, *(n for stream in streams for n in stream.observed())]
+        self._merge_figures = observer.figures_merger(observed) if observer is not None else None
         payload = pipeline_pickle.dumps((leaves, streams), stages)
         self._shard_worker: dict[tuple[int, int], int] = {}  # (stream, shard) -> its worker
         shard_requests = min(4096, 2 * sum(len(stream.shards) for stream in streams))
@@ -242,6 +243,8 @@ class ChunkService:
     def stream_result(self, ticket: Ticket) -> tuple[ShardResult, BaseException | None]:
         """The result of a `submit_stream` request, with its exception re-created here."""
         result: ShardResult = self._wait(ticket)
+        if result.figures and self._merge_figures is not None:  # debug mode's, from the worker
+            self._merge_figures(result.figures)
         return result, self._rebuilt(result.failure, ticket)
 
     def result(self, ticket: Ticket) -> tuple[ChunkResult, BaseException | None]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chute._src.core import contract
+from chute._src.core import contract, observe
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset, walk
 from chute._src.core.iterator import DatasetIterator
@@ -81,23 +82,41 @@ class _Items(MapDataset[Any]):
 
 
 class ShardStream:
-    """What the workers receive for one merge: its shards and the stages moved above them."""
+    """What the workers receive for one merge: its shards and the stages moved above them.
+
+    `moved`: each moved stage as the workers run it (its MapDataset form), bottom first.
+    In debug mode the observer's copies (`observe.py`: `shard`, `map_chain`) are sent, so
+    the workers time the shards and the moved stages; `observed()` lists them."""
 
     def __init__(self, shards: list[IterDataset[Any]], moved: list[Any]) -> None:
         self.shards = shards
         self.items = _Items()
         chain: MapDataset[Any] = self.items
+        self.moved: list[MapDataset[Any]] = []
         for stage in reversed(moved):  # `moved` is top first
             chain = contract.element_wise(stage)._as_map_stage(chain)
+            self.moved.append(chain)
         self.chain: MapDataset[Any] | None = chain if moved else None
+        observer = observe.observing()
+        if observer is not None:
+            self.shards = [observer.shard(shard) for shard in shards]
+            if self.chain is not None:
+                self.chain = observer.map_chain(self.chain)
+
+    def observed(self) -> list[Any]:
+        """The shards and the chain of moved stages, as the observer's figures come from."""
+        return [*self.shards, *([self.chain] if self.chain is not None else [])]
 
 
 class ShardReader:
     """The worker side: open shard iterators, kept between requests."""
 
-    def __init__(self, streams: list[ShardStream]) -> None:
+    def __init__(
+        self, streams: list[ShardStream], take_figures: Callable[[], list[Any]] | None = None
+    ) -> None:
         self._streams = streams
         self._open: dict[tuple[int, int], tuple[DatasetIterator[Any], int]] = {}
+        self._take_figures = take_figures  # debug mode's, sent back with each result
 
     def __call__(self, task: ShardTask) -> ShardResult:
         s, j, start, n, steps = task.stream, task.shard, task.start, task.n, task.steps
@@ -141,7 +160,8 @@ class ShardReader:
             self._open[(s, j)] = (it, count)
         elif it is not None:
             it.close()
-        return ShardResult(time.perf_counter() - t0, out, ended, failure)
+        figures = self._take_figures() if self._take_figures is not None else []
+        return ShardResult(time.perf_counter() - t0, out, ended, failure, figures)
 
 
 class WorkerShard(IterDataset[Any]):
@@ -159,6 +179,12 @@ class WorkerShard(IterDataset[Any]):
 
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _WorkerShardIterator(self)
+
+    @property
+    def _stands_for(self) -> IterDataset[Any]:
+        """The shard this stands for: the debug layer's figures show its stages, read in a
+        worker, in this one's place."""
+        return self._shard
 
     def __repr__(self) -> str:
         return f"{self._shard!r} (read in a worker)"

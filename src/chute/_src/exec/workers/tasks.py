@@ -5,7 +5,7 @@ kinds apart with `match`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chute._src.core.columns import Columns
@@ -65,12 +65,14 @@ class ChunkResult:
 @dataclass(frozen=True, slots=True)
 class ShardResult:
     """A `ShardTask` done: each step's elements with the shard's state after it (None
-    after the last); whether the shard ended; the exception that stopped it, if one did."""
+    after the last); whether the shard ended; the exception that stopped it, if one did;
+    the debug layer's figures (debug mode only)."""
 
     seconds: float
     steps: list[tuple[list[Any], Any]]
     ended: bool
     failure: RemoteFailure | None
+    figures: list[Any] = field(default_factory=list)
 
 
 Result = ChunkResult | ShardResult

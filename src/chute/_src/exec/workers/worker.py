@@ -50,12 +50,13 @@ class ChunkWorker:
     def _load(self) -> tuple[list[MapDataset[Any]], ShardReader]:
         if self._leaves is None or self._shards is None:
             self._leaves, streams = pipeline_pickle.loads(self._payload)
-            self._shards = ShardReader(streams)
             self._payload = b""  # the unpickled pipeline is all a worker needs from now on
             # Unpickling a pipeline built in debug mode installed the debug layer's observer.
             observer = observe.current()
             if observer is not None:
-                self._take_figures = observer.worker_start(self._leaves)
+                observed = [*self._leaves, *(n for s in streams for n in s.observed())]
+                self._take_figures = observer.worker_start(observed)
+            self._shards = ShardReader(streams, self._take_figures)
         return self._leaves, self._shards
 
     def __call__(self, worker_index: int, num_workers: int, task: Task) -> Any:
@@ -98,7 +99,9 @@ class ChunkWorker:
                 e.add_note(
                     f"chute: an element of shard {task.shard} cannot be pickled, so it {fix}"
                 )
-                return ShardResult(result.seconds, result.steps[:n], True, RemoteFailure.capture(e))
+                return ShardResult(
+                    result.seconds, result.steps[:n], True, RemoteFailure.capture(e), result.figures
+                )
             case ChunkTask(), ChunkResult():
                 found = first_unpicklable(list(result.items))
                 if found is None:
