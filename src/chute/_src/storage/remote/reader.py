@@ -7,6 +7,8 @@ import io
 import os
 from typing import TYPE_CHECKING, Any
 
+from chute._src.core.errors import DataError
+
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
@@ -79,7 +81,12 @@ class RemoteReader(io.RawIOBase):
         if self._ahead and not self._f.ranges:
             data = self._read_body(self._pos, end)
         elif self._ahead:
-            data = self._read_ahead(self._pos, end)
+            try:
+                data = self._read_ahead(self._pos, end)
+            except DataError:
+                if self._f.ranges:
+                    raise
+                data = self._read_body(self._pos, end)  # the server stopped answering ranges
         if data is None:
             data = self._f.read_ranges([(self._pos, end)], cache=not self._ahead)[0]
         view[: len(data)] = data
