@@ -115,7 +115,7 @@ def test_a_script_that_stops_reading_a_stream_part_way_exits_cleanly(
                 env=_env(),
                 timeout=120,
             )
-            for _ in range(8)
+            for _ in range(5)
         ]
     assert not _failures(runs), "\n".join(_failures(runs))
     assert all(p.stdout.strip() == "14999" for p in runs)

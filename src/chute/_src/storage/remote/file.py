@@ -10,7 +10,9 @@ obstore cannot express) the file system's `info`. A missing object is a
 the blocks the cache lacks, nearby ones merged, all fetched at once). Every answer's
 identity is checked against the one the object had when opened: an object replaced or
 removed since is named as such (`DataError`), never read through what was learnt of the
-old one.
+old one. An object whose server answers ranged GETs with `200` and the whole object
+(`ranges` is False; `fetch.refuses_ranges`) is read whole into the cache for random
+access (`reads.py`), and in order from one plain GET by a stream (`body`, `RemoteReader`).
 
 A `RemoteFile` stands in for a mapped local file in chute's readers: slicing it
 (`f[a:b]`) returns bytes, `len(f)` is the size, and it has a `FileGuard`'s reading
