@@ -3,7 +3,11 @@
 Threads on 127.0.0.1 (or ::1): one accepting, one per connection. Each request is read
 (request line and headers), recorded, and answered by `HostileServer.mode`: "normal"
 (a correct `206` with `Content-Range`, `Content-Length`, `ETag` when `etag` is set and
-`Last-Modified` when `modified` is set) or one of the misbehaviours the tests name.
+`Last-Modified` when `modified` is set) or one of the misbehaviours the tests name, among
+them servers without ranges: "no-ranges" answers every GET with `200` and the whole
+object, as Python's `http.server` and many static hosts do; "ranges-ignored" does the
+same while it says `Accept-Ranges: bytes`; "wrong-content-range" answers a range with a
+`206` of another range (one byte further), labelled as such.
 Every loop is bounded: a connection waits at most 0.2 s per poll for the server's stop
 flag, a trickle or a flood stops at `max_bytes` or when the server stops, so nothing
 outlives the `with` block (threads are joined on exit).
@@ -194,6 +198,23 @@ class HostileServer:
             )
             return True
         mode = mode.removesuffix("-later")
+        if mode in ("no-ranges", "ranges-ignored"):  # a 200 and the whole object, always
+            accept = b"Accept-Ranges: bytes\r\n" if mode == "ranges-ignored" else b""
+            self._send(
+                conn,
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s%s\r\n" % (size, accept, meta) + data,
+            )
+            return True
+        if mode == "wrong-content-range":  # another range than asked, labelled as such
+            a2, b2 = min(a + 1, size - 1), min(b + 1, size - 1)
+            self._send(
+                conn,
+                b"HTTP/1.1 206 Partial Content\r\nContent-Length: %d\r\n"
+                b"Content-Range: bytes %d-%d/%d\r\n%s\r\n"
+                % (b2 - a2 + 1, a2, b2, size, meta)
+                + data[a2 : b2 + 1],
+            )
+            return True
         if mode == "chunked-and-length":  # RFC 9112: chunked wins over Content-Length
             chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
             self._send(

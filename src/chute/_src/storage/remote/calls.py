@@ -179,6 +179,22 @@ def obstore_failure(url: str, e: BaseException, what: str) -> DataError:
             f"{url}: no such object: cannot {what}; check the URL (bucket and key), or "
             "that every file of the dataset was uploaded"
         )
+        err.__cause__ = e
+        return err
+    if what == "find it":  # it may well exist: the failure is in reading it
+        what = "read it"
+    if name == "NotSupportedError" and "Range request not supported" in str(e):
+        err = DataError(
+            f"{url}: cannot {what}: the server answers range requests without the range "
+            "(not with a 206, as a server without Range support does); serve the files from "
+            "a server that supports Range requests, or read them as a stream"
+        )
+    elif "Requested " in first and ", got " in first:  # obstore: another range came back
+        err = DataError(
+            f"{url}: cannot {what}: the server answered a range request with another range "
+            f"({first}); it mishandles Range requests: serve the files from one that answers "
+            "them as HTTP says (RFC 9110), or read them as a stream"
+        )
     elif name in ("PermissionDeniedError", "UnauthenticatedError"):
         err = DataError(
             f"{url}: access denied: cannot {what} ({first}); check the credentials and "

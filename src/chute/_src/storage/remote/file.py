@@ -10,7 +10,9 @@ obstore cannot express) the file system's `info`. A missing object is a
 the blocks the cache lacks, nearby ones merged, all fetched at once). Every answer's
 identity is checked against the one the object had when opened: an object replaced or
 removed since is named as such (`DataError`), never read through what was learnt of the
-old one.
+old one. An object whose server answers ranged GETs with `200` and the whole object
+(`ranges` is False; `fetch.refuses_ranges`) is read whole into the cache for random
+access (`reads.py`), and in order from one plain GET by a stream (`body`, `RemoteReader`).
 
 A `RemoteFile` stands in for a mapped local file in chute's readers: slicing it
 (`f[a:b]`) returns bytes, `len(f)` is the size, and it has a `FileGuard`'s reading
@@ -39,6 +41,8 @@ from chute._src.storage.remote.urls import StorageOptions, filesystem, is_url, o
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
+
+    from chute._src.storage.remote import fetch
 
 __all__ = ["RemoteFile", "RemoteReader", "find_objects", "open_concurrently", "read_many"]
 T = TypeVar("T")
@@ -109,9 +113,9 @@ def find_objects(
             if errors is not None:
                 errors[urls[k]] = answer
             continue
-        data, ident = answer
+        data, ident, ranges = answer
         found[k] = True
-        _keep_found((urls[k], opts), ident)
+        _keep_found((urls[k], opts), (ident, ranges))
         if end == first and data and len(data) == min(first, ident[0]):
             key = _block_key(urls[k], opts, ident)
             if len(data) == ident[0]:
@@ -141,20 +145,20 @@ _FIRST_BLOCKS = 256  # objects whose first bytes are read when found (the first 
 _FIRST_BUDGET = 32 << 20  # bytes read when objects are found, in all...
 _FIRST_MAX = 1 << 20  # ...and of each
 _FOUND_MAX = 1 << 16  # objects found and not opened yet, kept (oldest dropped first)
-# (url, options) -> identity of an object found and not opened yet.
-_found: OrderedDict[tuple[str, str], Identity] = OrderedDict()
+# (url, options) -> (identity, answers ranges) of an object found and not opened yet.
+_found: OrderedDict[tuple[str, str], tuple[Identity, bool]] = OrderedDict()
 _found_lock = threading.Lock()
 
 
-def _keep_found(key: tuple[str, str], ident: Identity) -> None:
+def _keep_found(key: tuple[str, str], found: tuple[Identity, bool]) -> None:
     with _found_lock:
-        _found[key] = ident
+        _found[key] = found
         _found.move_to_end(key)
         while len(_found) > _FOUND_MAX:
             _found.popitem(last=False)
 
 
-def _take_found(key: tuple[str, str]) -> Identity | None:
+def _take_found(key: tuple[str, str]) -> tuple[Identity, bool] | None:
     with _found_lock:
         return _found.pop(key, None)
 
@@ -203,11 +207,12 @@ class RemoteFile:
             self.fs, self.fspath = filesystem(url, storage_options)
         opts = options_key(storage_options)
         first = b""
+        self.ranges = True  # False: its server answers ranges with the whole object
         found = _take_found((url, opts)) if self.loc is not None else None
         if found is not None:
-            self.identity = found  # its first bytes are in the cache (or were)
+            self.identity, self.ranges = found  # its first bytes are in the cache (or were)
         elif self.loc is not None:
-            first, self.identity = self._open_obstore(self.loc)
+            first, self.identity, self.ranges = self._open_obstore(self.loc)
         else:
             self.identity = self._info_identity()
         self.size = self.identity[0]
@@ -217,15 +222,17 @@ class RemoteFile:
         blocks.open_objects.opened(self.key, self.size)  # counted until closed or collected
         self._opened = weakref.finalize(self, blocks.open_objects.closed, self.key)
 
-    def _open_obstore(self, loc: Located) -> tuple[bytes, Identity]:
-        """The first block and identity, from one ranged GET (a HEAD for a 0-byte object);
-        a missing object or a directory named as such."""
+    def _open_obstore(self, loc: Located) -> tuple[bytes, Identity, bool]:
+        """The first block, identity and whether the server answers ranges, from one
+        ranged GET (a plain one if it does not; a HEAD for a 0-byte object); a missing
+        object or a directory named as such."""
         from chute._src.storage.remote import fetch
 
         got = fetch.read_first([(loc, blocks.block_bytes())])[0]
         if not isinstance(got, BaseException):
-            data, ident = got
-            return (data if len(data) == min(blocks.block_bytes(), ident[0]) else b""), ident
+            data, ident, ranges = got
+            full = len(data) == min(blocks.block_bytes(), ident[0])
+            return (data if full else b""), ident, ranges
         err = obstore_failure(self.url, got, f"open it as {self.what}")
         if isinstance(err, MissingFileError) and loc.kind != "http":
             try:
@@ -316,11 +323,42 @@ class RemoteFile:
 
     def copy_to(self, local: str) -> None:
         """Writes the object, as it was opened, to the local file `local` (in windows of
-        16 MiB, each checked as every read is)."""
+        16 MiB, each checked as every read is; in order from one plain GET if its server
+        refuses ranges)."""
         step = 16 << 20
         with open(local, "wb") as out:
+            if self.loc is not None and not self.ranges:
+                body = self.body(step)
+                try:
+                    while chunk := self.read_body(body, step):
+                        out.write(chunk)
+                finally:
+                    body.close()
+                return
             for a in range(0, self.size, step):
                 out.write(self.read_ranges([(a, min(a + step, self.size))], cache=False)[0])
+
+    def body(self, chunk: int = 1 << 20) -> fetch.Body:
+        """The object's bytes in order from one plain GET (`read_body` reads them)."""
+        from chute._src.storage.remote import fetch
+
+        assert self.loc is not None
+        return fetch.Body(self.loc, self.identity, chunk)
+
+    def read_body(self, body: fetch.Body, n: int) -> bytes:
+        """The next `n` bytes of `body`; a `DataError` naming the object if it changed or
+        the server failed."""
+        from chute._src.storage.remote import fetch
+        from chute._src.storage.remote.loop import Exiting
+
+        try:
+            return body.read(n)
+        except fetch.Changed as e:
+            raise self.changed(e.now) from None
+        except Exiting:
+            raise
+        except Exception as e:
+            raise self.explain(obstore_failure(self.url, e, f"read it as {self.what}")) from e
 
     # -- reads ---------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -6,6 +6,12 @@ for the objects it reads (`fetch.read_ranges`: one hand-off to its runtime, each
 checked against the object's identity), through fsspec's async `cat_ranges` for an async
 file system, else on the pool's threads. While every object open fits in the cache, a
 miss fetches its whole object instead (in requests of up to 16 MiB, all at once).
+
+An object whose server refuses ranges (it answers a ranged GET with `200` and the whole
+object; `RemoteFile.ranges` is False) is fetched whole, by one plain GET, and kept whole
+in the cache: every read of it is a slice. It must fit in the share of the cache kept for
+whole objects (`whole_cap`), else the read is a `DataError` naming the object, its size,
+the cap and the fixes.
 """
 
 from __future__ import annotations
@@ -60,8 +66,9 @@ def read_many(items: Sequence[tuple[RemoteFile, int, int]], *, cache: bool = Tru
         hit = _all_cached(store, items, bs)
         if hit is not None:
             return hit
-        if store.holds_all():
-            _fetch_whole(store, items)
+        rangeless = [(f, a, b) for f, a, b in items if not f.ranges]
+        if rangeless or store.holds_all():
+            _fetch_whole(store, items if store.holds_all() else rangeless)
             hit = _all_cached(store, items, bs)
             if hit is not None:
                 return hit
@@ -178,17 +185,72 @@ def _fetch_whole(store: blocks.BlockCache, items: Sequence[tuple[RemoteFile, int
     claimed = set(mine)
     try:
         todo = [f for f in files if (f.key, blocks.WHOLE) in claimed]
-        parts = [
-            (f, a, min(a + _MAX_RUN, f.size)) for f in todo for a in range(0, f.size, _MAX_RUN)
-        ]
+        parts = [(f, a, min(a + _part(f), f.size)) for f in todo for a in _starts(f)]
         fetched = iter(_fetch(parts)) if parts else iter(())
         for f in todo:
-            pieces = [next(fetched) for _ in range(0, f.size, _MAX_RUN)]
+            pieces = [next(fetched) for _ in _starts(f)]
             store.put((f.key, blocks.WHOLE), pieces[0] if len(pieces) == 1 else b"".join(pieces))
     finally:
         store.release(mine)
     for event in waits:
         event.wait()
+
+
+def _part(f: RemoteFile) -> int:
+    """The longest request for a whole object: `_MAX_RUN`, or all of it (one plain GET)
+    when its server refuses ranges."""
+    return _MAX_RUN if f.ranges else max(1, f.size)
+
+
+def _starts(f: RemoteFile) -> range:
+    return range(0, f.size, _part(f))
+
+
+def whole_cap() -> int:
+    """The most bytes an object kept whole in the cache may have: `WHOLE_SHARE` of it."""
+    return int(blocks.cache().max_bytes * blocks.WHOLE_SHARE)
+
+
+def _too_large(f: RemoteFile, cap: int) -> DataError:
+    need = -(-f.size * 4 // 3)  # the cache size whose WHOLE_SHARE holds it
+    return DataError(
+        f"{f.url}: cannot read it as {f.what}: its server answers range requests without "
+        "the range (not with a 206, as a server without Range support does), so chute "
+        f"reads such an object whole, once, and keeps it in the block cache; at "
+        f"{f.size:,} bytes it is larger than the {cap:,} bytes the cache keeps whole (three "
+        f"quarters of CHUTE_REMOTE_CACHE_BYTES={blocks.cache().max_bytes:,}): serve the "
+        "files from a server that supports Range requests, read them as a stream "
+        "(chute.experimental.JsonlIterDataset, FileLinesIterDataset), or set "
+        f"CHUTE_REMOTE_CACHE_BYTES={need} or more"
+    )
+
+
+def _from_wholes(requests: list[tuple[RemoteFile, int, int]]) -> list[Any]:
+    """Each `(file, start, end)` of objects whose servers refuse ranges: a slice of the
+    whole object, from the cache or fetched (one plain GET each, all at once) and kept
+    there; the exception a fetch ended with for its requests."""
+    from chute._src.storage.remote import fetch
+
+    store = blocks.cache()
+    cap = whole_cap()
+    wholes: dict[RemoteFile, Any] = {}
+    for f, _, _ in requests:
+        if f not in wholes:
+            wholes[f] = store.get((f.key, blocks.WHOLE))
+    missing = [f for f, data in wholes.items() if data is None]
+    for f in missing:
+        if f.size > cap:
+            raise _too_large(f, cap)
+    got = fetch.read_whole([(f.loc, f.identity) for f in missing if f.loc is not None])
+    for f, data in zip(missing, got):
+        wholes[f] = data
+        if not isinstance(data, BaseException):
+            store.put((f.key, blocks.WHOLE), data)
+    out: list[Any] = []
+    for f, a, b in requests:
+        data = wholes[f]
+        out.append(data if isinstance(data, BaseException) else data[a:b])
+    return out
 
 
 def _fetch_blocks(
@@ -268,9 +330,14 @@ def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
     while pending:
         got = _fetch_once([requests[k] for k in pending])
         failed: list[int] = []
+        refused: list[int] = []  # ranges refused: asked again, of the whole object
         last: BaseException | None = None
         for k, data in zip(pending, got):
             f, a, b = requests[k]
+            if f.ranges and isinstance(data, BaseException) and fetch.refuses_ranges(data):
+                f.ranges = False  # the server stopped answering ranges since it was opened
+                refused.append(k)
+                continue
             if isinstance(data, fetch.Changed):
                 raise f.changed(data.now)
             if isinstance(data, DataError):
@@ -297,7 +364,8 @@ def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
                 )
             results[k] = data
         if not failed:
-            break
+            pending = refused
+            continue
         assert last is not None
         attempt += 1
         urls = sorted({requests[k][0].url for k in failed})
@@ -322,7 +390,7 @@ def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
             delay,
         )
         time.sleep(delay)
-        pending = failed
+        pending = failed + refused
     return [r if r is not None else b"" for r in results]  # all set by now
 
 
@@ -335,11 +403,17 @@ def _fetch_once(requests: list[tuple[RemoteFile, int, int]]) -> list[Any]:
     out: list[Any] = [None] * len(requests)
     by_fs: dict[int, list[int]] = {}
     direct: list[int] = []
+    whole: list[int] = []  # of objects whose servers refuse ranges
     for k, (f, _, _) in enumerate(requests):
-        if f.loc is not None:
+        if f.loc is None:
+            by_fs.setdefault(id(f.fs), []).append(k)
+        elif f.ranges:
             direct.append(k)
         else:
-            by_fs.setdefault(id(f.fs), []).append(k)
+            whole.append(k)
+    if whole:
+        for k, data in zip(whole, _from_wholes([requests[k] for k in whole])):
+            out[k] = data
     asked = []
     for k in direct:
         f, a, b = requests[k]
