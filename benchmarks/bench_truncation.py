@@ -80,25 +80,29 @@ def main() -> None:
     idx = [rng.randrange(args.records) for _ in range(args.reads)]
     blocks = [idx[k : k + 1000] for k in range(0, len(idx), 1000)]
 
+    def opened(src: object) -> object:
+        src[0]  # type: ignore[index]  # sources open their files on first use
+        return src
+
     os.environ.pop("CHUTE_FILE_LEASES", None)
-    plain = RecordFileDataSource(str(crec))
-    plain_ar = ArrayRecordDataSource(str(ar)) if ar else None
+    plain = opened(RecordFileDataSource(str(crec)))
+    plain_ar = opened(ArrayRecordDataSource(str(ar))) if ar else None
     os.environ["CHUTE_FILE_LEASES"] = "1"
-    leased = RecordFileDataSource(str(crec))
-    leased_ar = ArrayRecordDataSource(str(ar)) if ar else None
+    leased = opened(RecordFileDataSource(str(crec)))
+    leased_ar = opened(ArrayRecordDataSource(str(ar))) if ar else None
     os.environ.pop("CHUTE_FILE_LEASES")
     for src in (plain, leased, plain_ar, leased_ar):
         if src is not None:
             for i in range(0, args.records, 5):
-                src[i]  # opens, warms the page cache
-    ino, pid = crec.stat().st_ino, os.getpid()
+                src[i]  # warms the page cache
+    inodes, pid = {crec.stat().st_ino, *([ar.stat().st_ino] if ar else [])}, os.getpid()
     held = [
         line
         for line in Path("/proc/locks").read_text().splitlines()
-        if " LEASE " in line and f" {pid} " in line and f":{ino} " in line
+        if " LEASE " in line and f" {pid} " in line and any(f":{i} " in line for i in inodes)
     ]
     print(f"# {machine()}")
-    print(f"# leases held by the leased source: {len(held)} ({'; '.join(held) or 'none'})")
+    print(f"# leases held by the leased sources: {len(held)} ({'; '.join(held) or 'none'})")
     print(f"# CRC32C: {checksum.IMPLEMENTATION}\n")
 
     fd = os.open(crec, os.O_RDONLY)

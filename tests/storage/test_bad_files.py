@@ -528,3 +528,44 @@ def test_a_lease_switch_that_is_neither_on_nor_off_is_refused_where_a_file_is_op
     monkeypatch.setenv("CHUTE_FILE_LEASES", "maybe")
     with pytest.raises(ValueError, match=r"CHUTE_FILE_LEASES='maybe' is neither on nor off"):
         sources.RecordFileDataSource(str(path))[0]
+
+
+_FD_LIMIT_SCRIPT = """
+import resource, sys
+import chute
+from chute import sources
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    for _ in range(200):
+        src = sources.RecordFileDataSource(sys.argv[1])
+        src[0]  # opened, and kept open
+        held.append(src)
+    print("opened all")
+except chute.DataError as e:
+    print("DataError:", e)
+print("soft limit:", resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+def test_running_out_of_descriptors_is_an_error_and_the_limit_is_left_as_found(
+    tmp_path: Path,
+) -> None:
+    # The user's process: chute raises no rlimit there (its workers raise their own).
+    path = tmp_path / "many.crec"
+    write_crec(path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_FD_LIMIT_SCRIPT), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "soft limit: 64\n" in proc.stdout, proc.stdout
+    assert f"DataError: {path}: too many open files in this process (RLIMIT_NOFILE 64)" in (
+        proc.stdout
+    ), proc.stdout
+    assert "ulimit -n" in proc.stdout, proc.stdout

@@ -274,16 +274,18 @@ class FileGuard:
     missing, a directory, unreadable or not a regular file, or when the process has run
     out of descriptors (a chute worker first raises its own soft limit to the hard one).
 
-    `leased` is True while a read lease (`CHUTE_FILE_LEASES=1`) guarantees that the file cannot shrink without
-    this process noticing first; readers then skip the size check: `if not guard.leased`
+    `leased` is True while a read lease (`CHUTE_FILE_LEASES=1`) guarantees that the file
+    cannot shrink without this process noticing first; readers then skip the size check:
+    `if not guard.leased`
     then `check()` (see the module docstring). `lease=False` never takes one (for a
     guard opened only to probe a file).
     """
 
-    __slots__ = ("__weakref__", "fd", "leased", "owns_lease", "path", "size")
+    __slots__ = ("__weakref__", "fd", "leased", "owns_lease", "path", "size", "what")
 
     def __init__(self, path: str, what: str, *, lease: bool = True) -> None:
         self.path = path
+        self.what = what
         self.fd = -1
         self.leased = False
         self.owns_lease = False
@@ -332,7 +334,15 @@ class FileGuard:
             checked.add(id(self))
 
     def mapping(self) -> mmap.mmap:
-        """The file mapped read-only (readers slice it for bytes)."""
+        """The file mapped read-only (readers slice it for bytes). A map holds a duplicate
+        of the descriptor: a process out of descriptors gets the `DataError` of `open`."""
+        try:
+            return mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            if e.errno != errno.EMFILE:
+                raise
+            if not process_effects.raise_fd_limit():  # a chute worker raises its own limit
+                raise open_error(self.path, e, self.what) from e
         return mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
 
     def explain(self, err: DataError) -> DataError:
