@@ -13,7 +13,7 @@ What remains, all here or called from here:
 | --- | --- | --- | --- |
 | glibc `mallopt` (mmap threshold 32 MiB, trim 128 MiB) | chute's workers | none | reused freed blocks: 8 MiB of page faults instead of 36 MiB for blocks of 1..8 MiB (`tests/exec/test_mp_heap.py`) |
 | `RLIMIT_NOFILE` soft limit raised to the hard one, on `EMFILE` only | chute's workers | none | a worker holds every shard it reads open; in the user's process `EMFILE` is an error that says how to raise the limit |
-| file read leases: a handler on a free real-time signal, a thread that answers it, a fork hook | any process that opens a local `.crec`/ArrayRecord/`.npy`/JSONL/TFRecord file | `CHUTE_FILE_LEASES=1` (off by default) | see `storage/formats/_file_guard.py` and `benchmarks/bench_truncation.py`: the size check alone costs the same per read |
+| file read leases: a handler on a free real-time signal, a thread that answers it, a fork hook | any process that opens a local `.crec`/ArrayRecord/`.npy`/JSONL/TFRecord file | `CHUTE_FILE_LEASES=1` (off by default) | `benchmarks/bench_truncation.py`: `__getitems__` blocks and ArrayRecord reads cost the same with the size check; a lone `.crec` `src[i]` about 1.6-2.1x on a VM where a system call costs microseconds |
 
 Workers' native thread pools (`OMP_NUM_THREADS=1`, ...) are set in the workers' own
 environment (`exec/mp/_server_init.py`), never in the user's. Workers start from chute's

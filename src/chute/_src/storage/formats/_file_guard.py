@@ -7,9 +7,16 @@ keep a descriptor (`FileGuard`) and, before reading, look at `guard.leased`:
 - **Not leased (the default).** Once per `__getitem__`/`__getitems__` call the reader
   compares the file's size (`os.lseek(fd, 0, SEEK_END)`: one system call, about 0.5 us)
   with the size it had when opened (`check`): a file that shrank raises
-  `chute.DataError`. This costs the same as a lease on the random-read benchmark
-  (`benchmarks/bench_truncation.py`), and changes nothing in the process, so it is the
-  default, as Arrow and HF datasets map files with no protection at all.
+  `chute.DataError`. It changes nothing in the process, so it is the default (Arrow and
+  HF datasets map files with no protection at all). `benchmarks/bench_truncation.py`
+  (results in `benchmarks/results/2026-12-07/`) measured, on a loaded 2-core VM where a
+  system call costs 2.5-14 us: `__getitems__` blocks of 1,000 records and ArrayRecord
+  `src[i]` cost the same as with a lease; a `.crec` `src[i]` alone 20-26 us against
+  12-13 us leased. `pread` instead of the map (a short read, never a SIGBUS) was slower
+  still for blocks (one call per record: 13.6-30 us against 9.8-14 us a record) and no
+  faster than the lease for single reads, so chute keeps the map. What the size check
+  leaves open: a truncation between the check and the copy out of the map (a few
+  microseconds for `src[i]`, the whole block for `__getitems__`) still faults.
 - **Leased (opt-in: `CHUTE_FILE_LEASES=1`, Linux).** The guard holds a read lease on the
   file (`fcntl(fd, F_SETLEASE, F_RDLCK)`). The kernel then makes any other opener for
   writing and any truncation, from any process, wait until the lease is released, and
