@@ -27,7 +27,9 @@ import mmap
 import os
 import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from _harness import machine, rates, table
 from chute._src.storage.records import checksum
@@ -80,8 +82,8 @@ def main() -> None:
     idx = [rng.randrange(args.records) for _ in range(args.reads)]
     blocks = [idx[k : k + 1000] for k in range(0, len(idx), 1000)]
 
-    def opened(src: object) -> object:
-        src[0]  # type: ignore[index]  # sources open their files on first use
+    def opened(src: Any) -> Any:
+        src[0]  # sources open their files on first use
         return src
 
     os.environ.pop("CHUTE_FILE_LEASES", None)
@@ -165,18 +167,18 @@ def main() -> None:
                     raise RuntimeError("crc")
         return len(idx)
 
-    def single(src: object):  # type: ignore[no-untyped-def]
+    def single(src: Any) -> Callable[[], int]:
         def run() -> int:
-            get = src.__getitem__  # type: ignore[attr-defined]
+            get = src.__getitem__
             for i in idx:
                 get(i)
             return len(idx)
 
         return run
 
-    def block(src: object):  # type: ignore[no-untyped-def]
+    def block(src: Any) -> Callable[[], int]:
         def run() -> int:
-            get = src.__getitems__  # type: ignore[attr-defined]
+            get = src.__getitems__
             for b in blocks:
                 get(b)
             return len(idx)
