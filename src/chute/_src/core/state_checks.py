@@ -257,13 +257,36 @@ def checksum(state: dict[str, Any]) -> str | None:
     that is not JSON."""
     rest = {k: v for k, v in state.items() if k != CHECKSUM_KEY}
     try:
-        # Through JSON once first, so that a state and its JSON round trip (tuples as
-        # lists, int keys as strings) have one canonical text.
-        plain = json.loads(json.dumps(rest))
-        canonical = json.dumps(plain, sort_keys=True, separators=(",", ":"))
+        if not _str_keys_only(rest):
+            # Through JSON once first, so that a state and its JSON round trip (int keys
+            # as strings, sorted as strings) have one canonical text.
+            rest = json.loads(json.dumps(rest))
+        # With string keys only, a state and its round trip (tuples as lists) already give
+        # the same text: one pass (a state read from a file has string keys only).
+        canonical = json.dumps(rest, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
         return None
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:16]
+
+
+def _str_keys_only(state: Any) -> bool:
+    """Whether every dict in `state` has only `str` keys (lists of numbers are skipped at
+    C speed, as in `check_bounds`)."""
+    stack = [state]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if not all(type(k) is str for k in node):
+                return False
+            values: Any = node.values()
+        elif isinstance(node, list | tuple):
+            values = node
+        else:
+            continue
+        if set(map(type, values)) <= _SCALARS:
+            continue
+        stack.extend(v for v in values if isinstance(v, dict | list | tuple))
+    return True
 
 
 def _sealed_kind(state: Any, any_dict: bool) -> bool:
