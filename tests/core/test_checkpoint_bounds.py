@@ -307,10 +307,12 @@ def test_bounded_loading_still_restores_real_checkpoints(tmp_path: Path) -> None
 
 def _peak_and_message(body: str) -> tuple[str, int]:
     """Runs `body` (which must raise CheckpointError) in a fresh interpreter; returns the
-    message and the process's peak resident memory in bytes."""
+    message and the process's peak resident memory in bytes (VmHWM, in kB)."""
     script = PRELUDE.replace(
         'print("CheckpointError:", e)',
-        'import resource\n    print("peak:", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n'
+        # VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec).
+        'hwm = [x for x in open("/proc/self/status") if x.startswith("VmHWM")][0]\n'
+        '    print("peak:", hwm.split()[1])\n'
         '    print("CheckpointError:", e)',
     ).format(body=textwrap.indent(textwrap.dedent(body), "    "))
     done = subprocess.run(
