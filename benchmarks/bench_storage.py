@@ -6,9 +6,10 @@ records of ~100 KB, warm page cache, one process, everything in one run:
 - random single-record reads: `.crec` (checksums on, and off) against a bare
   mmap + offsets loop over the same file (the physical limit), and the cost of the
   size check a read makes when chute holds no lease on the file (one `os.lseek`, so a
-  file truncated while open raises instead of crashing with SIGBUS; with a lease, the
-  default on Linux, a read tests a flag instead; `CHUTE_FILE_LEASES=0` turns leases
-  off, and the output says which was in effect), and the cost of one CRC32C call on a
+  file truncated while open raises instead of crashing with SIGBUS: the default; with a
+  lease, which `CHUTE_FILE_LEASES=1` turns on, a read tests a flag instead, and the
+  output says which was in effect; `bench_truncation.py` compares them and `pread`),
+  and the cost of one CRC32C call on a
   record alone. The output names the CRC32C code in effect: chute's native extension
   (built by `pip install -e .` with a C compiler) or the `crc32c` package;
   `CHUTE_CRC32C=package` forces the package, to compare the two in one sitting;

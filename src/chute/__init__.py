@@ -57,12 +57,9 @@ if _typing.TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Checks CHUTE_CRC32C now: a wrong setting fails `import chute`, not a later read. Cheap:
-# the crc32c package itself is imported only if chosen.
 # How the engine loads the debug layer when a debug option is switched on: the engine
 # (`_src/core/config.py`) never imports it itself.
 from chute._src.core import config as _config
-from chute._src.storage.records import checksum as _checksum  # noqa: F401
 
 
 def _load_debug_layer() -> None:

@@ -300,3 +300,81 @@ def test_bounded_loading_still_restores_real_checkpoints(tmp_path: Path) -> None
     chute.checkpoint.save(path, it)
     expected = [b.tolist() for b in it]
     assert [b.tolist() for b in chute.checkpoint.load(path, pipeline())] == expected
+
+
+# -- states of tens of millions of values ------------------------------------------------------
+
+
+def _peak_and_message(body: str) -> tuple[str, int]:
+    """Runs `body` (which must raise CheckpointError) in a fresh interpreter; returns the
+    message and the process's peak resident memory in bytes (VmHWM, in kB)."""
+    script = PRELUDE.replace(
+        'print("CheckpointError:", e)',
+        # VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec).
+        'hwm = [x for x in open("/proc/self/status") if x.startswith("VmHWM")][0]\n'
+        '    print("peak:", hwm.split()[1])\n'
+        '    print("CheckpointError:", e)',
+    ).format(body=textwrap.indent(textwrap.dedent(body), "    "))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    peak, message = done.stdout.strip().split("\n", 1)
+    assert message.startswith("CheckpointError: "), done.stdout
+    return message.removeprefix("CheckpointError: "), int(peak.split()[1]) * 1024
+
+
+TEN_MILLION = 10_000_000
+
+
+def test_a_file_holding_ten_million_values_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    it = pipeline()
+    next(it)
+    chute.checkpoint.save(path, it)
+    doc = json.loads(path.read_text())
+    doc["state"].pop("checksum")  # crafted: only the bounds can stop it
+    doc["state"]["x"] = [0] * TEN_MILLION  # 20 MB of text, under the size limit
+    path.write_text(json.dumps(doc))
+    msg, peak = _peak_and_message(f"chute.checkpoint.load({str(path)!r}, pipeline())")
+    assert str(path) in msg and "values or more" in msg and len(msg) < 1000, msg
+    assert peak < 1 << 30, peak
+
+
+def test_an_elastic_state_with_ten_million_pending_indices_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    elastic_files(tmp_path, {"pending": [1] * TEN_MILLION}, {})
+    msg, peak = _peak_and_message(
+        f"chute.checkpoint.CheckpointHandler().restore({str(tmp_path)!r}, item=elastic(0, 1))"
+    )
+    assert "process_0-of-2.json" in msg and "values or more" in msg, msg
+    assert peak < 1 << 30, peak
+
+
+def test_a_state_in_memory_with_ten_million_values_is_refused_by_its_path() -> None:
+    it = pipeline()
+    state = it.get_state()
+    state = {**state, "parent": {**state["parent"], "x": list(range(TEN_MILLION))}}
+    with pytest.raises(
+        chute.CheckpointError, match=r"state\['parent'\]\['x'\] has 10000000 values"
+    ):
+        it.set_state(state)
+
+
+def test_a_merge_refused_for_a_far_next_index_names_the_files(tmp_path: Path) -> None:
+    elastic_files(tmp_path, {"stop": 10**16}, {"next_index": 10**15 + 1, "stop": 10**16})
+    msg = run_bounded(
+        f"chute.checkpoint.CheckpointHandler().restore({str(tmp_path)!r}, item=elastic(0, 1))"
+    )
+    far = str(tmp_path / "process_1-of-2.json")
+    assert f"{far!r}: state at {10**15 + 1}" in msg and "next_index" in msg, msg
+    assert str(tmp_path / "process_0-of-2.json") in msg and len(msg) < 1000, msg
+
+
+def test_a_merge_refused_for_a_bad_field_names_the_file(tmp_path: Path) -> None:
+    elastic_files(tmp_path, {}, {"shard_count": 10**12})
+    msg = run_bounded(
+        f"chute.checkpoint.CheckpointHandler().restore({str(tmp_path)!r}, item=elastic(0, 1))"
+    )
+    assert str(tmp_path / "process_1-of-2.json") in msg and "shard_count" in msg, msg

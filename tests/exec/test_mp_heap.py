@@ -53,19 +53,14 @@ def test_untuned_glibc_faults_every_block_in(tmp_path: Path) -> None:
     assert faults(tmp_path, "") > 0.9 * PAGES_OF_36_MIB
 
 
-def test_raise_threshold_makes_freed_blocks_reused(tmp_path: Path) -> None:
-    setup = "from chute._src.exec.mp import heap\nheap.raise_threshold()\n"
-    assert faults(tmp_path, setup) < 0.4 * PAGES_OF_36_MIB
-
-
 def test_keep_freed_memory_makes_freed_blocks_reused(tmp_path: Path) -> None:
     setup = "from chute._src.exec.mp import heap\nheap.keep_freed_memory()\n"
     assert faults(tmp_path, setup) < 0.4 * PAGES_OF_36_MIB
 
 
-def test_the_consumer_computing_a_first_element_reuses_freed_blocks(tmp_path: Path) -> None:
-    # The consumer computes the first element while its worker starts, and from then on
-    # its allocator reuses freed blocks; no setting of it was changed (see `heap`).
+def test_the_users_process_allocator_is_left_as_found(tmp_path: Path) -> None:
+    # chute's workers tune their allocator; the process that iterates does not: after a
+    # run with a worker, its freed blocks behave as in an untuned interpreter.
     setup = """
 import chute
 
@@ -74,4 +69,4 @@ it = iter(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=1)))
 assert next(it) == 0
 it.close()
 """
-    assert faults(tmp_path, setup) < 0.4 * PAGES_OF_36_MIB
+    assert faults(tmp_path, setup) > 0.9 * PAGES_OF_36_MIB

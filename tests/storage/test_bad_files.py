@@ -437,7 +437,7 @@ def test_leased_file_truncated_by_another_process_or_thread_raises_data_error(
         pytest.skip(why)
     path = tmp_path / f"leased{FORMATS[fmt][0]}"
     FORMATS[fmt][1](path)
-    proc = _run_lease_script(fmt, path, by)
+    proc = _run_lease_script(fmt, path, by, env={"CHUTE_FILE_LEASES": "1"})  # opt-in
     assert proc.returncode == 0, f"returncode {proc.returncode} (-7: SIGBUS)\n{proc.stderr}"
     out = proc.stdout
     assert "leases: 1\n" in out, out  # the source really held a lease on the file
@@ -446,12 +446,18 @@ def test_leased_file_truncated_by_another_process_or_thread_raises_data_error(
     assert "chute-file-leases" not in out.splitlines()[-1], out  # the thread has ended
 
 
+@pytest.mark.parametrize("switch", ["0", None])  # turned off, and the default
 @pytest.mark.parametrize("by", ["process", "thread"])
 @pytest.mark.parametrize("fmt", ["crec", "numpy"])
-def test_leases_turned_off_fall_back_to_the_size_check(fmt: str, by: str, tmp_path: Path) -> None:
+def test_leases_turned_off_fall_back_to_the_size_check(
+    fmt: str, by: str, switch: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / f"unleased{FORMATS[fmt][0]}"
     FORMATS[fmt][1](path)
-    proc = _run_lease_script(fmt, path, by, env={"CHUTE_FILE_LEASES": "0"})
+    monkeypatch.delenv("CHUTE_FILE_LEASES", raising=False)
+    proc = _run_lease_script(
+        fmt, path, by, env={} if switch is None else {"CHUTE_FILE_LEASES": switch}
+    )
     assert proc.returncode == 0, f"returncode {proc.returncode} (-7: SIGBUS)\n{proc.stderr}"
     assert "leases: 0\n" in proc.stdout, proc.stdout
     _assert_shrank_reported(proc.stdout, path)
@@ -501,6 +507,7 @@ def test_forked_child_of_a_leased_source_checks_sizes_and_parent_still_notices(
     path = tmp_path / "forked.crec"
     write_crec(path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *sys.path])}
+    env["CHUTE_FILE_LEASES"] = "1"
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_FORK_SCRIPT), str(path)],
         capture_output=True,
@@ -511,3 +518,54 @@ def test_forked_child_of_a_leased_source_checks_sizes_and_parent_still_notices(
     assert proc.returncode == 0, proc.stderr
     assert "child: 3\n" in proc.stdout, proc.stdout  # DataError; -7 would be a SIGBUS
     assert "parent: DataError:" in proc.stdout and "shrank" in proc.stdout, proc.stdout
+
+
+def test_a_lease_switch_that_is_neither_on_nor_off_is_refused_where_a_file_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "switch.crec"
+    write_crec(path)
+    monkeypatch.setenv("CHUTE_FILE_LEASES", "maybe")
+    with pytest.raises(ValueError, match=r"CHUTE_FILE_LEASES='maybe' is neither on nor off"):
+        sources.RecordFileDataSource(str(path))[0]
+
+
+_FD_LIMIT_SCRIPT = """
+import resource, sys
+import chute
+from chute import sources
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    for _ in range(200):
+        src = sources.RecordFileDataSource(sys.argv[1])
+        src[0]  # opened, and kept open
+        held.append(src)
+    print("opened all")
+except chute.DataError as e:
+    print("DataError:", e)
+print("soft limit:", resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+def test_running_out_of_descriptors_is_an_error_and_the_limit_is_left_as_found(
+    tmp_path: Path,
+) -> None:
+    # The user's process: chute raises no rlimit there (its workers raise their own).
+    path = tmp_path / "many.crec"
+    write_crec(path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_FD_LIMIT_SCRIPT), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "soft limit: 64\n" in proc.stdout, proc.stdout
+    assert f"DataError: {path}: too many open files in this process (RLIMIT_NOFILE 64)" in (
+        proc.stdout
+    ), proc.stdout
+    assert "ulimit -n" in proc.stdout, proc.stdout

@@ -228,13 +228,24 @@ def test_every_setting_writes_reads_and_reports_corruption_alike(tmp_path: Path)
     assert len(messages) == 1
 
 
-def test_an_unknown_setting_is_refused_with_the_choices() -> None:
+def test_an_unknown_setting_is_refused_where_used_with_the_choices(tmp_path: Path) -> None:
+    # `import chute` succeeds; the first checksum (writing a .crec file) names the value.
     env = {**os.environ, "CHUTE_CRC32C": "fastest"}
+    code = (
+        "import sys, chute\n"
+        "print('imported')\n"
+        "with chute.records.RecordWriter(sys.argv[1]) as w:\n"
+        "    w.write(b'x')\n"
+    )
     out = subprocess.run(
-        [sys.executable, "-c", "import chute"], env=env, capture_output=True, text=True
+        [sys.executable, "-c", code, str(tmp_path / "a.crec")],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode != 0
+    assert out.stdout == "imported\n"
     assert (
-        "CHUTE_CRC32C='fastest' is not a CRC32C implementation chute knows; "
+        "ValueError: CHUTE_CRC32C='fastest' is not a CRC32C implementation chute knows; "
         "set it to one of auto, package, portable, or unset it"
     ) in out.stderr

@@ -3,7 +3,7 @@
 Bounds. A state is small JSON shaped like the pipeline, so chute refuses, before it
 allocates anything in proportion to them: a file that is not a regular file or is over
 `MAX_FILE_BYTES`, JSON nested deeper than `MAX_DEPTH`, a string longer than `MAX_STRING`,
-and a JSON object with a key twice. Every refusal is a `CheckpointError` naming where the
+more than `MAX_VALUES` values in all, and a JSON object with a key twice. Every refusal is a `CheckpointError` naming where the
 state came from and the path inside it, and quotes at most about `QUOTE_CHARS` characters
 of a value (`quote`).
 
@@ -41,6 +41,13 @@ Python's JSON reader and writer handle without hitting the recursion limit)."""
 
 MAX_STRING = 1 << 20
 """The longest string in a state (stage names, parameters, identities are short)."""
+
+MAX_VALUES = 5 << 20
+"""The most values (numbers, strings, lists, dicts) in lists and dicts of one state: the
+largest state chute writes, a merged `ElasticIterator` state, lists at most 4 Mi indices
+(`MAX_MERGED_PENDING`), and the rest of a state is a few hundred values. Counted before a
+state is parsed (its commas) and before it is walked (the containers' lengths), so a
+crafted state of tens of millions of values is refused in well under a second."""
 
 QUOTE_CHARS = 100
 """About how many characters of a value an error quotes."""
@@ -138,6 +145,13 @@ def parse_json(text: str | bytes, where: str, levels: int = 0, fix: str = _FIX) 
                 f"{where} cannot be read as a chute checkpoint: it is not UTF-8 text "
                 f"({e.reason} at byte {e.start}), so not the JSON chute wrote; {fix}."
             ) from None
+    if (commas := text.count(",")) >= MAX_VALUES:
+        raise CheckpointError(
+            f"{where} holds {commas + 1} values or more (it has {commas} commas), over the "
+            f"limit of {MAX_VALUES} for a chute state (the largest chute writes, a merged "
+            f"ElasticIterator state, lists at most {MAX_VALUES - (1 << 20)} indices): it is "
+            f"corrupt or not a chute state; {fix}."
+        )
     if _nested_deeper_than(text, MAX_DEPTH + levels):
         raise CheckpointError(
             f"{where}: its JSON is nested more than {MAX_DEPTH} deep (lists and objects "
@@ -160,9 +174,13 @@ def _path(root: str, keys: list[Any]) -> str:
     return text
 
 
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
 def check_bounds(state: Any, where: str, root: str = "state") -> None:
     """Raises `CheckpointError` for a state nested deeper than `MAX_DEPTH`, with a string
-    longer than `MAX_STRING`, or (parsed by `parse_json`) with a key twice in an object.
+    longer than `MAX_STRING`, with more than `MAX_VALUES` values in its lists and dicts,
+    or (parsed by `parse_json`) with a key twice in an object.
     Walks the state without recursion; `where` names where it came from ("" for a state
     given in memory), `root` the state itself."""
     where = _prefix(where)
@@ -171,8 +189,18 @@ def check_bounds(state: Any, where: str, root: str = "state") -> None:
     if not isinstance(state, dict | list | tuple):
         return
     stack: list[tuple[Any, list[Any]]] = [(state, [])]
+    count = 0
     while stack:
         node, keys = stack.pop()
+        count += len(node)
+        if count > MAX_VALUES:
+            raise CheckpointError(
+                f"{where}{_path(root, keys)} has {len(node)} values, {count} in the state "
+                f"so far, over the limit of {MAX_VALUES} for a chute state (the largest "
+                f"chute writes, a merged ElasticIterator state, lists at most "
+                f"{MAX_VALUES - (1 << 20)} indices): it is corrupt or not a chute state; "
+                f"{_FIX}."
+            )
         if len(keys) >= MAX_DEPTH:
             raise CheckpointError(
                 f"{where}{_path(root, keys)} is nested more than {MAX_DEPTH} deep (lists and "
@@ -189,6 +217,9 @@ def check_bounds(state: Any, where: str, root: str = "state") -> None:
                         f"({quote(k)}), over the limit of {MAX_STRING} for a chute state: it "
                         f"is corrupt or not a chute state; {_FIX}."
                     )
+        values = node.values() if isinstance(node, dict) else node
+        if set(map(type, values)) <= _SCALARS:
+            continue  # numbers only (a list of indices): nothing to look into, at C speed
         items = node.items() if isinstance(node, dict) else enumerate(node)
         for k, v in items:
             if isinstance(v, str):
@@ -226,13 +257,36 @@ def checksum(state: dict[str, Any]) -> str | None:
     that is not JSON."""
     rest = {k: v for k, v in state.items() if k != CHECKSUM_KEY}
     try:
-        # Through JSON once first, so that a state and its JSON round trip (tuples as
-        # lists, int keys as strings) have one canonical text.
-        plain = json.loads(json.dumps(rest))
-        canonical = json.dumps(plain, sort_keys=True, separators=(",", ":"))
+        if not _str_keys_only(rest):
+            # Through JSON once first, so that a state and its JSON round trip (int keys
+            # as strings, sorted as strings) have one canonical text.
+            rest = json.loads(json.dumps(rest))
+        # With string keys only, a state and its round trip (tuples as lists) already give
+        # the same text: one pass (a state read from a file has string keys only).
+        canonical = json.dumps(rest, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
         return None
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:16]
+
+
+def _str_keys_only(state: Any) -> bool:
+    """Whether every dict in `state` has only `str` keys (lists of numbers are skipped at
+    C speed, as in `check_bounds`)."""
+    stack = [state]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if not all(type(k) is str for k in node):
+                return False
+            values: Any = node.values()
+        elif isinstance(node, list | tuple):
+            values = node
+        else:
+            continue
+        if set(map(type, values)) <= _SCALARS:
+            continue
+        stack.extend(v for v in values if isinstance(v, dict | list | tuple))
+    return True
 
 
 def _sealed_kind(state: Any, any_dict: bool) -> bool:

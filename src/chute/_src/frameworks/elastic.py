@@ -270,25 +270,39 @@ def _check_merged(state: dict[str, Any]) -> tuple[list[int], int]:
     return explicit, start
 
 
-def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The remaining indices of all old hosts, from all their states (see the class)."""
+def merge_states(
+    states: Sequence[dict[str, Any]], names: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The remaining indices of all old hosts, from all their states (see the class).
+
+    `names[i]`, if given, says where `states[i]` came from (its file): an error about a
+    state names it instead of `states[i]`."""
     states = list(states)
+    if names is not None and len(names) != len(states):
+        raise ValueError(
+            f"ElasticIterator.merge_states got {len(states)} states and {len(names)} names: "
+            "pass one name (the file it was read from) per state, or none."
+        )
+
+    def label(i: int) -> str:
+        return f"{names[i]}: state" if names is not None else f"states[{i}]"
+
     if not states:
         raise ValueError(
             "ElasticIterator.merge_states got no states: pass the states of all hosts of "
             "the old run (one per process, e.g. the files process_{i}-of-{n}.json)."
         )
     for i, s in enumerate(states):
-        s = states[i] = unseal(s, root=f"states[{i}]")
+        s = states[i] = unseal(s, root=label(i))
         if not isinstance(s, dict) or s.get("stage") != STAGE or "merged_from" in s:
             raise CheckpointError(
-                f"states[{i}] is not one host's ElasticIterator state: pass the states that "
+                f"{label(i)} is not one host's ElasticIterator state: pass the states that "
                 "each old host's ElasticIterator.get_state() returned."
             )
-        _check_host(s, f"states[{i}]")
+        _check_host(s, label(i))
         if not isinstance(s["pending"], list):
             raise CheckpointError(
-                f"states[{i}]['pending'] = {quote(s['pending'])} is not a list of indices: "
+                f"{label(i)}['pending'] = {quote(s['pending'])} is not a list of indices: "
                 "the state is corrupt; pass the states each old host's "
                 "ElasticIterator.get_state() returned."
             )
@@ -298,7 +312,7 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for key in ("pipeline", "stop", "shard_count", "step", "layout"):
             if s.get(key) != first.get(key):
                 raise CheckpointError(
-                    f"states[{i}][{key!r}] = {quote(s.get(key))} differs from states[0]'s "
+                    f"{label(i)}[{key!r}] = {quote(s.get(key))} differs from {label(0)}'s "
                     f"{quote(first.get(key))}: the states must come from one checkpoint of one "
                     "run (same dataset, host count and step); pass the states all old hosts "
                     "saved at the same step."
@@ -313,13 +327,13 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
         repeated = sorted({j for j in seen if seen.count(j) > 1})
         raise CheckpointError(
             f"ElasticIterator.merge_states: the states are of hosts {quote(seen)} of {m} "
-            f"(states[0]['shard_count']), missing {missing}, repeated {repeated}: every old "
+            f"({label(0)}['shard_count']), missing {missing}, repeated {repeated}: every old "
             "host's state is needed exactly once (each host knows only what it has read "
             f"itself); pass all {m} states of the checkpoint."
         )
-    stop = check_int(first, "stop", "states[0]", hi=INFINITE)
+    stop = check_int(first, "stop", label(0), hi=INFINITE)
     for i, s in enumerate(states):
-        check_int(s, "next_index", f"states[{i}]", hi=INFINITE)
+        check_int(s, "next_index", label(i), hi=INFINITE)
     explicit, high = union_of_remaining(
         [(s["pending"], s["next_index"]) for s in states],
         m,
@@ -328,6 +342,7 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
         readers="hosts",
         fix="pass the states all old hosts saved at the same step",
         far_fix="(or restore with the same host count)",
+        names=[label(i) for i in range(len(states))],
     )
     return seal(
         {
@@ -354,26 +369,38 @@ def union_of_remaining(
     readers: str,
     fix: str,
     far_fix: str = "",
+    names: Sequence[str] | None = None,
 ) -> tuple[list[int], int]:
     """The indices of a layout that `stride` readers have not read, from what each has left:
     `parts[j] = (pending, next_index)`, its explicit list and then `next_index, next_index +
     stride, ...` below `stop`. Returned compactly: an increasing explicit list (the indices
     between the slowest and the fastest reader) and the index from which all are left.
     `CheckpointError` (naming `who`, the `readers` and the `fix`) when two readers' rests
-    overlap or the list would be longer than `MAX_MERGED_PENDING` (counted before listed)."""
+    overlap or the list would be longer than `MAX_MERGED_PENDING` (counted before listed);
+    `names[j]`, if given, says where part `j` came from, and a far one is named."""
     starts = [min(next_index, stop) for _, next_index in parts]
     if sorted(a % stride for a in starts if a < stop) != sorted(
         {a % stride for a in starts if a < stop}
     ):
+        whose = ""
+        if names:
+            by_rest: dict[int, int] = {}
+            for j, a in enumerate(starts):
+                if a < stop and (k := by_rest.setdefault(a % stride, j)) != j:
+                    whose = f" ({names[k]} and {names[j]})"
+                    break
         raise CheckpointError(
-            f"{who}: two {readers} read the same indices (next_index {quote(starts)}); the "
+            f"{who}: two {readers}{whose} read the same indices (next_index {quote(starts)}); the "
             f"states are corrupt or from different runs: {fix}."
         )
     high = max(starts)
     listed = sum(len(p) + -(-(high - a) // stride) for (p, _), a in zip(parts, starts))
     if listed > MAX_MERGED_PENDING:
+        lo = starts.index(min(starts))
+        hi = starts.index(high)
+        whose = f" ({names[lo]} at {starts[lo]}, {names[hi]} at {high})" if names else ""
         raise CheckpointError(
-            f"{who}: the {readers}' next_index values {quote(starts)} are "
+            f"{who}: the {readers}' next_index values {quote(starts)}{whose} are "
             f"{high - min(starts)} indices apart, so the merged state would list {listed} "
             f"indices, more than {MAX_MERGED_PENDING}: {readers} of one run at one step are "
             f"never that far apart, so the states are corrupt or from different runs; {fix}"

@@ -156,13 +156,14 @@ def _merged_elastic_state(directory: Any, count: int) -> dict[str, Any] | None:
     if len(complete) != 1:
         return None
     old = complete[0]
-    states = []
+    states, names = [], []
     for i in range(old):
         path = os.path.join(os.fspath(directory), state_file_name(i, old))
-        states.append(decode(read_file(path), repr(path)))
+        names.append(repr(path))
+        states.append(decode(read_file(path), names[-1]))
     if not all(isinstance(s, dict) and s.get("stage") == STAGE for s in states):
         return None  # not an ElasticIterator's: only its states merge
-    return merge_states(states)
+    return merge_states(states, names)  # an error names the file of the state at fault
 
 
 def _missing(directory: Any, name: str, count: int) -> str:

@@ -24,7 +24,8 @@ from multiprocessing.connection import Connection
 from queue import SimpleQueue
 from typing import Any
 
-from chute._src.exec.mp import _server_init, heap
+from chute._src import process_effects
+from chute._src.exec.mp import _server_init
 from chute._src.exec.mp.shm import InheritedFd, map_slab
 from chute._src.exec.mp.transport import ResultSender, decode_free
 
@@ -118,7 +119,7 @@ def run_worker(spec: WorkerSpec) -> None:
         _die_with_parent()
     if spec.stack is not None:
         _dump_stack_on_sigusr1(spec.stack.fd)
-    heap.keep_freed_memory()  # see heap's docstring
+    process_effects.enter_worker()  # a worker tunes itself (allocator, fd limit)
     slab = None
     if spec.slab is not None:
         slab = map_slab(spec.slab.fd, spec.slab_bytes)

@@ -1,20 +1,42 @@
-"""The forkserver chute's worker processes are forked from, and how they are prepared.
+"""How chute starts its worker processes: a forkserver and a process class of its own.
 
-`ensure_forkserver` starts the server (it imports numpy, chute's worker module and the
-modules a pool's tasks need, once, so that workers forked from it find them imported),
-`prewarm` starts it ahead of the first pool, `forkserver_cold` and
-`forkserver_starting_s` say whether a pool still waits for it, and
-`preparation_without_main` keeps the main script out of what multiprocessing tells the
-workers to prepare. The pool (`pool.py`) starts its workers through these.
+chute runs inside a process it does not own, so it changes nothing of `multiprocessing`
+there: the user's own pools, contexts and forkserver behave as they would without chute.
+
+- **chute's own forkserver.** `ensure_forkserver` starts a `multiprocessing.forkserver.
+  ForkServer` instance that belongs to chute (not the process-wide one that
+  `multiprocessing.get_context("forkserver")` uses): its preload list is chute's alone,
+  set with the class's public `set_forkserver_preload`. It imports numpy, chute's worker
+  module and the modules a pool's tasks need (`_server_init`), once, so that workers
+  forked from it find them imported, and it never imports the main script (`__main__` is
+  not in its list).
+- **chute's own process class** (`worker_context`). multiprocessing tells every process it
+  starts with `spawn` or `forkserver` how to prepare (`spawn.get_preparation_data`):
+  `sys.path`, the working directory, and the main script's path or module name, which the
+  child then runs as `__mp_main__` (its whole top level: a script without an `if __name__
+  == "__main__":` guard would delete and rewrite its data files, read stdin, parse argv or
+  start workers again there). chute's workers need nothing from it: what the user defined
+  in `__main__` reaches them by value (cloudpickle), everything else by module reference.
+  So chute's process classes send preparation data without the two keys naming the main
+  module (`worker_preparation_data`), through Popen classes of their own that implement
+  multiprocessing's launch hook; `multiprocessing.spawn` itself is left as it is.
+- `prewarm` starts the server at the first `iter()` of a pipeline with workers (never
+  while a dataset is only being built); `forkserver_cold` and `forkserver_starting_s` say
+  whether a pool still waits for it. The pool (`pool.py`) starts its workers through these.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing
+import multiprocessing.context
 import multiprocessing.forkserver
+import multiprocessing.spawn
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from chute._src.exec.mp import _server_init
 from chute._src.exec.mp._worker import WORKER_NAME_PREFIX
@@ -26,8 +48,9 @@ __all__ = [
     "forkserver_cold",
     "forkserver_starting_s",
     "mark_served",
-    "preparation_without_main",
     "prewarm",
+    "worker_context",
+    "worker_preparation_data",
 ]
 
 # forkserver: workers are forked from a clean single-threaded server process, so a parent
@@ -36,78 +59,143 @@ __all__ = [
 # parent has threads holding locks; `spawn` re-imports everything in every worker.
 DEFAULT_START_METHOD = "forkserver"
 
-# Imported by the forkserver chute starts, after what the preload list already names
-# (`__main__` is taken out of it: see `ensure_forkserver`). `_server_init` sets the
-# workers' native thread counts, then imports numpy, the worker's module and the modules
-# named with its prefix.
+# Imported first by chute's forkserver. `_server_init` sets the workers' native thread
+# counts, then imports numpy, the worker's module and the modules named with its prefix.
 FORKSERVER_PRELOAD = ("chute._src.exec.mp._server_init",)
 
-
-def ensure_forkserver(modules: Iterable[str] = ()) -> None:
-    """Starts the forkserver unless it runs. A server started here imports numpy, chute's
-    worker module and `modules` once, so that workers forked from it find them imported;
-    it never imports the main script (see `preparation_without_main`)."""
-    global _forkserver_asked_at
-    if _forkserver_asked_at is None:
-        _forkserver_asked_at = time.monotonic()
-    server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    if server is None or _forkserver_running():
-        multiprocessing.forkserver.ensure_running()
-        return
-    # `__main__` in the preload list asks the server to run the main script (Python 3.11
-    # never does, looking its path up under the wrong key; later versions may): chute's
-    # server runs nothing of the user's.
-    current = [m for m in getattr(server, "_preload_modules", []) if m != "__main__"]
-    extra = [m for m in FORKSERVER_PRELOAD if m not in current]
-    named = [f"{_server_init.MODULE_PREFIX}{m}" for m in dict.fromkeys(modules)]
-    multiprocessing.forkserver.set_forkserver_preload(current + extra + named)
-    multiprocessing.forkserver.ensure_running()
-
-
-def _forkserver_running() -> bool:
-    server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    return getattr(server, "_forkserver_pid", None) is not None
-
-
-_preparation_lock = threading.Lock()
-_preparation_installed = False
-
-
-def preparation_without_main() -> None:
-    """Makes the preparation data of chute's workers leave the main module out.
-
-    multiprocessing tells every process it starts with `spawn` or `forkserver` how to
-    prepare (`multiprocessing.spawn.get_preparation_data`): `sys.path`, the working
-    directory, and the main script's path or module name, which the child then runs as
-    `__mp_main__` (its whole top level: a script without an `if __name__ ==
-    "__main__":` guard would delete and rewrite its data files, read stdin, parse argv or
-    start workers again there). chute's workers need nothing from it: what the user
-    defined in `__main__` reaches them by value (cloudpickle), everything else by module
-    reference. So for processes named `WORKER_NAME_PREFIX...` the two keys naming the
-    main module are dropped; every other process (the user's own) is prepared as before.
-    Installed once per process; idempotent and thread-safe.
-    """
-    global _preparation_installed
-    from multiprocessing import spawn
-
-    with _preparation_lock:
-        if _preparation_installed:
-            return
-        original = spawn.get_preparation_data
-
-        def get_preparation_data(name: str) -> dict[str, object]:
-            data = original(name)
-            if name.startswith(WORKER_NAME_PREFIX):
-                data.pop("init_main_from_path", None)
-                data.pop("init_main_from_name", None)
-            return data
-
-        spawn.get_preparation_data = get_preparation_data
-        _preparation_installed = True
-
-
+_lock = threading.Lock()
+_server: multiprocessing.forkserver.ForkServer | None = None  # chute's, once started
 _forkserver_served = False  # a pool of this process has had workers from the forkserver
 _forkserver_asked_at: float | None = None  # when this process first asked for the server
+
+
+def worker_preparation_data(name: str) -> dict[str, object]:
+    """What a chute worker named `name` is told to prepare: multiprocessing's preparation
+    data without the main module (see the module's docstring)."""
+    data: dict[str, object] = multiprocessing.spawn.get_preparation_data(name)
+    data.pop("init_main_from_path", None)
+    data.pop("init_main_from_name", None)
+    return data
+
+
+def ensure_forkserver(modules: Iterable[str] = ()) -> multiprocessing.forkserver.ForkServer:
+    """chute's forkserver, started unless it runs. A server started here imports numpy,
+    chute's worker module and `modules` once, so that workers forked from it find them
+    imported; it never imports the main script."""
+    global _server, _forkserver_asked_at
+    with _lock:
+        if _forkserver_asked_at is None:
+            _forkserver_asked_at = time.monotonic()
+        if _server is None:
+            server = multiprocessing.forkserver.ForkServer()
+            named = [f"{_server_init.MODULE_PREFIX}{m}" for m in dict.fromkeys(modules)]
+            server.set_forkserver_preload([*FORKSERVER_PRELOAD, *named])
+            _server = server
+        server = _server
+    server.ensure_running()  # restarts it if it died (its own lock)
+    return server
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+if hasattr(multiprocessing.context, "ForkServerProcess"):  # POSIX
+    from multiprocessing import popen_forkserver, popen_spawn_posix, reduction, util
+
+    class _ForkServerPopen(popen_forkserver.Popen):
+        """multiprocessing's forkserver Popen, launching from chute's server with chute's
+        preparation data (the body of the standard `_launch`, with those two changed)."""
+
+        _fds: list[int]  # set by the base class: the descriptors the child inherits
+
+        def _launch(self, process_obj: Any) -> None:
+            prep_data = worker_preparation_data(process_obj.name)
+            buf = io.BytesIO()
+            multiprocessing.context.set_spawning_popen(self)
+            try:
+                reduction.dump(prep_data, buf)
+                reduction.dump(process_obj, buf)
+            finally:
+                multiprocessing.context.set_spawning_popen(None)
+            self.sentinel, w = ensure_forkserver().connect_to_new_process(self._fds)
+            # A duplicate of the data pipe's write end: the child's sentinel of its parent.
+            parent_w = os.dup(w)
+            self.finalizer = util.Finalize(self, _close_fds, (parent_w, self.sentinel))
+            with open(w, "wb", closefd=True) as f:
+                f.write(buf.getbuffer())
+            self.pid = multiprocessing.forkserver.read_signed(self.sentinel)
+
+    class _SpawnPopen(popen_spawn_posix.Popen):
+        """multiprocessing's spawn Popen with chute's preparation data."""
+
+        _fds: list[int]
+
+        def _launch(self, process_obj: Any) -> None:
+            from multiprocessing import resource_tracker
+
+            tracker_fd = int(resource_tracker.getfd())  # type: ignore[arg-type]
+            self._fds.append(tracker_fd)
+            prep_data = worker_preparation_data(process_obj.name)
+            fp = io.BytesIO()
+            multiprocessing.context.set_spawning_popen(self)
+            try:
+                reduction.dump(prep_data, fp)
+                reduction.dump(process_obj, fp)
+            finally:
+                multiprocessing.context.set_spawning_popen(None)
+            parent_r = child_w = child_r = parent_w = None
+            try:
+                parent_r, child_w = os.pipe()
+                child_r, parent_w = os.pipe()
+                cmd = multiprocessing.spawn.get_command_line(
+                    tracker_fd=tracker_fd, pipe_handle=child_r
+                )
+                self._fds.extend([child_r, child_w])
+                exe: Any = multiprocessing.spawn.get_executable()
+                self.pid = util.spawnv_passfds(exe, cmd, self._fds)
+                self.sentinel = parent_r
+                with open(parent_w, "wb", closefd=False) as f:
+                    f.write(fp.getbuffer())
+            finally:
+                to_close = [fd for fd in (parent_r, parent_w) if fd is not None]
+                self.finalizer = util.Finalize(self, _close_fds, to_close)
+                for fd in (child_r, child_w):
+                    if fd is not None:
+                        os.close(fd)
+
+    class _ForkServerWorker(multiprocessing.context.ForkServerProcess):
+        @staticmethod
+        def _Popen(process_obj: Any) -> Any:
+            return _ForkServerPopen(process_obj)
+
+    class _SpawnWorker(multiprocessing.context.SpawnProcess):
+        @staticmethod
+        def _Popen(process_obj: Any) -> Any:
+            return _SpawnPopen(process_obj)
+
+    class _ForkServerContext(multiprocessing.context.ForkServerContext):
+        Process = _ForkServerWorker
+
+    class _SpawnContext(multiprocessing.context.SpawnContext):
+        Process = _SpawnWorker
+
+    _CONTEXTS: dict[str, Callable[[], multiprocessing.context.BaseContext]] = {
+        "forkserver": _ForkServerContext,
+        "spawn": _SpawnContext,
+    }
+else:  # pragma: no cover - Windows: spawn only, with multiprocessing's own preparation
+    _CONTEXTS = {}
+
+
+def worker_context(start_method: str) -> multiprocessing.context.BaseContext:
+    """The context chute's workers are started from: for `forkserver` and `spawn`, one of
+    chute's own (its server, its preparation data); `fork` prepares nothing."""
+    make = _CONTEXTS.get(start_method)
+    if make is not None:
+        return make()
+    return multiprocessing.get_context(start_method)
 
 
 def mark_served() -> None:
@@ -133,10 +221,10 @@ def prewarm(modules: Callable[[], Iterable[str]] | None = None) -> None:
     numpy and chute (~0.3 s, more on a busy machine) in its own process, meanwhile this one
     goes on; the first `WorkerPool` then forks at once. The server also imports what
     `modules()` names (asked only when it starts): the modules that workers would each
-    import to unpickle their task. A no-op once it runs, and in a chute worker (which
-    starts no workers of its own)."""
-    me = multiprocessing.current_process()
-    if me.name.startswith(WORKER_NAME_PREFIX) or getattr(me, "_inheriting", False):
+    import to unpickle their task. A no-op once started, and in a chute worker (which
+    starts no workers of its own). Called by the first `iter()` of a pipeline with
+    workers, never while a dataset is only being built."""
+    if multiprocessing.current_process().name.startswith(WORKER_NAME_PREFIX):
         return
-    if DEFAULT_START_METHOD == "forkserver" and not _forkserver_running():
+    if DEFAULT_START_METHOD == "forkserver" and _server is None:
         ensure_forkserver(modules() if modules is not None else ())

@@ -9,16 +9,11 @@ raises the threshold to the size of the largest block freed (up to 32 MiB; mallo
 M_MMAP_THRESHOLD), but only as such blocks come and go, so a process's first elements pay
 for it.
 
-- `keep_freed_memory`, in chute's worker processes: fixed thresholds (reuse freed blocks
-  below 32 MiB, keep up to 128 MiB of free heap). A worker's large outputs live in shared
-  memory, so it may never free a block large enough to raise the threshold by itself.
-- `raise_threshold`, in the user's process, when it computes the first elements while the
-  workers start: no setting changes there. One block of 16 MiB is allocated and freed,
-  never written (only glibc's header page is faulted in), which moves the threshold to
-  16 MiB and the trim threshold to 32 MiB exactly as the first free of any array of 16 MiB
-  does; glibc goes on adjusting them as before.
-
-Neither does anything where the C library is not glibc (musl, macOS).
+`keep_freed_memory`, in chute's worker processes only (`chute._src.process_effects`):
+fixed thresholds (reuse freed blocks below 32 MiB, keep up to 128 MiB of free heap). A
+worker's large outputs live in shared memory, so it may never free a block large enough to
+raise the threshold by itself. The user's process is left as found: its allocator adjusts
+itself as glibc does. Nothing is done where the C library is not glibc (musl, macOS).
 """
 
 from __future__ import annotations
@@ -31,9 +26,6 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _MMAP_BELOW = 32 << 20
 _TRIM_ABOVE = 128 << 20
-_RAISE_TO = 16 << 20  # at most glibc's ceiling for the dynamic threshold, 32 MiB
-
-_raised = False
 
 
 def glibc() -> Any | None:
@@ -56,22 +48,3 @@ def keep_freed_memory() -> None:
     if libc is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_BELOW)
         libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE)
-
-
-def raise_threshold() -> None:
-    """Moves glibc's dynamic mmap threshold to 16 MiB, as the first free of a 16 MiB block
-    would (once per process; see the module's docstring)."""
-    global _raised
-    if _raised:
-        return
-    _raised = True
-    libc = glibc()
-    if libc is None:
-        return
-    import ctypes
-
-    malloc, free = libc.malloc, libc.free
-    malloc.restype = ctypes.c_void_p
-    malloc.argtypes = [ctypes.c_size_t]
-    free.argtypes = [ctypes.c_void_p]
-    free(malloc(_RAISE_TO))

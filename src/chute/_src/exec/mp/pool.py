@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import pickle
 import select
@@ -345,7 +344,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
         return fds
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context(self._start_method)
+        ctx = forkserver.worker_context(self._start_method)
         fds = self._allocate_slabs()
         in_main_thread = threading.current_thread() is threading.main_thread()
         # The forkserver is a clean process; otherwise the parent is this thread, so
@@ -390,7 +389,6 @@ class WorkerPool(Generic[TaskT, ResultT]):
             # Children are born with SIGINT blocked; they ignore it, then unblock it.
             if in_main_thread:
                 old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            forkserver.preparation_without_main()
             try:
                 for w in self._state.workers:
                     w.process.start()

@@ -14,7 +14,6 @@ from chute._src.core.columns import Columns
 from chute._src.core.dataset import MapDataset
 from chute._src.core.tuning import Parallelism
 from chute._src.exec.executors import Chunk, ChunkExecutor, getitems_exact, nbytes
-from chute._src.exec.mp import heap
 from chute._src.exec.workers.backend import ChunkBackend
 from chute._src.exec.workers.service import Ticket
 from chute._src.exec.workers.startup import compute_beside
@@ -203,7 +202,6 @@ class WorkerChunks(ChunkExecutor):
             return False
         self._service.warm = True  # only the first element: then the workers' pace
         self._submitted = start + 1
-        heap.raise_threshold()  # its arrays then reuse freed memory (see `heap`)
         return True
 
     def seek(self, start: int) -> None:

@@ -88,10 +88,6 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         self._worker_init_fn = worker_init_fn
         if self._options.num_workers != 0:
             _warn_of_inner_init_fns(parent)
-        if self._options.num_workers != 0 and not isinstance(self._options, RayWorkers):
-            # Start the process that forks the workers now, while the pipeline is being
-            # built: its imports then overlap the user's work instead of the first batch.
-            prewarm(functools.partial(_worker_modules, parent, worker_init_fn is None))
         # Grain's workers read strided slices of the source, which for a pipeline that
         # keeps its elements in order gives them in index order, as chute's workers do
         # for any count (they compute chunks of indices, reassembled in index order);
@@ -143,6 +139,10 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
 
             service = RayService(leaves, streams, self._options, self._worker_init_fn)
         else:
+            # Building the dataset started nothing: the process that forks the workers
+            # starts here, at the first iter(), and imports the modules the tasks name.
+            users_too = self._worker_init_fn is None
+            prewarm(functools.partial(_worker_modules, parent, users_too))
             service = ChunkService(leaves, streams, self._options, self._worker_init_fn)
         box.service = service
         return _MultiprocessIterator(main_chain._iter(), service)

@@ -4,26 +4,38 @@ A memory-mapped file that is truncated while mapped makes every later access pas
 new end fault with SIGBUS, which kills the process. Readers that map a file therefore
 keep a descriptor (`FileGuard`) and, before reading, look at `guard.leased`:
 
-- **Leased (the common case, Linux).** The guard holds a read lease on the file
-  (`fcntl(fd, F_SETLEASE, F_RDLCK)`). The kernel then makes any other opener for writing
-  and any truncation, from any process, wait until the lease is released, and tells this
-  process first with a real-time signal (`F_SETSIG`), sent to one thread
+- **Not leased (the default).** Once per `__getitem__`/`__getitems__` call the reader
+  compares the file's size (`os.lseek(fd, 0, SEEK_END)`: one system call, about 0.5 us)
+  with the size it had when opened (`check`): a file that shrank raises
+  `chute.DataError`. It changes nothing in the process, so it is the default (Arrow and
+  HF datasets map files with no protection at all). `benchmarks/bench_truncation.py`
+  (results in `benchmarks/results/2026-12-07/`) measured, on a loaded 2-core VM where a
+  system call costs 2.5-14 us: `__getitems__` blocks of 1,000 records and ArrayRecord
+  `src[i]` cost the same as with a lease; a `.crec` `src[i]` alone 20-26 us against
+  12-13 us leased. `pread` instead of the map (a short read, never a SIGBUS) was slower
+  still for blocks (one call per record: 13.6-30 us against 9.8-14 us a record) and no
+  faster than the lease for single reads, so chute keeps the map. What the size check
+  leaves open: a truncation between the check and the copy out of the map (a few
+  microseconds for `src[i]`, the whole block for `__getitems__`) still faults.
+- **Leased (opt-in: `CHUTE_FILE_LEASES=1`, Linux).** The guard holds a read lease on the
+  file (`fcntl(fd, F_SETLEASE, F_RDLCK)`). The kernel then makes any other opener for
+  writing and any truncation, from any process, wait until the lease is released, and
+  tells this process first with a real-time signal (`F_SETSIG`), sent to one thread
   (`F_SETOWN_EX`): the "chute-file-leases" daemon thread, which blocks that signal and
   waits for it with `sigwaitinfo`. On the signal it finds the guards whose lease is
   breaking (`F_GETLEASE` no longer says `F_RDLCK`), sets their `leased` to False, gives
   running reads a moment (1 ms) to finish, and releases the lease; only then does the
-  writer proceed. A read therefore costs one attribute test while no writer comes.
-- **Not leased.** Once per `__getitem__`/`__getitems__` call the reader compares the
-  file's size (`os.lseek(fd, 0, SEEK_END)`: one system call, about 0.5 us) with the size
-  it had when opened (`check`): a file that shrank raises `chute.DataError`. A guard whose
-  lease was broken stays on this check for the rest of its life.
+  writer proceed. A read therefore costs one attribute test while no writer comes. The
+  signal handler, the thread and a fork hook are process-wide effects, which is why they
+  are the user's choice (`chute._src.process_effects`). A guard whose lease was broken
+  uses the size check for the rest of its life.
 
-A guard is leased when all of these hold; otherwise it silently uses the size check:
-Linux; `CHUTE_FILE_LEASES` is not `0`; a free real-time signal (handler `SIG_DFL`) was
-found, and a no-op-safe Python handler installed on it, which happens on the first guard
-opened in the main thread (so a process whose first files are opened in other threads
-leases only later ones); the file is owned by this user (or the process has
-CAP_LEASE); nobody has it open for writing (`EAGAIN`); the file system supports leases.
+With the switch on, a guard is leased when all of these hold; otherwise it silently uses
+the size check: Linux; a free real-time signal (handler `SIG_DFL`) was found, and a
+no-op-safe Python handler installed on it, which happens on the first guard opened in the
+main thread (so a process whose first files are opened in other threads leases only
+later ones); the file is owned by this user (or the process has CAP_LEASE); nobody has
+it open for writing (`EAGAIN`); the file system supports leases.
 The thread runs only while some guard holds a lease and exits after the last is closed.
 
 Across `fork`, a lease belongs to the open file description, which parent and child
@@ -64,6 +76,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from chute._src import process_effects
 from chute._src.core.errors import DataError
 
 __all__ = ["FileGuard", "open_error", "shrunk_error"]
@@ -80,6 +93,13 @@ def open_error(path: str, e: OSError, what: str) -> DataError:
         why = "it is a directory", "name the file(s) inside it, or a glob pattern"
     elif isinstance(e, PermissionError):
         why = "permission denied", "make it readable by this user (chmod, chown)"
+    elif e.errno == errno.EMFILE:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        why = (
+            f"too many open files in this process (RLIMIT_NOFILE {soft})",
+            "raise the limit (`ulimit -n`, or resource.setrlimit(resource.RLIMIT_NOFILE, "
+            "...) in your program), or read fewer files at once",
+        )
     else:
         why = f"{e.strerror or e}", "check the file system and the path"
     err = DataError(f"{path}: {why[0]}: cannot read it as {what}; {why[1]}")
@@ -96,15 +116,6 @@ def shrunk_error(path: str, now: int, then: int, record: int | None = None) -> D
     )
 
 
-def _raise_fd_limit() -> bool:
-    """Raises the soft limit on open files to the hard limit; True if it grew."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft >= hard:
-        return False
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return True
-
-
 # fcntl commands (Linux, <fcntl.h>); the fcntl module names only some of them.
 _F_SETSIG = 10
 _F_GETSIG = 11
@@ -119,7 +130,7 @@ _GRACE_S = 0.001  # lets a read that passed its flag test finish before the writ
 
 
 def _leases_wanted() -> bool:
-    return sys.platform == "linux" and os.environ.get("CHUTE_FILE_LEASES", "1") != "0"
+    return process_effects.file_leases_on()
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -147,13 +158,19 @@ class _Leases:
         if not hasattr(signal, "sigwaitinfo"):
             self.unusable = True
             return False
-        for sig in range(signal.SIGRTMIN + 6, signal.SIGRTMAX - 1):
-            if signal.getsignal(sig) == signal.SIG_DFL:
-                signal.signal(sig, _on_signal)
-                self.sig = sig
-                return True
-        self.unusable = True
-        return False
+        self.sig = process_effects.claim_realtime_signal(_on_signal, signal.SIGRTMIN + 6)
+        if not self.sig:
+            self.unusable = True
+            return False
+        # The parent's leases live on descriptions a forked child shares; the hook makes
+        # the child leave them alone. Registered only once leases are in use.
+        process_effects.register_at_fork_once(
+            "chute-file-leases",
+            before=lambda: _LEASES.lock.acquire(),
+            after_in_parent=lambda: _LEASES.lock.release(),
+            after_in_child=_LEASES.after_fork_in_child,
+        )
+        return True
 
     def _start_thread(self) -> None:
         ready = threading.Event()
@@ -248,11 +265,6 @@ if sys.platform == "linux":
     from fcntl import fcntl
 
     _LEASES = _Leases()
-    os.register_at_fork(
-        before=lambda: _LEASES.lock.acquire(),
-        after_in_parent=lambda: _LEASES.lock.release(),
-        after_in_child=_LEASES.after_fork_in_child,
-    )
 else:  # pragma: no cover - leases are Linux's
 
     def fcntl(fd: int, cmd: int, arg: Any = 0) -> Any:
@@ -266,19 +278,21 @@ class FileGuard:
     """An open read-only descriptor on `path`, the file's size when opened, and a lease.
 
     Raises `DataError` naming `path` (with the OSError as `__cause__`) when the path is
-    missing, a directory, unreadable or not a regular file. A process that runs out of
-    descriptors (many shards, each held open) has its soft limit raised to the hard one.
+    missing, a directory, unreadable or not a regular file, or when the process has run
+    out of descriptors (a chute worker first raises its own soft limit to the hard one).
 
-    `leased` is True while a read lease guarantees that the file cannot shrink without
-    this process noticing first; readers then skip the size check: `if not guard.leased`
+    `leased` is True while a read lease (`CHUTE_FILE_LEASES=1`) guarantees that the file
+    cannot shrink without this process noticing first; readers then skip the size check:
+    `if not guard.leased`
     then `check()` (see the module docstring). `lease=False` never takes one (for a
     guard opened only to probe a file).
     """
 
-    __slots__ = ("__weakref__", "fd", "leased", "owns_lease", "path", "size")
+    __slots__ = ("__weakref__", "fd", "leased", "owns_lease", "path", "size", "what")
 
     def __init__(self, path: str, what: str, *, lease: bool = True) -> None:
         self.path = path
+        self.what = what
         self.fd = -1
         self.leased = False
         self.owns_lease = False
@@ -286,7 +300,8 @@ class FileGuard:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError as e:
-                if e.errno != errno.EMFILE or not _raise_fd_limit():
+                # A chute worker raises its own limit; the user's process is left as is.
+                if e.errno != errno.EMFILE or not process_effects.raise_fd_limit():
                     raise
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
@@ -326,7 +341,15 @@ class FileGuard:
             checked.add(id(self))
 
     def mapping(self) -> mmap.mmap:
-        """The file mapped read-only (readers slice it for bytes)."""
+        """The file mapped read-only (readers slice it for bytes). A map holds a duplicate
+        of the descriptor: a process out of descriptors gets the `DataError` of `open`."""
+        try:
+            return mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            if e.errno != errno.EMFILE:
+                raise
+            if not process_effects.raise_fd_limit():  # a chute worker raises its own limit
+                raise open_error(self.path, e, self.what) from e
         return mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
 
     def explain(self, err: DataError) -> DataError:

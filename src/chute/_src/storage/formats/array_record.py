@@ -272,7 +272,11 @@ class ArrayRecordDataSource:
         if n == 0 or self._zstd() is None:
             return None
         guard = FileGuard(path, "an ArrayRecord file")
-        mm = mmap.mmap(guard.fd, 0, access=mmap.ACCESS_READ) if guard.size else None
+        try:
+            mm = guard.mapping() if guard.size else None
+        except BaseException:
+            guard.close()
+            raise
         spans = cached_index(
             path,
             "arrayrecord-crc",

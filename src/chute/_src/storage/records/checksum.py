@@ -19,7 +19,9 @@ Which code runs is decided once, at import, and `IMPLEMENTATION` says which in w
 The environment variable `CHUTE_CRC32C` overrides the choice: `auto` (the default, as
 above), `package` (the `crc32c` package even when the extension is built) or `portable`
 (the extension's table-driven code, to test it on a CPU that has the instruction; the
-package if the extension is not built). Every setting gives the same checksums.
+package if the extension is not built). Every setting gives the same checksums. Any other
+value is an error where a checksum is first computed or checked (ValueError naming the
+value and the settings), not at `import chute`.
 
 >>> hex(crc32c(b"123456789"))
 '0xe3069283'
@@ -41,13 +43,28 @@ ReadChecked: TypeAlias = Callable[[BytesLike, int, int, int], bytes | None]
 SETTINGS = ("auto", "package", "portable")
 
 
+def _refuse(setting: str) -> tuple[Callable[..., int], ReadChecked, str]:
+    """Functions that raise, for a `CHUTE_CRC32C` chute does not know: `import chute`
+    succeeds, and the first checksum computed or checked (where the setting is used)
+    raises ValueError naming the value and the settings it may take."""
+    message = (
+        f"CHUTE_CRC32C={setting!r} is not a CRC32C implementation chute knows; "
+        f"set it to one of {', '.join(SETTINGS)}, or unset it"
+    )
+
+    def crc32c(data: BytesLike, value: int = 0) -> int:
+        raise ValueError(message)
+
+    def read_checked(buffer: BytesLike, offset: int, length: int, crc: int) -> bytes | None:
+        raise ValueError(message)
+
+    return crc32c, read_checked, f"none: {message}"
+
+
 def _choose() -> tuple[Callable[..., int], ReadChecked | None, str]:
     setting = os.environ.get("CHUTE_CRC32C", "auto")
     if setting not in SETTINGS:
-        raise ValueError(
-            f"CHUTE_CRC32C={setting!r} is not a CRC32C implementation chute knows; "
-            f"set it to one of {', '.join(SETTINGS)}, or unset it"
-        )
+        return _refuse(setting)
     # The crc32c package is imported only when used: its import costs ~50 ms (it loads
     # importlib.metadata and its command line), paid by every worker process otherwise.
     try:
