@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from queue import SimpleQueue
 from typing import Any
 
+from chute._src.core import shm_files
 from chute._src.exec.mp import _server_init, heap
 from chute._src.exec.mp.shm import InheritedFd, map_slab
 from chute._src.exec.mp.transport import ResultSender, decode_free
@@ -62,6 +63,7 @@ class WorkerSpec:
     conn: Connection
     slab: InheritedFd | None
     stack: InheritedFd | None
+    handed: tuple[tuple[str, InheritedFd], ...]  # shared files `worker_fn` refers to
     slab_bytes: int
     grow_to: int
     shm_dir: str
@@ -119,6 +121,8 @@ def run_worker(spec: WorkerSpec) -> None:
     if spec.stack is not None:
         _dump_stack_on_sigusr1(spec.stack.fd)
     heap.keep_freed_memory()  # see heap's docstring
+    # Before `worker_fn` is unpickled: the shared files in it look their descriptors up.
+    shm_files.receive({key: inherited.fd for key, inherited in spec.handed})
     slab = None
     if spec.slab is not None:
         slab = map_slab(spec.slab.fd, spec.slab_bytes)
