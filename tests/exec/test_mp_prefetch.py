@@ -267,7 +267,6 @@ def test_interpreter_exit_and_keyboard_interrupt_leave_nothing(tmp_path: Path) -
         import os, sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
         import mp_pipelines as mpp
-import shm_helpers
         it = iter(mpp.rich_pipeline(2))
         next(it)
         try:
