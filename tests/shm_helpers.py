@@ -8,7 +8,9 @@ the process that holds them: `/proc/<pid>/fd` links to `/dev/shm/#<inode> (delet
 from __future__ import annotations
 
 import os
+import pickle
 import re
+from typing import Any
 
 SHM = "/dev/shm"
 CHUTE_NAME = re.compile(r"^chute_")
@@ -59,3 +61,17 @@ def mapped_shared_files(pid: int | str = "self") -> set[int]:
             if len(fields) == 6 and fields[5].startswith(SHM + "/"):
                 found.add(int(fields[4]))
     return found
+
+
+class Unpickled:
+    """A `worker_fn` that unpickles `payload` (a callable) once in the worker and calls it
+    with each task: as `mp_prefetch`'s worker unpickles its pipeline."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+        self.fn: Any = None
+
+    def __call__(self, index: int, count: int, task: Any) -> Any:
+        if self.fn is None:
+            self.fn = pickle.loads(self.payload)
+        return self.fn(task)

@@ -11,6 +11,7 @@ the names carrying the pid of a process the test started (chute named its files
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -26,8 +27,11 @@ import pytest
 
 import chute
 import mp_helpers
+import mp_pipelines as mpp
 import shm_helpers
+from chute._src.core import shm_files
 from chute._src.exec.mp import WorkerPool
+from chute._src.storage.formats.shared_list import SharedListSource
 
 SRC = str(Path(chute.__file__).resolve().parents[1])
 
@@ -251,3 +255,53 @@ def test_names_left_by_earlier_versions_are_swept_when_workers_start() -> None:
         left = sorted(p.name for p in shm.iterdir())
         shutil.rmtree(shm, ignore_errors=True)
     assert left == []  # the holder removed its file; the slabs had no name
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn", "fork"])
+def test_shared_files_reach_workers_by_descriptor_with_every_start_method(
+    start_method: str,
+) -> None:
+    data = [(i, f"row {i}") for i in range(12_000)]
+    shared = SharedListSource(data)
+    try:
+        with shm_files.handing_over() as handed:
+            payload = pickle.dumps(shared.__getitems__)
+        assert len(handed) == 1
+        pool = WorkerPool(
+            2, shm_helpers.Unpickled(payload), start_method=start_method, handed_fds=handed
+        )
+        with pool:
+            for w, rows in enumerate([[0, 5], [11_999, 7]]):
+                pool.put(w, rows)
+            assert pool.get(0, timeout=60) == [data[0], data[5]]
+            assert pool.get(1, timeout=60) == [data[11_999], data[7]]
+            assert not shm_helpers.chute_names({os.getpid(), *pool.pids})
+    finally:
+        shared.unlink()
+
+
+def test_a_shared_list_pickled_without_its_descriptor_says_so() -> None:
+    shared = SharedListSource(list(range(10_000)))
+    try:
+        payload = pickle.dumps(shared)  # not under handing_over(): nothing goes with it
+        with pytest.raises(
+            RuntimeError,
+            match=r"reached a process it was not handed to.*"
+            r"Pickle the original list",
+        ):
+            pickle.loads(payload)
+    finally:
+        shared.unlink()
+
+
+def test_a_cache_pickled_without_its_descriptor_starts_empty(tmp_path: Path) -> None:
+    """A copy of a dataset whose cache is shared with workers (sent to a Ray actor, say)
+    gets a cache of its own: the same elements, computed again."""
+    ds = chute.MapDataset.range(50).map(mpp.double).cache()
+    options = chute.MultiprocessingOptions(num_workers=2)
+    assert list(ds.to_iter_dataset().mp_prefetch(options)) == [2 * i for i in range(50)]
+    assert ds.held[0] == 50
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy.held == (0, 0)
+    assert list(copy) == [2 * i for i in range(50)] and copy.held[0] == 50
+    assert ds.held[0] == 50
