@@ -266,9 +266,9 @@ def test_shared_files_reach_workers_by_descriptor_with_every_start_method(
     try:
         with shm_files.handing_over() as handed:
             payload = pickle.dumps(shared.__getitems__)
-        assert len(handed) == 1
+        assert len(handed.fds) == 1
         pool = WorkerPool(
-            2, shm_helpers.Unpickled(payload), start_method=start_method, handed_fds=handed
+            2, shm_helpers.Unpickled(payload), start_method=start_method, handed_fds=handed.fds
         )
         with pool:
             for w, rows in enumerate([[0, 5], [11_999, 7]]):

@@ -12,7 +12,7 @@ processes (SIGKILL, the OOM killer, a preemption). Only where the filesystem has
 
 **Handing over.** Such a file reaches chute's worker processes as a descriptor passed
 when they start, never by name. An object holding one pickles as a key and calls
-`hand_over(key, fd)` as it does. Pickled under `handing_over()` (as `mp_prefetch` pickles
+`hand_over(key, fd, self)` as it does. Pickled under `handing_over()` (as `mp_prefetch` pickles
 its pipeline), the descriptor is collected; the worker pool passes the collected
 descriptors to each worker as it starts (with the start method's own fd passing, as for
 the slabs), and the worker records them (`receive`) before it unpickles the pipeline,
@@ -45,6 +45,7 @@ from collections.abc import Iterator, Mapping
 
 __all__ = [
     "LEFT_BEHIND",
+    "HandedFiles",
     "anonymous_file",
     "hand_over",
     "handing_over",
@@ -93,25 +94,39 @@ _collecting = threading.local()
 _received: dict[str, int] = {}
 
 
+class HandedFiles:
+    """The shared files pickled under `handing_over()`: their descriptors by key (`fds`),
+    kept open as long as this object lives (it holds the objects that own them)."""
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+        self._owners: list[object] = []
+
+    def add(self, key: str, fd: int, owner: object) -> None:
+        if key not in self.fds:
+            self.fds[key] = fd
+            self._owners.append(owner)
+
+
 @contextlib.contextmanager
-def handing_over() -> Iterator[dict[str, int]]:
-    """Collects, by key, the descriptors of the shared files pickled in this thread inside
-    the block; hand them to the processes that unpickle what was pickled."""
-    outer = getattr(_collecting, "fds", None)
-    fds: dict[str, int] = {}
-    _collecting.fds = fds
+def handing_over() -> Iterator[HandedFiles]:
+    """Collects the shared files pickled in this thread inside the block; hand their
+    descriptors to the processes that unpickle what was pickled, and keep the result
+    until those processes have started."""
+    outer = getattr(_collecting, "files", None)
+    _collecting.files = files = HandedFiles()
     try:
-        yield fds
+        yield files
     finally:
-        _collecting.fds = outer
+        _collecting.files = outer
 
 
-def hand_over(key: str, fd: int) -> None:
-    """Called by a shared file's `__reduce__`: its descriptor goes with the pickle when
-    pickled under `handing_over()`; otherwise nothing goes."""
-    fds = getattr(_collecting, "fds", None)
-    if fds is not None:
-        fds[key] = fd
+def hand_over(key: str, fd: int, owner: object) -> None:
+    """Called by `owner`'s `__reduce__`, a shared file's: its descriptor goes with the
+    pickle when pickled under `handing_over()`; otherwise nothing goes."""
+    files: HandedFiles | None = getattr(_collecting, "files", None)
+    if files is not None:
+        files.add(key, fd, owner)
 
 
 def receive(fds: Mapping[str, int]) -> None:

@@ -105,7 +105,7 @@ class SharedStore:
         weakref.finalize(self, _release, fd, self._mm)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        shm_files.hand_over(self._key, self._fd)
+        shm_files.hand_over(self._key, self._fd, self)
         return _attach, (self._key, self.n, self.capacity, self.max_elements)
 
     def get(self, position: int) -> Any:

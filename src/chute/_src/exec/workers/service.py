@@ -98,6 +98,7 @@ class ChunkService:
         with shm_files.handing_over() as handed:
             payload = pipeline_pickle.dumps((leaves, streams), stages)
             init = ShippedInit.of(worker_init_fn)
+        self._handed = handed  # keeps them open until the workers have started
         self._shard_worker: dict[tuple[int, int], int] = {}  # (stream, shard) -> its worker
         shard_requests = min(4096, 2 * sum(len(stream.shards) for stream in streams))
         self.tuning: autotune.Tuning | None = None
@@ -120,7 +121,7 @@ class ChunkService:
             ChunkWorker(payload),
             worker_init_fn=init,
             buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding + shard_requests,
-            handed_fds=handed,
+            handed_fds=handed.fds,
         )
         self._watchdog = Watchdog(
             self._pool, options.stall_warning_s, options.timeout_s, self.close

@@ -109,7 +109,7 @@ class SharedListSource:
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         if self._fd is None:
             raise ValueError(f"{self!r} was released (its workers stopped): it cannot be sent")
-        shm_files.hand_over(self._key, self._fd)
+        shm_files.hand_over(self._key, self._fd, self)
         return _attach, (self._key, self._n)
 
     def __repr__(self) -> str:
