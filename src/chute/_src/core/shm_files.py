@@ -12,10 +12,10 @@ processes (SIGKILL, the OOM killer, a preemption). Only where the filesystem has
 
 **Handing over.** Such a file reaches chute's worker processes as a descriptor passed
 when they start, never by name. An object holding one pickles as a key and calls
-`hand_over(key, fd, self)` as it does. Pickled under `handing_over()` (as `mp_prefetch` pickles
-its pipeline), the descriptor is collected; the worker pool passes the collected
-descriptors to each worker as it starts (with the start method's own fd passing, as for
-the slabs), and the worker records them (`receive`) before it unpickles the pipeline,
+`hand_over(key, fd, self)` as it does. Pickled under `handing_over()` (as `mp_prefetch`
+pickles its pipeline), the descriptor is collected (with its owner, kept alive); the
+worker pool passes the collected descriptors to each worker as it starts (with the start
+method's own fd passing, as for the slabs), and the worker records them (`receive`) before it unpickles the pipeline,
 where the object finds its descriptor by key (`received`). Pickled anywhere else, no
 descriptor goes with it: `received` returns None and the object decides what it is
 without it (the cache's store starts empty and private; a list source refuses).
@@ -23,7 +23,7 @@ without it (the cache's store starts empty and private; a list source refuses).
 **Names left behind.** Earlier versions of chute named their files
 (`chute_cache_<pid>_<hex>`, `chute_list_<pid>_<hex>`, slabs `chute_<pid>_<hex>`), and a
 killed job left them in `/dev/shm`. `sweep_left_behind` removes them when chute next
-makes a shared file: only files of those names, owned by this user, older than a minute
+starts workers or makes a cache store or a list file: only files of those names, owned by this user, older than a minute
 (never one in creation), and that no process holds: the maker of a cache or list file
 held a shared `flock` on it for as long as it lived, so a file that can be locked
 exclusively without waiting has no live owner, whatever its pid (pids are reused, and
