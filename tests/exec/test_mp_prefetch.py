@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import chute
 import mp_pipelines as mpp
+import shm_helpers
 from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
 
 
@@ -316,15 +317,20 @@ def test_large_list_source_is_shared_not_copied() -> None:
         ds = chute.MapDataset.source(data).shuffle(seed=5).map(mpp.first).to_iter_dataset()
         return ds.batch(100).mp_prefetch(chute.MultiprocessingOptions(num_workers=w))
 
-    before = {e for e in os.listdir("/dev/shm") if e.startswith("chute_list_")}
+    def lists(pid: int | str = "self") -> set[int]:
+        return shm_helpers.held_shared_files(pid, shm_helpers.LIST_MAGIC)
+
+    before = lists()
     it = iter(build(2))
     first = next(it)
-    made = {e for e in os.listdir("/dev/shm") if e.startswith("chute_list_")} - before
+    made = lists() - before
     assert len(made) == 1  # one shared copy, whatever the number of workers
+    assert all(lists(pid) == made for pid in worker_pids())  # handed to each worker
+    assert not shm_helpers.chute_names({os.getpid(), *worker_pids()})  # with no name
     rest = list(it)
     it.close()
     assert_trees_equal([first, *rest], mpp.as_list(build(0)))
-    assert not made & set(os.listdir("/dev/shm"))  # removed when the workers stop
+    assert not made & lists()  # let go when the workers stop: the kernel frees it
 
 
 def test_shared_list_files_of_dead_processes_are_swept() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import chute
+import shm_helpers
 from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equal
 
 
@@ -99,15 +100,17 @@ class CountedInFile:
         return {"x": np.full(8, x, dtype=np.int32), "label": x % 3}
 
 
-def _cache_files() -> set[str]:
+def _cache_files() -> set[int]:
+    """The cache stores this process holds (files in /dev/shm with no name)."""
     if not os.path.isdir("/dev/shm"):
         return set()
-    return {n for n in os.listdir("/dev/shm") if n.startswith("chute_cache_")}
+    return shm_helpers.held_shared_files(magic=shm_helpers.CACHE_MAGIC)
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="shared memory: /dev/shm")
 def test_worker_processes_share_the_cache_across_iterators(tmp_path: Path) -> None:
     log = tmp_path / "calls"
+    gc.collect()  # the stores of earlier tests' datasets go first
     before = _cache_files()
     ds = chute.MapDataset.range(300).map(CountedInFile(log)).cache()
 
@@ -124,9 +127,12 @@ def test_worker_processes_share_the_cache_across_iterators(tmp_path: Path) -> No
     assert sorted(map(int, log.read_text().split())) == list(range(300))
     assert ds.held[0] == 300
     assert_equal_output_after_checkpoint(epoch(2), restore_into=epoch(0), steps=[0, 3, 18])
+    assert not shm_helpers.chute_names({os.getpid()})  # never a name in /dev/shm
+    store = _cache_files() - before
     del ds, first, epoch
     gc.collect()
-    assert _cache_files() == before  # removed with the dataset
+    assert _cache_files() == before  # let go with the dataset: the kernel frees it
+    assert not store & shm_helpers.mapped_shared_files()
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="shared memory: /dev/shm")

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import chute
+import shm_helpers
 from chute.records import RecordWriter
 from chute.sources import (
     ArrayRecordDataSource,
@@ -351,15 +352,27 @@ needs_shm = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/sh
 
 @needs_shm
 def test_shared_list_files_are_private() -> None:
-    before = _list_files()
+    """The list's file has no name (nothing else can open it) and is 0600 all the same."""
+    names = _list_files()
+    before = shm_helpers.held_shared_files(magic=shm_helpers.LIST_MAGIC)
     it = iter(_list_pipeline())
     try:
         assert next(it) == 0
-        (made,) = _list_files() - before
-        assert os.stat(f"/dev/shm/{made}").st_mode & 0o777 == 0o600
+        (made,) = shm_helpers.held_shared_files(magic=shm_helpers.LIST_MAGIC) - before
+        fds = Path("/proc/self/fd")
+        (link,) = [fd for fd in fds.iterdir() if _inode(fd) == made]
+        assert os.stat(link).st_mode & 0o777 == 0o600
+        assert _list_files() == names
     finally:
         it.close()
-    assert made not in _list_files()
+    assert made not in shm_helpers.held_shared_files(magic=shm_helpers.LIST_MAGIC)
+
+
+def _inode(link: Path) -> int | None:
+    try:
+        return os.stat(link).st_ino if os.readlink(link).startswith("/dev/shm/") else None
+    except OSError:
+        return None
 
 
 HOLDER = textwrap.dedent(

@@ -129,7 +129,8 @@ class MemoryStore:
 
 class _Box:
     """The store of a cache, shared by the copies of its node; pickles as its store (a
-    `MemoryStore` arrives empty, a `SharedStore` as its file)."""
+    `MemoryStore` arrives empty; a `SharedStore` as its file where its descriptor was
+    handed over, an empty `MemoryStore` elsewhere: `shared_cache.py`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store

@@ -1,4 +1,5 @@
-"""The store of `MapDataset.cache()` shared by worker processes: one file in `/dev/shm`.
+"""The store of `MapDataset.cache()` shared by worker processes: one file in `/dev/shm`
+with no name.
 
     [header 64 B: magic, n, capacity, tail, count, max_elements]
     [index: n x (offset, length + 1) int64; 0 = not kept]
@@ -12,10 +13,12 @@ with `pwrite`, never through the map, so a full `/dev/shm` fails the write with 
 bound is `capacity` bytes of encoded elements and `max_elements`; past it, nothing more
 is kept.
 
-The file is made 0600 by the process that owns the dataset, which holds a shared `flock`
-on it while it lives and removes it when the dataset is garbage collected; the next store
-made removes files of this kind that no live process holds (left by a killed one), as
-`SharedListSource` does for its files.
+The file has no name (`core/shm_files.anonymous_file`): the process that owns the dataset
+holds its descriptor while the dataset lives, each worker process the copy handed to it
+as it starts (`core/shm_files`: the store pickles as a key), and the kernel frees the
+memory with the last of them, however they end. Unpickled in a process it was not handed
+to (a Ray actor, a copy pickled by hand), the store is an empty `MemoryStore` of that
+process: the cache never changes the elements, only how often they are computed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import contextlib
 import fcntl
 import mmap
 import os
-import re
 import secrets
 import struct
 import threading
@@ -33,13 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.core import tree_codec
-from chute._src.core.shm_files import sweep_stale
-from chute._src.ops.cache import MISSING
+from chute._src.core import shm_files, tree_codec
+from chute._src.ops.cache import MISSING, MemoryStore
 
 _MAGIC = b"CHUTECAC"
-_PREFIX = "chute_cache_"
-_NAME = re.compile(rf"^{_PREFIX}\d+_[0-9a-f]+$")
 _HEADER = 64
 _FIELDS = struct.Struct("<8s5q")  # magic, n, capacity, tail, count, max_elements
 _POS = struct.Struct("<2q")  # tail, count at offset 24
@@ -51,67 +50,63 @@ def shared_memory_available() -> bool:
     return os.name == "posix" and os.path.isdir(_DIRECTORY) and os.access(_DIRECTORY, os.W_OK)
 
 
-def _release(fd: int, mm: mmap.mmap, path: str | None) -> None:
+def _release(fd: int, mm: mmap.mmap) -> None:
     with contextlib.suppress(BufferError, ValueError):
         mm.close()  # BufferError: an element still views it; the map goes with the process
-    if path is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+def _data_offset(n: int) -> int:
+    return -(-(_HEADER + 16 * n) // 64) * 64
 
 
 class SharedStore:
     """Elements by position in a shared file; see the module docstring."""
 
     def __init__(self, n: int, max_elements: int | None, capacity: int) -> None:
-        sweep_stale(_DIRECTORY, _NAME)
+        shm_files.sweep_left_behind(_DIRECTORY)
         free = os.statvfs(_DIRECTORY)
         capacity = min(capacity, free.f_bavail * free.f_frsize // 2)
         self.n, self.capacity, self.max_elements = n, max(0, capacity), max_elements
-        self._data = -(-(_HEADER + 16 * n) // 64) * 64
-        path = os.path.join(_DIRECTORY, f"{_PREFIX}{os.getpid()}_{secrets.token_hex(8)}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self._data = _data_offset(n)
+        self._key = secrets.token_hex(8)
+        fd = shm_files.anonymous_file(_DIRECTORY, "chute_cache_")
         try:
-            fcntl.flock(
-                fd, fcntl.LOCK_SH
-            )  # held while this process lives (see shm_files.sweep_stale)
             os.ftruncate(fd, self._data + self.capacity)
             limit = -1 if max_elements is None else max_elements
             os.pwrite(fd, _FIELDS.pack(_MAGIC, n, self.capacity, 0, 0, limit), 0)
         except BaseException:
             os.close(fd)
-            os.unlink(path)
             raise
-        self.path = path
-        self._open(fd, owner=True)
+        self._open(fd)
 
-    def _open(self, fd: int, owner: bool) -> None:
+    @classmethod
+    def _attach(cls, fd: int, key: str, n: int, capacity: int, max_elements: int | None) -> Any:
+        magic, found_n, found_capacity, *_ = _FIELDS.unpack(os.pread(fd, _FIELDS.size, 0))
+        if magic != _MAGIC or found_n != n or found_capacity != capacity:
+            os.close(fd)
+            raise RuntimeError(
+                f"chute: the cache file handed over as {key!r} holds {found_n} positions and "
+                f"{found_capacity} bytes, not the {n} and {capacity} its dataset made"
+            )
+        store = cls.__new__(cls)
+        store.n, store.capacity, store.max_elements = n, capacity, max_elements
+        store._data, store._key = _data_offset(n), key
+        store._open(fd)
+        return store
+
+    def _open(self, fd: int) -> None:
         self._fd = fd
         self._mm = mmap.mmap(fd, self._data + self.capacity, prot=mmap.PROT_READ)
         self._index = np.frombuffer(self._mm, dtype=np.int64, count=2 * self.n, offset=_HEADER)
         self._lock = threading.Lock()
         self._full = False
-        weakref.finalize(self, _release, fd, self._mm, self.path if owner else None)
+        weakref.finalize(self, _release, fd, self._mm)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "n": self.n,
-            "capacity": self.capacity,
-            "max_elements": self.max_elements,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path, self.n = state["path"], state["n"]
-        self.capacity, self.max_elements = state["capacity"], state["max_elements"]
-        self._data = -(-(_HEADER + 16 * self.n) // 64) * 64
-        fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        magic, n, capacity, *_ = _FIELDS.unpack(os.pread(fd, _FIELDS.size, 0))
-        if magic != _MAGIC or n != self.n or capacity != self.capacity:
-            os.close(fd)
-            raise RuntimeError(f"{self.path} is not the cache file this dataset made")
-        self._open(fd, owner=False)
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        shm_files.hand_over(self._key, self._fd, self)
+        return _attach, (self._key, self.n, self.capacity, self.max_elements)
 
     def get(self, position: int) -> Any:
         length = int(self._index[2 * position + 1])
@@ -153,3 +148,11 @@ class SharedStore:
     def stats(self) -> tuple[int, int]:
         tail, count = _POS.unpack(os.pread(self._fd, _POS.size, 24))
         return count, tail
+
+
+def _attach(key: str, n: int, capacity: int, max_elements: int | None) -> Any:
+    """The store handed to this process under `key`, or an empty one of its own."""
+    fd = shm_files.received(key)
+    if fd is None:
+        return MemoryStore(max_elements, capacity)
+    return SharedStore._attach(fd, key, n, capacity, max_elements)

@@ -25,6 +25,7 @@ from queue import SimpleQueue
 from typing import Any
 
 from chute._src import process_effects
+from chute._src.core import shm_files
 from chute._src.exec.mp import _server_init
 from chute._src.exec.mp.shm import InheritedFd, map_slab
 from chute._src.exec.mp.transport import ResultSender, decode_free
@@ -63,6 +64,7 @@ class WorkerSpec:
     conn: Connection
     slab: InheritedFd | None
     stack: InheritedFd | None
+    handed: tuple[tuple[str, InheritedFd], ...]  # shared files `worker_fn` refers to
     slab_bytes: int
     grow_to: int
     shm_dir: str
@@ -120,6 +122,8 @@ def run_worker(spec: WorkerSpec) -> None:
     if spec.stack is not None:
         _dump_stack_on_sigusr1(spec.stack.fd)
     process_effects.enter_worker()  # a worker tunes itself (allocator, fd limit)
+    # Before `worker_fn` is unpickled: the shared files in it look their descriptors up.
+    shm_files.receive({key: inherited.fd for key, inherited in spec.handed})
     slab = None
     if spec.slab is not None:
         slab = map_slab(spec.slab.fd, spec.slab_bytes)

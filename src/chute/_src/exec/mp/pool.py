@@ -26,12 +26,13 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Generic, NoReturn, TypeVar
 
+from chute._src.core.shm_files import sweep_left_behind
 from chute._src.exec.mp import forkserver
 from chute._src.exec.mp._worker import (
     STACK_READY,
@@ -222,6 +223,10 @@ class WorkerPool(Generic[TaskT, ResultT]):
         workers. 0 disables shared memory.
       shm_dir: the tmpfs directory to allocate shared memory in.
       min_shared_bytes: arrays smaller than this travel inside the pickle.
+      handed_fds: the descriptors, by key, of the shared files `worker_fn`'s pickle
+        refers to (collected by `core.shm_files.handing_over` as it was pickled); each
+        worker receives them as it starts. The caller keeps them open until `start()`
+        has returned.
     """
 
     def __init__(
@@ -235,6 +240,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
         shm_bytes_per_worker: int | None = None,
         shm_dir: str = DEFAULT_SHM_DIR,
         min_shared_bytes: int = DEFAULT_MIN_SHARED_BYTES,
+        handed_fds: Mapping[str, int] | None = None,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers={num_workers!r} must be at least 1.")
@@ -258,6 +264,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
         self._shm_request = shm_bytes_per_worker
         self._shm_dir = shm_dir
         self._min_shared_bytes = min_shared_bytes
+        self._handed_fds = dict(handed_fds or {})
         self._shm_bytes = 0
         self._shm_limit = 0
         self._started = False
@@ -313,6 +320,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
 
     def _allocate_slabs(self) -> list[int]:
         n = self._num_workers
+        sweep_left_behind(self._shm_dir)  # files older versions of chute left (shm_files)
         plan = plan_slabs(
             n,
             self._shm_request,
@@ -374,6 +382,7 @@ class WorkerPool(Generic[TaskT, ResultT]):
                     conn=child_conn,
                     slab=InheritedFd(fds[i]) if fds else None,
                     stack=InheritedFd(stack_write),
+                    handed=tuple((k, InheritedFd(fd)) for k, fd in self._handed_fds.items()),
                     slab_bytes=self._shm_bytes,
                     grow_to=self._shm_limit,
                     shm_dir=self._shm_dir,

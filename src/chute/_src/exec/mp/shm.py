@@ -1,8 +1,9 @@
 """Shared-memory slabs: one reusable block of shared memory per worker.
 
-A slab is a file in a tmpfs directory (`/dev/shm` by default) that is unlinked the moment
-it is created: only file descriptors and mappings keep it alive, so no name can leak,
-whatever happens to the processes (even SIGKILL of the main process). The main process
+A slab is a file with no name in a tmpfs directory (`/dev/shm` by default; `O_TMPFILE`,
+`core/shm_files.anonymous_file`): only file descriptors and mappings keep it alive, so
+nothing can be left in the directory, whatever happens to the processes (even SIGKILL of
+the main process). The main process
 passes the descriptor of each worker's first slab to it when it starts (`InheritedFd`). A
 worker whose results outgrow its slab makes a larger one itself and passes its descriptor
 back over the pipe (`send_fd`, SCM_RIGHTS); the old one is unmapped once its last region
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 import mmap
 import os
-import secrets
 from dataclasses import dataclass
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
+
+from chute._src.core.shm_files import anonymous_file
 
 __all__ = [
     "DEFAULT_SHM_DIR",
@@ -39,7 +41,6 @@ __all__ = [
 ]
 
 DEFAULT_SHM_DIR = "/dev/shm"
-NAME_PREFIX = "chute_"
 PAGE = mmap.PAGESIZE
 # Below this a slab is not worth having: results would mostly go through pipes anyway.
 MIN_SLAB_BYTES = 1 << 20
@@ -131,14 +132,12 @@ def plan_slabs(
 
 
 def create_slab_fd(directory: str, nbytes: int) -> int:
-    """Creates an unlinked, fully allocated shared file of `nbytes`; returns its fd.
+    """Creates a fully allocated shared file of `nbytes` with no name; returns its fd.
 
     Raises `OSError` (ENOSPC, EFBIG, ...) when the memory cannot be reserved.
     """
-    path = os.path.join(directory, f"{NAME_PREFIX}{os.getpid()}_{secrets.token_hex(8)}")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = anonymous_file(directory)
     try:
-        os.unlink(path)
         os.posix_fallocate(fd, 0, nbytes)
     except BaseException:
         os.close(fd)

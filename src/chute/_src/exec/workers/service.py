@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from chute._src.core import contract, machine, observe
+from chute._src.core import contract, machine, observe, shm_files
 from chute._src.core.dataset import MapDataset, rewrite, walk
 from chute._src.core.options import MultiprocessingOptions
 from chute._src.exec import autotune
@@ -95,7 +95,11 @@ class ChunkService:
         observer = observe.observing()
         observed = [*leaves, *(n for stream in streams for n in stream.observed())]
         self._merge_figures = observer.figures_merger(observed) if observer is not None else None
-        payload = pipeline_pickle.dumps((leaves, streams), stages)
+        # The shared files the pipeline holds go to the workers as descriptors (shm_files).
+        with shm_files.handing_over() as handed:
+            payload = pipeline_pickle.dumps((leaves, streams), stages)
+            init = ShippedInit.of(worker_init_fn)
+        self._handed = handed  # keeps them open until the workers have started
         self._shard_worker: dict[tuple[int, int], int] = {}  # (stream, shard) -> its worker
         shard_requests = min(4096, 2 * sum(len(stream.shards) for stream in streams))
         self.tuning: autotune.Tuning | None = None
@@ -116,8 +120,9 @@ class ChunkService:
         self._pool: WorkerPool[Task, Any] = WorkerPool(
             self.workers,
             ChunkWorker(payload),
-            worker_init_fn=ShippedInit.of(worker_init_fn),
+            worker_init_fn=init,
             buffer_size=per_worker * max(1, len(leaves)) + self.max_outstanding + shard_requests,
+            handed_fds=handed.fds,
         )
         self._watchdog = Watchdog(
             self._pool, options.stall_warning_s, options.timeout_s, self.close

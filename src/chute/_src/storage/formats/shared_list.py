@@ -5,23 +5,19 @@ and each worker holds its own unpickled copy. `mp_prefetch` instead replaces a l
 or tuple source by this: every element pickled once, one after the other, into a file in
 shared memory, with a table of offsets. Workers map the file and unpickle only the elements
 they read, so their memory does not grow as they read it, whatever the number of workers.
-The file is created 0600 (it holds the user's data) and removed when the workers stop.
-Its creator holds a shared `fcntl.flock` on it for the file's whole life (on a descriptor
-the `SharedListSource` keeps), so a file left by a killed process is the one file that can
-be locked exclusively: the next time a file is made, files of this kind that can be locked
-exclusively without waiting, and are older than a minute (not being created), are removed.
-Nothing is decided by the process id in the name: `/dev/shm` may be shared by containers
-whose processes this one cannot see.
+
+The file has no name (`core/shm_files.anonymous_file`, 0600: it holds the user's data):
+the process that made it holds its descriptor until the workers stop (`unlink`), each
+worker the copy handed to it as it starts (the source pickles as a key,
+`core/shm_files`), and the kernel frees it with the last of them, however they end.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import mmap
 import os
 import pickle
-import re
 import secrets
 import tempfile
 from collections.abc import Sequence
@@ -29,11 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.core.shm_files import sweep_stale
+from chute._src.core import shm_files
 
 _MAGIC = b"CHUTELST"
-_PREFIX = "chute_list_"
-_NAME = re.compile(rf"^{_PREFIX}\d+_[0-9a-f]+$")
 
 
 def _directory() -> str:
@@ -45,36 +39,34 @@ class SharedListSource:
 
     def __init__(self, items: Sequence[Any]) -> None:
         directory = _directory()
-        sweep_stale(directory, _NAME)
+        shm_files.sweep_left_behind(directory)
         self._n = n = len(items)
-        self.path = os.path.join(directory, f"{_PREFIX}{os.getpid()}_{secrets.token_hex(8)}")
-        self._owner = os.getpid()
+        self._key = secrets.token_hex(8)
         dumps = pickle.dumps
         parts = [dumps(x, protocol=5) for x in items]
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=n), out=offsets[1:])
         offsets += 16 + 8 * (n + 1)
-        # 0600 whatever the umask; the shared lock marks the file live for its whole life.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        self._lock_fd: int | None = fd
+        fd = shm_files.anonymous_file(directory, "chute_list_")
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
             with open(os.dup(fd), "wb") as f:
                 f.write(_MAGIC + n.to_bytes(8, "little"))
                 f.write(offsets.tobytes())
                 f.writelines(parts)
         except BaseException:
-            self.unlink()
+            os.close(fd)
             raise
+        self._fd: int | None = fd
         self._mm: mmap.mmap | None = None
         self._offsets: np.ndarray | None = None
 
     def _open(self) -> tuple[mmap.mmap, np.ndarray]:
         if self._mm is None or self._offsets is None:
-            with open(self.path, "rb") as f:
-                mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            if self._fd is None:
+                raise ValueError(f"{self!r} was released (its workers stopped): it holds nothing")
+            mm = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
             if mm[:8] != _MAGIC:
-                raise ValueError(f"{self.path} is not a chute shared list (bad magic)")
+                raise ValueError(f"{self!r}: its file is not a chute shared list (bad magic)")
             self._offsets = np.frombuffer(mm, dtype=np.int64, count=self._n + 1, offset=16)
             self._mm = mm
         return self._mm, self._offsets
@@ -97,30 +89,44 @@ class SharedListSource:
         return [loads(mm[a:b]) for a, b in zip(starts, ends)]
 
     def unlink(self) -> None:
-        """Removes the file (in the process that made it); readers keep their mapping."""
-        if os.getpid() == self._owner and self._lock_fd is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        """Lets go of the file in this process (the workers have stopped); the kernel
+        frees it once no process holds it."""
+        self._offsets = None
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            with contextlib.suppress(BufferError):
+                mm.close()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def __del__(self) -> None:
-        # Not unlinked: the lock goes with the descriptor, so a later sweep may remove it.
-        fd = getattr(self, "_lock_fd", None)
-        if fd is not None and os.getpid() == self._owner:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "_n": self._n, "_owner": self._owner}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = state["path"]
-        self._n = state["_n"]
-        self._owner = state["_owner"]
-        self._lock_fd = None  # only the creating object holds the lock
-        self._mm = None
-        self._offsets = None
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self._fd is None:
+            raise ValueError(f"{self!r} was released (its workers stopped): it cannot be sent")
+        shm_files.hand_over(self._key, self._fd, self)
+        return _attach, (self._key, self._n)
 
     def __repr__(self) -> str:
         return f"SharedListSource(len={self._n})"
+
+
+def _attach(key: str, n: int) -> SharedListSource:
+    """The list handed to this process under `key` (as a worker starts)."""
+    fd = shm_files.received(key)
+    if fd is None:
+        raise RuntimeError(
+            f"SharedListSource(len={n}) reached a process it was not handed to: it lives in "
+            "shared memory for the worker processes chute starts for it, which receive it as "
+            "they start. Pickle the original list or tuple instead."
+        )
+    source = SharedListSource.__new__(SharedListSource)
+    source._n, source._key, source._fd = n, key, fd
+    source._mm = None
+    source._offsets = None
+    return source
