@@ -169,12 +169,6 @@ def test_a_local_run_leaves_the_process_as_found(tmp_path: Path) -> None:
     check(tmp_path, str(path), None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="storage/remote/ (another engineer's part) still registers an exit hook "
-    "(threading._register_atexit in remote/fetch.py) and keeps its 'chute-remote-io' "
-    "thread after close; remove this mark when that lands",
-)
 def test_a_remote_run_leaves_the_process_as_found(tmp_path: Path, s3_server: Any) -> None:
     path = tmp_path / "data.crec"
     write_crec(path)

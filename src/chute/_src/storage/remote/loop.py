@@ -24,6 +24,10 @@ until every native future is handed back (at most `EXIT_WAIT_S`), then stops the
 and joins its thread. The hook is the only process-wide effect here; it does nothing in
 a process that never read a URL.
 
+**Idle.** The loop's thread ends by itself once no request has been in flight for
+`IDLE_S`, so a process that read URLs and closed its iterators is left with no thread of
+chute's; the next request starts a new one.
+
 A thread other than the main one that waits for a read once the main thread has ended
 (the interpreter is exiting: it joins the threads that are not daemons next) drops it
 with an `Exiting` error, so an abandoned iterator reading a stalled server does not hold
@@ -47,6 +51,8 @@ from chute._src.storage.remote.stores import deadline_s
 __all__ = ["EXIT_WAIT_S", "Exiting", "native", "submit", "wait"]
 
 T = TypeVar("T")
+IDLE_S = 2.0
+"""How long the loop's thread waits with no request in flight before it ends."""
 EXIT_WAIT_S = 5.0
 """The most the exit hook waits for obstore's native threads to hand their futures back
 (they do at once: every request is cancelled first)."""
@@ -98,7 +104,26 @@ class _Loop(asyncio.SelectorEventLoop):
 
     def run(self) -> None:
         self.ident = threading.get_ident()
-        self.run_forever()
+        self.call_later(IDLE_S, self._end_if_idle)
+        try:
+            self.run_forever()
+        finally:
+            if not self.unsettled:  # no native thread can reach it any more
+                self.close()
+
+    def _end_if_idle(self) -> None:
+        """Stops the loop (its thread then ends) once no request has been in flight for
+        `IDLE_S` and no native thread holds one of its futures; else looks again later."""
+        global _loop, _thread
+        with _lock:
+            if _loop is not self:
+                return
+            idle_for = time.monotonic() - _last_request
+            if _pending == 0 and not self.unsettled and idle_for >= IDLE_S:
+                _loop = _thread = None  # the next request starts another loop
+                self.stop()
+                return
+        self.call_later(max(0.05, IDLE_S - idle_for), self._end_if_idle)
 
 
 def native(call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
@@ -120,28 +145,42 @@ _thread: threading.Thread | None = None
 _loop_pid = 0
 _lock = threading.Lock()
 _exiting = False
+_pending = 0  # requests submitted and not yet done
+_last_request = 0.0  # when the last one ended (time.monotonic())
 
 
 def _event_loop() -> _Loop:
+    """The running loop, started if there is none (with `_lock` held)."""
     global _loop, _thread, _loop_pid
-    with _lock:
-        if _exiting:
-            raise Exiting("the interpreter is exiting: no more remote reads")
-        if _loop is None or _loop_pid != os.getpid():
-            loop = _Loop()
-            thread = threading.Thread(target=loop.run, name="chute-remote-io", daemon=True)
-            thread.start()
-            _loop, _thread, _loop_pid = loop, thread, os.getpid()
-        return _loop
+    if _exiting:
+        raise Exiting("the interpreter is exiting: no more remote reads")
+    if _loop is None or _loop_pid != os.getpid():
+        loop = _Loop()
+        thread = threading.Thread(target=loop.run, name="chute-remote-io", daemon=True)
+        thread.start()
+        _loop, _thread, _loop_pid = loop, thread, os.getpid()
+    return _loop
 
 
 def submit(make: Callable[[], Awaitable[T]]) -> Future[T]:
     """Runs the coroutine `make()` on the loop's thread, bounded by the deadline."""
+    global _pending
 
     async def bounded() -> T:
         return await asyncio.wait_for(make(), deadline_s())
 
-    return asyncio.run_coroutine_threadsafe(bounded(), _event_loop())
+    with _lock:  # the loop cannot end between being chosen and being given the request
+        fut = asyncio.run_coroutine_threadsafe(bounded(), _event_loop())
+        _pending += 1
+    fut.add_done_callback(_request_ended)
+    return fut
+
+
+def _request_ended(_: Future[Any]) -> None:
+    global _pending, _last_request
+    with _lock:
+        _pending -= 1
+        _last_request = time.monotonic()
 
 
 def wait(fut: Future[T]) -> T:
@@ -198,8 +237,9 @@ atexit.register(_end_at_exit)
 
 
 def _after_fork_in_child() -> None:
-    global _loop, _thread, _lock
-    _loop = _thread = None  # the parent's loop thread is not in this process
+    global _loop, _thread, _lock, _pending
+    _loop = _thread = None
+    _pending = 0  # the parent's loop thread is not in this process
     _lock = threading.Lock()
 
 
