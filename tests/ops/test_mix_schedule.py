@@ -352,3 +352,28 @@ def test_the_schedule_is_bounded_and_says_so() -> None:
     too_long["parent"]["changes"].append([10**9, {"a": 1.0, "b": 1.0}])
     with pytest.raises(chute.CheckpointError, match=rf"a list of 1 to {MAX_CHANGES} changes"):
         iter(ds).set_state(too_long)
+
+
+def test_a_refused_state_leaves_the_schedule_as_it_was() -> None:
+    """A `set_state` that fails after the mixture was restored returns the pipeline to
+    where it was, its schedule of changes included."""
+
+    def build() -> chute.IterDataset[Any]:
+        return _stage("batch_by_tokens", _mix())
+
+    runs = []
+    for refuse in (False, True):
+        it = iter(build())
+        for step in range(12):
+            if step == 5:
+                set_mix_weights(it, {"a": 1.0, "b": 9.0})
+            next(it)
+        if refuse:
+            bad = it.get_state()
+            bad.pop("checksum")
+            bad["window"] += 3  # found wrong only after the mixture was restored
+            with pytest.raises(chute.CheckpointError, match=r"state\['window'\]"):
+                it.set_state(bad)
+        runs.append(_take(it, 80))
+    assert_trees_equal(runs[1], runs[0])
+    assert _share_of_b(runs[0][-10:]) > 0.7

@@ -201,7 +201,7 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         before the call."""
         state = unseal(state)
         try:
-            before: dict[str, Any] | None = self.get_state()
+            before: dict[str, Any] | None = self._catch_up(self.get_state())
         except Exception:  # a closed or failed iterator: nothing to return to
             before = None
         try:
