@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import chute
 from chute.experimental import (
@@ -148,6 +150,25 @@ def test_weights_changed_under_a_windowed_stage_restore_exactly(
     assert_trees_equal(resumed, orig)
     # The last change holds in what follows: a of 5:1 (not the 1:1 built with).
     assert _share_of_b(orig[-10:]) < 0.35
+
+
+_WEIGHTS = st.fixed_dictionaries(
+    {"a": st.sampled_from([0.0, 0.5, 1.0, 3.0]), "b": st.sampled_from([1.0, 2.0, 7.0])}
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    name=st.sampled_from([*STAGES, "prefetch"]),
+    changes=st.dictionaries(st.integers(0, 24), _WEIGHTS, max_size=4),
+    state_at=st.integers(0, 25),
+)
+def test_any_changes_and_any_state_step_restore_exactly(
+    name: str, changes: dict[int, dict[str, float]], state_at: int
+) -> None:
+    """Weights changed at any steps (0 included), a state at any step: the same rest."""
+    orig, resumed = _resume(functools.partial(_build, name), 0, 0, changes, state_at)
+    assert_trees_equal(resumed, orig)
 
 
 @pytest.mark.parametrize(("workers", "into"), [(0, 2), (2, 0)])
@@ -292,10 +313,16 @@ def test_weights_of_0_errors_name_the_rule_and_the_fix() -> None:
     with pytest.raises(ValueError, match=r"weight -0.5 is invalid: weights must be numbers >= 0"):
         set_mix_weights(it, {"a": -0.5, "b": 1})
     # Built with 0 is refused, as Grain's mixtures refuse it; the message names set_weights.
-    with pytest.raises(ValueError, match=r"weight 0 is invalid: .* switch it off at run time"):
+    with pytest.raises(
+        ValueError, match=r"weight 0 is invalid: .* switch it off at run time with set_weights"
+    ):
         chute.IterDataset.mix([_source(0), _source(1)], [1, 0])
     with pytest.raises(ValueError, match="weight 0 is invalid"):
         chute.MapDataset.mix([chute.MapDataset.range(3), chute.MapDataset.range(3)], [0, 1])
+    with pytest.raises(ValueError, match=r"weights\(0\) returned \[1, 0\]: weight 0 is invalid"):
+        chute.MapDataset.mix(
+            [chute.MapDataset.range(3), chute.MapDataset.range(3)], lambda step: [1, 0]
+        )[0]
     bad = chute.IterDataset.mix([_source(0), _source(1)], lambda step: [0, 0])
     with pytest.raises(ValueError, match=r"weights\(0\) returned \[0, 0\]"):
         next(iter(bad))

@@ -42,9 +42,10 @@ def int_proportions(
             )
         if not allow_zero and not w > 0:
             raise ValueError(
-                f"{where}: weight {w!r} is invalid: the weights a mixture is built with must "
-                "be positive (as in Grain); drop a dataset rather than giving it weight 0, or "
-                "switch it off at run time with set_weights (which takes 0)."
+                f"{where}: weight {w!r} is invalid: these weights must be positive (as in "
+                "Grain's mixtures); drop a dataset rather than giving it weight 0, or, for an "
+                "IterDataset.mix, switch it off at run time with set_weights or a function of "
+                "the step, which take 0."
             )
     if not any(w > 0 for w in ws):
         raise ValueError(
