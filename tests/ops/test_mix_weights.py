@@ -172,8 +172,11 @@ def test_errors_name_the_value_and_the_fix() -> None:
     it = iter(ds)
     with pytest.raises(ValueError, match="set_weights: 2 weights for 3 datasets"):
         set_mix_weights(it, [1, 2])
-    with pytest.raises(ValueError, match="weight 0 is invalid"):
-        set_mix_weights(it, [1, 0, 1])
+    # A weight of 0 is taken at run time (issue 47, defect 5); all of them 0 is not, nor < 0.
+    with pytest.raises(ValueError, match=r"weights \[0, 0, 0\] are invalid: at least one"):
+        set_mix_weights(it, [0, 0, 0])
+    with pytest.raises(ValueError, match="weight -1 is invalid: weights must be numbers >= 0"):
+        set_mix_weights(it, [1, -1, 1])
     bad = chute.IterDataset.mix(_streams(), lambda step: [1, 1] if step > 2 else [1, 1, 1])
     with pytest.raises(ValueError, match=r"weights\(3\) returned \[1, 1\]: 2 weights for 3"):
         list(bad)

@@ -152,6 +152,33 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
             return self.children()[0]._count_at(state)
         return None
 
+    def _catch_up(self, state: Any) -> Any:
+        """`state`, handed out by this iterator earlier in this run and held since by a
+        stage above (a window's start, a prefetched element's, an epoch's start), with the
+        changes made between steps since then recorded in it (a mixture's new weights,
+        `IterDataset.mix`), so that a replay from it makes each change where it was made.
+
+        What the pipeline's top does with its state before handing it out, and what a
+        stage does before it rewinds its parent to a state it holds (`repeat`, `cache`).
+        A stage that records such changes overrides it; the default hands each child its
+        part of `state` ("parent", "parents"; a state of another stage, as a transparent
+        stage or a wrapper hands out its child's, goes to the one child whole). `state`
+        itself is never changed: a changed part is a copy."""
+        children = self.children()
+        if not children or not isinstance(state, dict) or self._keeps_own_state:
+            return state
+        if len(children) == 1 and (self.transparent or state.get("stage") != self.stage):
+            return children[0]._catch_up(state)
+        if len(children) == 1:
+            part = state.get("parent")
+            new = children[0]._catch_up(part) if part is not None else None
+            return state if new is part else {**state, "parent": new}
+        parts = state.get("parents")
+        if not isinstance(parts, list) or len(parts) != len(children):
+            return state
+        news = [c._catch_up(s) for c, s in zip(children, parts)]
+        return state if all(a is b for a, b in zip(news, parts)) else {**state, "parents": news}
+
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable dict from which `set_state` continues exactly here."""
         children = self.children()
@@ -174,7 +201,7 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         before the call."""
         state = unseal(state)
         try:
-            before: dict[str, Any] | None = self.get_state()
+            before: dict[str, Any] | None = self._catch_up(self.get_state())
         except Exception:  # a closed or failed iterator: nothing to return to
             before = None
         try:
@@ -437,7 +464,8 @@ class ThreadGuardedIterator(DatasetIterator[T]):
         except IndexError:
             raise concurrent_next_error(self._parent) from None
         try:
-            return cast("dict[str, Any]", seal(self._parent.get_state()))
+            top = self._parent
+            return cast("dict[str, Any]", seal(top._catch_up(top.get_state())))
         finally:
             self._give(None)
 

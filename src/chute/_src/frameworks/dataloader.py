@@ -232,7 +232,8 @@ class DataLoaderIterator(DatasetIterator[Any]):
 
     def get_state(self) -> dict[str, Any]:
         # `set_state` (DatasetIterator's) checks the checksum and takes it off.
-        state: dict[str, Any] = seal(super().get_state())
+        # Caught up: changes made between steps are recorded (`DatasetIterator._catch_up`).
+        state: dict[str, Any] = seal(self._catch_up(super().get_state()))
         return state
 
 

@@ -340,7 +340,7 @@ class _MemoryCacheIterator(DatasetIterator[T]):
             return
         # A state taken while replaying a cache this iterator does not have: read up to
         # there from the start (filling the cache on the way).
-        self._parent._restore(self._start, f"{path}['parent']")
+        self._parent._restore(self._parent._catch_up(self._start), f"{path}['parent']")
         self._pos = 0
         while self._pos < pos:
             try:

@@ -377,7 +377,7 @@ class _DiskCacheIterator(DatasetIterator[T]):
             self._pos = pos
             return
         # Taken while reading a cache that is not here (deleted): recompute up to there.
-        self._parent._restore(self._start, f"{path}['parent']")
+        self._parent._restore(self._parent._catch_up(self._start), f"{path}['parent']")
         self._pos = 0
         for _ in range(pos):
             try:

@@ -7,12 +7,8 @@ components are given as a dict: such a mixture can be restored after its weights
 or components were added (a new component starts from its beginning).
 
 Weights may change during a run: a function of the step (`weights(step)`, with `step =
-position // step_size`), or `set_weights` on the iterator between steps. Position `k` is
-drawn from the schedule of the weights in force at `k`, at `k % period`
-(`mixing.Weights`), so no history is needed to continue: a mixture with a function keeps
-the state of a fixed one (the function gives the weights at the restored position), and
-after `set_weights` the state also records the weights set (`"weights"`), so that it
-restores to the same future draws.
+position // step_size`), or `set_weights` on the iterator between steps
+(`mix_iterator.py`; each change is recorded by position in the state, `mix_schedule.py`).
 
 `MapDataset.mix` and `MapDataset.select_from_datasets`: random access into a mixture.
 
@@ -25,7 +21,6 @@ integers per step) up to the furthest step asked for.
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,13 +28,8 @@ from typing import Any
 import numpy as np
 
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
-from chute._src.core.errors import CheckpointError
 from chute._src.core.iterator import (
     DatasetIterator,
-    bad_value,
-    check_int,
-    check_state,
-    int_at,
     walk_iterators,
 )
 from chute._src.core.transforms import describe
@@ -93,11 +83,19 @@ class MixedIterDataset(IterDataset[Any]):
             )
         super().__init__(parents)
         self._weights = Weights(
-            weights, len(parents), where, names=self._names, step_size=step_size
+            weights,
+            len(parents),
+            where,
+            names=self._names,
+            step_size=step_size,
+            runtime_zero=True,  # a function of the step may switch an input off
         )
 
     def _make_iterator(self) -> DatasetIterator[Any]:
-        return _MixIterator([self._parent_iter(i) for i in range(len(self._parents))], self)
+        from chute._src.ops.mix_iterator import MixIterator
+
+        parents = [self._parent_iter(i) for i in range(len(self._parents))]
+        return MixIterator(parents, self._names, self._weights)
 
     def _cache_identity(self) -> dict[str, Any]:
         w = self._weights
@@ -109,166 +107,6 @@ class MixedIterDataset(IterDataset[Any]):
         if w.fn is not None:
             return f"MixedIterDataset(weights={describe(w.fn)}, step_size={w.step_size})"
         return f"MixedIterDataset(proportions={list(w.at_step(0).proportions)})"
-
-
-class _MixIterator(DatasetIterator[Any]):
-    stage = "mix"
-
-    def __init__(self, parents: list[DatasetIterator[Any]], ds: MixedIterDataset) -> None:
-        super().__init__(parents)
-        self._parents = parents
-        self._names = ds._names
-        self._weights = copy.copy(ds._weights)  # its memo of the current step is this one's
-        # Weights given to set_weights (as the state records them) and their schedule.
-        self._set: tuple[Any, Schedule] | None = None
-        self._fixed = self._schedule_for_every_step()
-        self._initial = [p.get_state() for p in parents]
-        self._index = 0
-
-    def _schedule_for_every_step(self) -> Schedule | None:
-        """The schedule in force whatever the step (weights set, or fixed ones), or None
-        when a function of the step gives it."""
-        if self._set is not None:
-            return self._set[1]
-        return None if self._weights.dynamic else self._weights.at_step(0)
-
-    def set_weights(self, weights: Sequence[float] | Mapping[str, float]) -> None:
-        """Draws the positions from the next one on with `weights` (a list, or a dict by
-        name for a mixture given as a dict), instead of the weights it was built with or
-        its function of the step, until the next call. A stage between this iterator and
-        the consumer that computes ahead (prefetching) has drawn its buffered elements with
-        the weights before; the state records the weights set, so a state taken after the
-        call restores to the same future draws."""
-        schedule = self._weights.schedule_of(weights, ", set_weights")
-        values = self._weights.as_list(weights)
-        assert values is not None
-        recorded: Any = [float(w) for w in values]
-        if self._names is not None:
-            recorded = dict(zip(self._names, recorded))
-        self._set = (recorded, schedule)
-        self._fixed = schedule
-
-    def _which(self, indices: np.ndarray) -> np.ndarray:
-        if self._set is not None:
-            return self._set[1].locate(indices)[0]
-        return self._weights.which(indices)
-
-    def __next__(self) -> Any:
-        k = self._index
-        schedule = self._fixed
-        if schedule is None:
-            schedule = self._weights.at_step(k // self._weights.step_size)
-        x = next(self._parents[int(schedule.which[k % schedule.period])])
-        self._index += 1
-        return x
-
-    def _next_many(self, n: int) -> list[Any]:
-        which = self._which(np.arange(self._index, self._index + n, dtype=np.int64))
-        out: list[Any] = [None] * n
-        end = n
-        for i in np.unique(which).tolist():
-            slots = np.flatnonzero(which == i)
-            got = self._parents[i]._next_many(len(slots))
-            for j, x in zip(slots.tolist(), got):
-                out[j] = x
-            if len(got) < len(slots):
-                end = min(end, int(slots[len(got)]))
-        self._index += end
-        return out[:end]
-
-    def get_state(self) -> dict[str, Any]:
-        states = [p.get_state() for p in self._parents]
-        parents: Any = states if self._names is None else dict(zip(self._names, states))
-        state = {"stage": self.stage, "index": self._index, "parents": parents}
-        if self._set is not None:
-            state["weights"] = self._set[0]
-        return state
-
-    def _count_at(self, state: Any) -> int | None:
-        return int_at(state, "index")
-
-    def _restore(self, state: Any, path: str) -> None:
-        keys = {"stage", "index", "parents"}
-        if isinstance(state, dict) and "weights" in state:
-            keys.add("weights")
-        check_state(state, self.stage, keys, path)
-        index = check_int(state, "index", path)
-        chosen = self._weights_of(state, path)
-        parents = state["parents"]
-        if self._names is None:
-            if not isinstance(parents, list) or len(parents) != len(self._parents):
-                raise CheckpointError(
-                    f"{path}['parents'] is not a list of {len(self._parents)} states: the state "
-                    "is from a mixture of other datasets; restore a state of this mixture "
-                    "(give datasets as a dict to restore across changes of components)."
-                )
-            for i, (p, s) in enumerate(zip(self._parents, parents)):
-                p._restore(s, f"{path}['parents'][{i}]")
-            if chosen is None and not self._weights.dynamic:
-                # With weights that changed, the inputs' shares of the positions before
-                # `index` are not known here: the check is for a fixed schedule only.
-                self._check_index(index, parents, path)
-        else:
-            if not isinstance(parents, dict):
-                raise CheckpointError(
-                    f"{path}['parents'] is a {type(parents).__name__}, not a dict of states by "
-                    "name: the state is from a mixture given as a list; build the mixture the "
-                    "same way it was built when the state was taken."
-                )
-            for name, p, initial in zip(self._names, self._parents, self._initial):
-                s = parents.get(name, initial)
-                p._restore(s, f"{path}['parents'][{name!r}]")
-            # Weights and components may have changed since (that is what names are for),
-            # so the index is not tied to the inputs' positions; only to their total.
-            counts = [p._count_at(parents.get(n)) for n, p in zip(self._names, self._parents)]
-            if len(parents) == len(self._names) and all(c is not None for c in counts):
-                total = sum(c for c in counts if c is not None)
-                if index > total:
-                    raise bad_value(
-                        path,
-                        "index",
-                        index,
-                        f"the mixture cannot have handed out more elements than its inputs "
-                        f"did ({total})",
-                    )
-        self._index = index
-        self._set = chosen
-        self._fixed = self._schedule_for_every_step()
-
-    def _weights_of(self, state: dict[str, Any], path: str) -> tuple[Any, Schedule] | None:
-        """The weights a state records as set with `set_weights`, checked; None if none."""
-        if "weights" not in state:
-            return None
-        recorded = state["weights"]
-        try:
-            return recorded, self._weights.schedule_of(recorded)
-        except (TypeError, ValueError) as e:
-            raise CheckpointError(
-                f"{path}['weights'] = {recorded!r} is invalid: {e} The state records the "
-                "weights given to set_weights; restore a state taken by get_state() of this "
-                "mixture."
-            ) from None
-
-    def _check_index(self, index: int, parents: list[Any], path: str) -> None:
-        """`index` against the inputs' positions: the schedule gives each input its share
-        of the first `index` positions, so each input has handed out at least that many
-        (more only when another input ran out in the middle of a block)."""
-        sched = self._weights.at_step(0)
-        full, rest = divmod(index, sched.period)
-        shares = [full * p for p in sched.proportions]
-        for i in sched.which[:rest].tolist():
-            shares[i] += 1
-        for i, (p, s, share) in enumerate(zip(self._parents, parents, shares)):
-            count = p._count_at(s)
-            if count is not None and count < share:
-                raise bad_value(
-                    path,
-                    "index",
-                    index,
-                    f"the first {index} positions of the mixture take {share} elements of "
-                    f"input {i} (proportions {list(sched.proportions)}), but its state "
-                    f"{path}['parents'][{i}] has handed out {count}",
-                )
 
 
 def set_mix_weights(

@@ -19,9 +19,14 @@ import numpy as np
 _MAX_PERIOD = 1 << 22
 
 
-def int_proportions(weights: Sequence[Any] | None, n: int, where: str) -> list[int]:
-    """The weights as integers, as Grain makes them: each scaled so that the smallest is
-    100, truncated, then divided by their gcd."""
+def int_proportions(
+    weights: Sequence[Any] | None, n: int, where: str, *, allow_zero: bool = False
+) -> list[int]:
+    """The weights as integers, as Grain makes them: each scaled so that the smallest
+    positive one is 100, truncated, then divided by their gcd.
+
+    A weight of 0 (allowed with `allow_zero`: weights given at run time) stays 0: its
+    dataset is never drawn while the weights hold. At least one weight must be positive."""
     if weights is None:
         return [1] * n
     ws = list(weights)
@@ -30,11 +35,24 @@ def int_proportions(weights: Sequence[Any] | None, n: int, where: str) -> list[i
             f"{where}: {len(ws)} weights for {n} datasets: give one weight per dataset."
         )
     for w in ws:
-        if isinstance(w, bool) or not isinstance(w, int | float | np.number) or not w > 0:
+        if isinstance(w, bool) or not isinstance(w, int | float | np.number) or not w >= 0:
             raise ValueError(
-                f"{where}: weight {w!r} is invalid: weights must be positive numbers; drop "
-                "a dataset rather than giving it weight 0."
+                f"{where}: weight {w!r} is invalid: weights must be numbers >= 0; give "
+                "each dataset a positive weight (or 0 to draw nothing from it)."
             )
+        if not allow_zero and not w > 0:
+            raise ValueError(
+                f"{where}: weight {w!r} is invalid: these weights must be positive (as in "
+                "Grain's mixtures); drop a dataset rather than giving it weight 0, or, for an "
+                "IterDataset.mix, switch it off at run time with set_weights or a function of "
+                "the step, which take 0."
+            )
+    if not any(w > 0 for w in ws):
+        raise ValueError(
+            f"{where}: weights {ws!r} are invalid: at least one weight must be positive (a "
+            "weight of 0 draws nothing from its dataset, and a mixture must draw from "
+            "one); give at least one dataset a positive weight."
+        )
     ints = grain_proportions(ws)
     divisor = math.gcd(*ints)
     return [i // divisor for i in ints]
@@ -42,10 +60,10 @@ def int_proportions(weights: Sequence[Any] | None, n: int, where: str) -> list[i
 
 def grain_proportions(weights: Sequence[Any]) -> list[int]:
     """Grain's integer proportions of valid `weights`, before the gcd: scaled so that the
-    smallest is 100, float arithmetic and truncation included. Weights 0.7 and 0.3 are
-    thus 233 and 100 (not 7 and 3), which decides the mixture's length and order;
-    dividing by the gcd changes neither, only the period."""
-    scale = 100 / min(weights)
+    smallest (positive) is 100, float arithmetic and truncation included. Weights 0.7 and
+    0.3 are thus 233 and 100 (not 7 and 3), which decides the mixture's length and order;
+    dividing by the gcd changes neither, only the period. A weight of 0 stays 0."""
+    scale = 100 / min(w for w in weights if w > 0)
     return [int(w * scale) for w in weights]
 
 
@@ -68,6 +86,8 @@ class Schedule:
         remaining = period
         cur, cur1 = k.copy(), k + 1
         for i, p in enumerate(self.proportions):
+            if p == 0:  # never drawn (a runtime weight of 0)
+                continue
             nxt = (cur * (remaining - p)) // remaining
             nxt1 = (cur1 * (remaining - p)) // remaining
             count1 = cur1 - nxt1
@@ -96,6 +116,10 @@ class Weights:
     `k % period`: Grain's pattern spreads every input evenly over its period, so any
     stretch of it (a step, however short) gives each input its share within one element,
     and the fixed-weight mixture is Grain's exactly.
+
+    With `runtime_zero`, the weights a function returns may include 0 (that input is not
+    drawn during the step; `IterDataset.mix`). Fixed weights are always positive, as in
+    Grain; weights set at run time (`schedule_of(..., allow_zero=True)`) may be 0.
     """
 
     def __init__(
@@ -106,6 +130,7 @@ class Weights:
         *,
         names: Sequence[str] | None = None,
         step_size: int = 1,
+        runtime_zero: bool = False,
     ) -> None:
         if isinstance(step_size, bool) or not isinstance(step_size, int) or step_size < 1:
             raise ValueError(
@@ -113,6 +138,7 @@ class Weights:
                 "number of positions per step of weights(step) (e.g. the batch size)."
             )
         self.n, self.where, self.names, self.step_size = n, where, names, step_size
+        self.runtime_zero = runtime_zero
         self.fn: Callable[[int], Any] | None = weights if callable(weights) else None
         self._schedules: dict[tuple[int, ...], Schedule] = {}
         self._step = -1
@@ -141,8 +167,10 @@ class Weights:
             )
         return [weights[k] for k in self.names]
 
-    def schedule_of(self, weights: Any, context: str = "") -> Schedule:
-        props = tuple(int_proportions(self.as_list(weights, context), self.n, self.where + context))
+    def schedule_of(self, weights: Any, context: str = "", *, allow_zero: bool = False) -> Schedule:
+        """The schedule of `weights`; a weight of 0 only with `allow_zero` (run time)."""
+        values = self.as_list(weights, context)
+        props = tuple(int_proportions(values, self.n, self.where + context, allow_zero=allow_zero))
         schedule = self._schedules.get(props)
         if schedule is None:
             if len(self._schedules) > 1024:
@@ -157,7 +185,8 @@ class Weights:
             assert self._current is not None
             return self._current
         value = self.fn(step)
-        return self.schedule_of(value, f", weights({step}) returned {value!r}")
+        context = f", weights({step}) returned {value!r}"
+        return self.schedule_of(value, context, allow_zero=self.runtime_zero)
 
     def at_step(self, step: int) -> Schedule:
         """The schedule in force during `step` (for one thread: it keeps the last step's)."""
@@ -165,7 +194,8 @@ class Weights:
             assert self._current is not None
             return self._current
         value = self.fn(step)
-        self._current = self.schedule_of(value, f", weights({step}) returned {value!r}")
+        context = f", weights({step}) returned {value!r}"
+        self._current = self.schedule_of(value, context, allow_zero=self.runtime_zero)
         self._step = step
         return self._current
 

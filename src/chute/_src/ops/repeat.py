@@ -71,7 +71,7 @@ class _RepeatIterator(DatasetIterator[T]):
                 self._epoch += 1
                 self._in_epoch = 0
                 if self._epochs is None or self._epoch < self._epochs:
-                    self._parent._restore(self._start, "state['parent']")
+                    self._parent._restore(self._parent._catch_up(self._start), "state['parent']")
                 continue
             self._in_epoch += 1
             return x
