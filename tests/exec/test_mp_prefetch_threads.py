@@ -37,7 +37,10 @@ pytestmark = pytest.mark.timeout(120)
 _THREADS = ("chute-prefetch", "chute-start-workers", "chute-startup", "chute-first-element")
 
 
-def _opts(workers: int) -> chute.MultiprocessingOptions:
+def _opts(workers: int | chute.MultiprocessingOptions) -> chute.MultiprocessingOptions:
+    """Options of `workers` local worker processes, or the options given (Ray's)."""
+    if isinstance(workers, chute.MultiprocessingOptions):
+        return workers
     return chute.MultiprocessingOptions(num_workers=workers)
 
 
@@ -45,19 +48,19 @@ def _branch(offset: int, n: int = N) -> chute.IterDataset[Any]:
     return chute.MapDataset.range(offset, offset + n).map(mpp.double).to_iter_dataset()
 
 
-def mixed(workers: int) -> chute.IterDataset[Any]:
+def mixed(workers: int | chute.MultiprocessingOptions) -> chute.IterDataset[Any]:
     """Two branches, each behind its own prefetch thread, mixed."""
     branches = [_branch(0).prefetch(3), _branch(10_000).prefetch(3)]
     return chute.IterDataset.mix(branches, [1.0, 2.0]).mp_prefetch(_opts(workers))
 
 
-def zipped(workers: int) -> chute.IterDataset[Any]:
+def zipped(workers: int | chute.MultiprocessingOptions) -> chute.IterDataset[Any]:
     """Two branches, each behind its own prefetch thread, zipped."""
     branches = [_branch(0).prefetch(3), _branch(10_000, 3 * N).batch(3, batch_fn=list).prefetch(2)]
     return ZipIterDataset(branches).mp_prefetch(_opts(workers))
 
 
-def one_prefetched(workers: int) -> chute.IterDataset[Any]:
+def one_prefetched(workers: int | chute.MultiprocessingOptions) -> chute.IterDataset[Any]:
     """A branch behind a prefetch thread mixed with one read on the consumer's thread."""
     branches = [_branch(0).prefetch(3), _branch(10_000)]
     return chute.IterDataset.mix(branches, [1.0, 1.0]).mp_prefetch(_opts(workers))

@@ -1,6 +1,7 @@
 """Threads of the consumer's process that compute elements while workers start (see
-`feeding.WorkerChunks`), so that the consumer's own thread, which alone talks to the
-workers, gives them the elements after these as soon as they are started.
+`feeding.WorkerChunks`), so that the reader's own thread (the consumer's, or a prefetch
+thread's), which talks to the workers, gives them the elements after these as soon as
+they are started.
 
 - `compute_beside`: the first element of an iterator, which the consumer computes itself
   while its workers start; its value, or what it raised, as if computed in place.
