@@ -202,7 +202,8 @@ class _PoolState:
 class WorkerPool(Generic[TaskT, ResultT]):
     """`num_workers` processes, each running `worker_fn(worker_index, num_workers, task)`.
 
-    Use it from one thread at a time (`mp_prefetch` does); it starts no threads itself.
+    Use it from one thread at a time: `mp_prefetch`'s `ChunkService`, whose readers may
+    run on threads of their own, holds a lock around every call. It starts no threads.
 
     Args:
       num_workers: how many worker processes to start.

@@ -21,10 +21,15 @@ differ:
 
 Which actor computes a chunk never changes what the chunk holds, so the output and the
 states are those of the same pipeline with worker processes or with none.
+
+Readers may each be advanced on a thread of their own (`prefetch(n)` branches under one
+`mp_prefetch`); as `ChunkService` does, every method that sends, receives or moves work
+holds the service's lock (once per chunk, through the wait for its result).
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -109,6 +114,7 @@ class RayService:
         self._several_leaves = len(leaves) > 1
         self._shards: dict[tuple[int, int], _Shard] = {}
         self._closed = False
+        self._lock = threading.RLock()  # held by every call that sends or receives
         self._fetch = FetchAhead(ray)  # results pulled to this node as soon as computed
         self._pool = ActorPool(
             ray, options, ray.put(payload), ShippedInit.of(worker_init_fn), count
@@ -150,56 +156,62 @@ class RayService:
 
     def submit(self, leaf: int, start: int, k: int) -> RayTicket:
         ticket = RayTicket(ChunkTask(leaf, start, k))
-        self._send(ticket, self._choose())
+        with self._lock:
+            self._send(ticket, self._choose())
         return ticket
 
     def submit_stream(self, task: ShardTask) -> RayTicket:
         """A request for steps of a shard: to the actor holding it open, or (a state to
         start from, or that actor gone) to the actor holding the fewest shards."""
-        shard = self._shards.setdefault((task.stream, task.shard), _Shard())
         ticket = RayTicket(task)
-        shard.tickets.append(ticket)
-        if task.start is not None:
-            if shard.actor is None or not shard.actor.usable:
-                shard.actor = self._actor_for_shard()
-            self._send(ticket, shard.actor)
-        elif shard.actor is not None and shard.actor.usable:
-            self._send(ticket, shard.actor)
-        elif shard.tickets[0] is ticket:
-            self._move(shard)
-        # else: sent once the requests before it are received (`_move`)
+        with self._lock:
+            shard = self._shards.setdefault((task.stream, task.shard), _Shard())
+            shard.tickets.append(ticket)
+            if task.start is not None:
+                if shard.actor is None or not shard.actor.usable:
+                    shard.actor = self._actor_for_shard()
+                self._send(ticket, shard.actor)
+            elif shard.actor is not None and shard.actor.usable:
+                self._send(ticket, shard.actor)
+            elif shard.tickets[0] is ticket:
+                self._move(shard)
+            # else: sent once the requests before it are received (`_move`)
         return ticket
 
     def result(self, ticket: Ticket) -> tuple[ChunkResult, BaseException | None]:
-        result: ChunkResult = self._wait(ticket)
-        if result.figures and self._merge_figures is not None:  # debug mode's, from the actor
-            self._merge_figures(result.figures)
+        with self._lock:
+            result: ChunkResult = self._wait(ticket)
+            if result.figures and self._merge_figures is not None:  # debug mode's figures
+                self._merge_figures(result.figures)
         return result, self._rebuilt(result.failure, ticket)
 
     def stream_result(self, ticket: Ticket) -> tuple[ShardResult, BaseException | None]:
-        result: ShardResult = self._wait(ticket)
-        if result.figures and self._merge_figures is not None:  # debug mode's, from the actor
-            self._merge_figures(result.figures)
-        task = ticket.task
-        assert isinstance(task, ShardTask)
-        shard = self._shards[(task.stream, task.shard)]
-        shard.tickets.popleft()
-        if result.ended or result.failure is not None:
-            shard.actor, shard.resume = None, None
-        elif result.steps:
-            shard.resume = result.steps[-1][1]
+        with self._lock:
+            result: ShardResult = self._wait(ticket)
+            if result.figures and self._merge_figures is not None:  # debug mode's, from the actor
+                self._merge_figures(result.figures)
+            task = ticket.task
+            assert isinstance(task, ShardTask)
+            shard = self._shards[(task.stream, task.shard)]
+            shard.tickets.popleft()
+            if result.ended or result.failure is not None:
+                shard.actor, shard.resume = None, None
+            elif result.steps:
+                shard.resume = result.steps[-1][1]
         return result, self._rebuilt(result.failure, ticket)
 
     def discard(self, ticket: Ticket) -> None:
         assert isinstance(ticket, RayTicket)
-        ticket.discarded = True
-        # A chunk not started is dropped by Ray; a shard's request is not (the actor keeps
-        # the shard open between requests: the next request after a discard brings a state).
-        self._forget(ticket, cancel=isinstance(ticket.task, ChunkTask))
-        if isinstance(ticket.task, ShardTask):
-            shard = self._shards.get((ticket.task.stream, ticket.task.shard))
-            if shard is not None and ticket in shard.tickets:
-                shard.tickets.remove(ticket)
+        with self._lock:
+            ticket.discarded = True
+            # A chunk not started is dropped by Ray; a shard's request is not (the actor
+            # keeps the shard open between requests: the next request after a discard
+            # brings a state).
+            self._forget(ticket, cancel=isinstance(ticket.task, ChunkTask))
+            if isinstance(ticket.task, ShardTask):
+                shard = self._shards.get((ticket.task.stream, ticket.task.shard))
+                if shard is not None and ticket in shard.tickets:
+                    shard.tickets.remove(ticket)
 
     def close(self) -> None:
         if self._closed:
@@ -216,8 +228,9 @@ class RayService:
 
     def resize(self, num_workers: int) -> None:
         """`num_workers` actors from now on (see `chute.ray.resize`)."""
-        self._pool.resize(num_workers)
-        self.workers = num_workers
+        with self._lock:
+            self._pool.resize(num_workers)
+            self.workers = num_workers
 
     # -- sending and receiving ------------------------------------------------------------
 

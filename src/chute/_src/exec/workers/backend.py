@@ -18,7 +18,13 @@ if TYPE_CHECKING:
 
 
 class ChunkBackend(Protocol):
-    """Sends tasks to workers and hands their results back, per ticket."""
+    """Sends tasks to workers and hands their results back, per ticket.
+
+    Called from several threads at once: each reader and shard stream may be advanced on
+    a thread of its own (`prefetch(n)` branches mixed or zipped, the copies of
+    `sequential_slice=True`). An implementation serializes its calls (one lock held
+    through each, as `ChunkService` and `RayService` do), except `close`, which never
+    waits for one."""
 
     workers: int
     """The workers computing tasks now."""

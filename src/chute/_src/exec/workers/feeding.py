@@ -51,7 +51,10 @@ class WorkerChunks(ChunkExecutor):
     """
 
     concurrent = True
-    bound_to_thread = True  # the service's channels belong to the consumer's thread
+    # Advanced by one thread at a time (the consumer's, or a prefetch thread's); the service
+    # it shares with other readers serializes their calls. Stages that would read it on a
+    # pool of threads (an interleave) read it inline: the workers compute ahead already.
+    bound_to_thread = True
 
     def parallelism(self) -> Parallelism:
         return Parallelism(processes=self._service.workers)

@@ -6,6 +6,15 @@ worker that has read it before (it keeps the shard open). Each task gets a `Tick
 results come back in order per worker and are routed to their tickets, received ahead
 when already there. Which worker computes a chunk never changes what the chunk holds,
 only when it is ready.
+
+One service feeds every reader and shard stream under its `mp_prefetch`, and each may be
+advanced on a thread of its own (two `prefetch(n)` branches mixed or zipped, the copies
+of `sequential_slice=True`). The pool's channels and the routing (the per-worker queues of
+tickets, the tasks in flight) are one state: every method that sends or receives holds
+the service's lock, once per chunk, so each worker's results are read by one thread at a
+time, in order, and routed to their own tickets. A thread waiting for a result holds the
+lock while it waits: that result's task is already sent and its worker needs nothing
+more from this process, so the wait ends (or the watchdog ends it).
 """
 
 from __future__ import annotations
@@ -127,6 +136,8 @@ class ChunkService:
         self._watchdog = Watchdog(
             self._pool, options.stall_warning_s, options.timeout_s, self.close
         )
+        # Held by every method that sends or receives (see the module's docstring).
+        self._lock = threading.RLock()
         self._queues: list[deque[Ticket]] = [deque() for _ in range(self.workers)]
         self._shards_held = [0] * self.workers  # shards each worker was given
         self._received = [False] * self.workers
@@ -156,13 +167,16 @@ class ChunkService:
             self._start_error = e
 
     def start(self) -> None:
-        """Waits for the workers to be started (not ready); raises what starting raised."""
-        if self._starter is None:
+        """Waits for the workers to be started (not ready); raises what starting raised.
+        Takes no lock: `close` calls it while another thread may hold the lock."""
+        starter = self._starter
+        if starter is None:
             return
-        self._starter.join()
+        starter.join()
         self._starter = None
-        if self._start_error is not None:
-            error, self._start_error = self._start_error, None
+        error = self._start_error
+        if error is not None:
+            self._start_error = None  # (two threads here at once both raise it)
             raise error
 
     @property
@@ -175,7 +189,7 @@ class ChunkService:
         None once they are started (or when there is none)."""
         helper = self.helper
         if helper is not None and (helper.stuck or self.started):
-            helper.close()
+            helper.close()  # (idempotent: readers on two threads may both get here)
             self.helper = helper = None
         return helper
 
@@ -189,11 +203,12 @@ class ChunkService:
         with the consumer): the others then sat idle with their results waiting, for a
         tenth of the time on seed 003's packed text with 2 workers."""
         self.start()
-        self._collect_ready()
-        n, first, owed = self.workers, self._next_worker, self._owed_seconds
-        w = min(range(first, first + n), key=lambda i: owed(i % n)) % n
-        self._next_worker = (w + 1) % n
-        return self._send(w, ChunkTask(leaf, start, k))
+        with self._lock:
+            self._collect_ready()
+            n, first, owed = self.workers, self._next_worker, self._owed_seconds
+            w = min(range(first, first + n), key=lambda i: owed(i % n)) % n
+            self._next_worker = (w + 1) % n
+            return self._send(w, ChunkTask(leaf, start, k))
 
     def _owed_seconds(self, worker: int) -> float:
         """About how long `worker` will take to compute the chunks it has not returned."""
@@ -227,14 +242,15 @@ class ChunkService:
         first element, so queues are often equally empty: by queue length alone, the first
         worker would take nearly every shard while the others idle."""
         self.start()
-        key = (task.stream, task.shard)
-        w = self._shard_worker.get(key)
-        if w is None:
-            held = self._shards_held
-            w = min(range(self.workers), key=lambda i: (held[i], len(self._queues[i])))
-            self._shard_worker[key] = w
-            held[w] += 1
-        return self._send(w, task)
+        with self._lock:
+            key = (task.stream, task.shard)
+            w = self._shard_worker.get(key)
+            if w is None:
+                held = self._shards_held
+                w = min(range(self.workers), key=lambda i: (held[i], len(self._queues[i])))
+                self._shard_worker[key] = w
+                held[w] += 1
+            return self._send(w, task)
 
     def _send(self, worker: int, task: Task) -> Ticket:
         ticket = Ticket(worker, task)
@@ -247,17 +263,19 @@ class ChunkService:
 
     def stream_result(self, ticket: Ticket) -> tuple[ShardResult, BaseException | None]:
         """The result of a `submit_stream` request, with its exception re-created here."""
-        result: ShardResult = self._wait(ticket)
-        if result.figures and self._merge_figures is not None:  # debug mode's, from the worker
-            self._merge_figures(result.figures)
+        with self._lock:
+            result: ShardResult = self._wait(ticket)
+            if result.figures and self._merge_figures is not None:  # debug mode's, from the worker
+                self._merge_figures(result.figures)
         return result, self._rebuilt(result.failure, ticket)
 
     def result(self, ticket: Ticket) -> tuple[ChunkResult, BaseException | None]:
         """A chunk's result: its elements, or those before the one that raised and that
         one's exception (re-created here)."""
-        result: ChunkResult = self._wait(ticket)
-        if result.figures and self._merge_figures is not None:  # debug mode's, from the worker
-            self._merge_figures(result.figures)
+        with self._lock:
+            result: ChunkResult = self._wait(ticket)
+            if result.figures and self._merge_figures is not None:  # debug mode's figures
+                self._merge_figures(result.figures)
         return result, self._rebuilt(result.failure, ticket)
 
     def _rebuilt(self, failure: Any, ticket: Ticket) -> BaseException | None:
@@ -268,7 +286,8 @@ class ChunkService:
         return exc
 
     def _wait(self, ticket: Ticket) -> Any:
-        """The result of `ticket`, receiving those before it from its worker."""
+        """The result of `ticket`, receiving those before it from its worker (the lock
+        held)."""
         self.start()
         queue = self._queues[ticket.worker]
         while ticket.result is None and ticket.error is None:
@@ -312,16 +331,17 @@ class ChunkService:
 
     def discard(self, ticket: Ticket) -> None:
         """Drops a ticket whose result is no longer wanted (after `set_state`)."""
-        ticket.discarded = True
         self.start()
-        queue = self._queues[ticket.worker]
-        while ticket in queue:
-            oldest = queue.popleft()
-            result = self._get(oldest)
-            if not oldest.discarded:  # another reader's, still wanted: kept for it
-                oldest.result = result
-            if oldest is ticket:
-                break
+        with self._lock:
+            ticket.discarded = True
+            queue = self._queues[ticket.worker]
+            while ticket in queue:
+                oldest = queue.popleft()
+                result = self._get(oldest)
+                if not oldest.discarded:  # another reader's, still wanted: kept for it
+                    oldest.result = result
+                if oldest is ticket:
+                    break
 
     def close(self) -> None:
         if self.helper is not None:

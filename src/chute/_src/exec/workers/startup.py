@@ -1,6 +1,7 @@
 """Threads of the consumer's process that compute elements while workers start (see
-`feeding.WorkerChunks`), so that the consumer's own thread, which alone talks to the
-workers, gives them the elements after these as soon as they are started.
+`feeding.WorkerChunks`), so that the reader's own thread (the consumer's, or a prefetch
+thread's), which talks to the workers, gives them the elements after these as soon as
+they are started.
 
 - `compute_beside`: the first element of an iterator, which the consumer computes itself
   while its workers start; its value, or what it raised, as if computed in place.
@@ -26,6 +27,8 @@ workers, gives them the elements after these as soon as they are started.
   `benchmarks/bench_rampup.py`'s A/B).
 
 The consumer waits for each answer, so the pipeline is never used by two threads at once.
+Readers advanced on threads of their own (two `prefetch(n)` branches under one
+`mp_prefetch`) share the helper: it computes one run at a time, each answered to its caller.
 
 Both run on daemon threads of their own, not `threadpool.ComputePool`'s: an element that
 hangs is abandoned to its thread (the workers compute it instead), and a pool's thread
@@ -101,6 +104,8 @@ class StartupHelper:
         self._got: queue.SimpleQueue[tuple[int, bool, Any]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._seq = 0
+        self._one_run = threading.Lock()  # one caller's run at a time (see the docstring)
+        self._closed = False
         self.stuck = False  # a run was given up on: ask nothing more
 
     def measured(self, seconds: float, count: int) -> None:
@@ -131,34 +136,39 @@ class StartupHelper:
         """`fn()`, which computes `count` elements, on the helper's thread; None if it
         raised, or if it had not finished `grace_s` after the workers were started.
         `on_started` is called (on this thread) as soon as the workers are seen started
-        while `fn` runs, so that they are given the elements after these meanwhile."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="chute-startup", daemon=True)
-            self._thread.start()
-        self._seq += 1
-        seq = self._seq
-        self._ask.put((seq, fn, count))
-        deadline: float | None = None
-        while True:
-            try:
-                got, ok, value = self._got.get(timeout=_POLL_S)
-            except queue.Empty:
-                if deadline is None and self._started():
-                    deadline = time.monotonic() + self._grace_s
-                    if on_started is not None:
-                        on_started()
-                if deadline is not None and time.monotonic() > deadline:
-                    self.stuck = True
-                    return None
-                continue
-            if got == seq:
-                return value if ok else None
+        while `fn` runs, so that they are given the elements after these meanwhile.
+        None at once once closed."""
+        with self._one_run:
+            if self._closed:
+                return None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="chute-startup", daemon=True)
+                self._thread.start()
+            self._seq += 1
+            seq = self._seq
+            self._ask.put((seq, fn, count))
+            deadline: float | None = None
+            while True:
+                try:
+                    got, ok, value = self._got.get(timeout=_POLL_S)
+                except queue.Empty:
+                    if deadline is None and self._started():
+                        deadline = time.monotonic() + self._grace_s
+                        if on_started is not None:
+                            on_started()
+                    if deadline is not None and time.monotonic() > deadline:
+                        self.stuck = True
+                        return None
+                    continue
+                if got == seq:
+                    return value if ok else None
 
     def close(self) -> None:
-        """Lets the thread end once it has finished what it computes (at once if idle)."""
-        if self._thread is not None:
-            self._ask.put(None)
-            self._thread = None
+        """Lets the thread end once it has finished what it computes (at once if idle).
+        Idempotent, and never waits: a caller on another thread still waiting for a run
+        gets its answer, or gives up at its deadline."""
+        self._closed = True
+        self._ask.put(None)  # (`_thread` stays set: `compute` never starts a second one)
 
     def _run(self) -> None:
         while (item := self._ask.get()) is not None:
