@@ -2,9 +2,9 @@
 
 chute runs inside processes it does not own: a trainer, a notebook, a Ray actor, a test
 runner. In such a process (the user's) chute leaves everything as found: it installs no
-signal handler, takes no file lease, tunes no allocator, changes no rlimit, replaces
-nothing in `multiprocessing` or `threading` and registers no fork hook, unless the user
-turns one of the switches below on. chute's own worker processes (started by
+signal handler, takes no file lease, tunes no allocator, changes no rlimit and replaces
+nothing in `multiprocessing` or `threading`, unless the user turns one of the switches
+below on; the hooks of remote reading are registered only once a URL is read. chute's own worker processes (started by
 `chute._src.exec.mp`, named `chute-worker-...`) belong to chute and tune themselves.
 
 What remains, all here or called from here:
@@ -14,6 +14,7 @@ What remains, all here or called from here:
 | glibc `mallopt` (mmap threshold 32 MiB, trim 128 MiB) | chute's workers | none | reused freed blocks: 8 MiB of page faults instead of 36 MiB for blocks of 1..8 MiB (`tests/exec/test_mp_heap.py`) |
 | `RLIMIT_NOFILE` soft limit raised to the hard one, on `EMFILE` only | chute's workers | none | a worker holds every shard it reads open; in the user's process `EMFILE` is an error that says how to raise the limit |
 | file read leases: a handler on a free real-time signal, a thread that answers it, a fork hook | any process that opens a local `.crec`/ArrayRecord/`.npy`/JSONL/TFRecord file | `CHUTE_FILE_LEASES=1` (off by default) | `benchmarks/bench_truncation.py`: `__getitems__` blocks and ArrayRecord reads cost the same with the size check; a lone `.crec` `src[i]` about 1.6-2.1x on a VM where a system call costs microseconds |
+| remote reads: `atexit` hooks (the event loop's, the thread pool's) and fork hooks that reset chute's own remote state (stores, block cache, loop, pool) in a forked child | a process that reads a URL, from its first read | reading no URL | without the exit hook `chute inspect s3://...` aborted at exit in 6 of 50 runs (`tests/storage/test_remote_exit.py`, `storage/remote/loop.py`); a forked child cannot use its parent's connections, threads or locks |
 
 Workers' native thread pools (`OMP_NUM_THREADS=1`, ...) are set in the workers' own
 environment (`exec/mp/_server_init.py`), never in the user's. Workers start from chute's
@@ -22,6 +23,7 @@ own forkserver and process classes (`exec/mp/forkserver.py`), not the process-wi
 
 from __future__ import annotations
 
+import atexit
 import os
 import resource
 import signal
@@ -38,6 +40,7 @@ __all__ = [
     "in_worker",
     "raise_fd_limit",
     "register_at_fork_once",
+    "register_once",
 ]
 
 LEASES_SWITCH = "CHUTE_FILE_LEASES"
@@ -45,7 +48,7 @@ _ON = ("1", "on", "true", "yes")
 _OFF = ("", "0", "off", "false", "no")
 
 _in_worker = False
-_fork_hooks: set[str] = set()
+_registered: set[str] = set()
 _lock = threading.Lock()
 
 
@@ -116,10 +119,28 @@ def register_at_fork_once(
 ) -> None:
     """`os.register_at_fork` for the hooks named `key`, once per process (hooks cannot be
     unregistered, so only a switched-on effect registers any)."""
-    with _lock:
-        if key in _fork_hooks:
-            return
-        _fork_hooks.add(key)
-    os.register_at_fork(
-        before=before, after_in_parent=after_in_parent, after_in_child=after_in_child
+    register_once(
+        key, before=before, after_in_parent=after_in_parent, after_in_child=after_in_child
     )
+
+
+def register_once(
+    key: str,
+    *,
+    at_exit: Callable[[], object] | None = None,
+    before: Callable[[], object] | None = None,
+    after_in_parent: Callable[[], object] | None = None,
+    after_in_child: Callable[[], object] | None = None,
+) -> None:
+    """Registers the hooks named `key` (an `atexit` hook, fork hooks) once per process, at
+    the first use of what needs them: neither kind can be unregistered."""
+    with _lock:
+        if key in _registered:
+            return
+        _registered.add(key)
+    if at_exit is not None:
+        atexit.register(at_exit)
+    hooks = {"before": before, "after_in_parent": after_in_parent, "after_in_child": after_in_child}
+    given = {when: hook for when, hook in hooks.items() if hook is not None}
+    if given:
+        os.register_at_fork(**given)

@@ -24,6 +24,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 
+from chute._src import process_effects
+
 __all__ = [
     "WHOLE",
     "BlockCache",
@@ -187,6 +189,7 @@ class OpenObjects:
     def opening(self) -> Iterator[None]:
         """While objects are opened together: until all are counted, whether they fit
         is not known."""
+        _register_hooks()
         with self._lock:
             self.openings += 1
         try:
@@ -230,14 +233,16 @@ def cache() -> BlockCache:
     `default_cache_bytes()`, when first used)."""
     global _cache
     if _cache is None:
+        _register_hooks()
         _cache = BlockCache(_env_bytes("CHUTE_REMOTE_CACHE_BYTES", default_cache_bytes(), 0))
     return _cache
+
+
+def _register_hooks() -> None:
+    process_effects.register_once("remote-blocks", after_in_child=_after_fork_in_child)
 
 
 def _after_fork_in_child() -> None:
     open_objects._after_fork()
     if _cache is not None:
         _cache._after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -37,7 +37,6 @@ up the exit until its deadline; the main thread itself (`atexit` hooks) waits as
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextvars
 import os
 import threading
@@ -46,6 +45,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import CancelledError, Future
 from typing import Any, TypeVar
 
+from chute._src import process_effects
 from chute._src.storage.remote.stores import deadline_s
 
 __all__ = ["EXIT_WAIT_S", "Exiting", "native", "submit", "wait"]
@@ -155,6 +155,9 @@ def _event_loop() -> _Loop:
     if _exiting:
         raise Exiting("the interpreter is exiting: no more remote reads")
     if _loop is None or _loop_pid != os.getpid():
+        process_effects.register_once(
+            "remote-loop", at_exit=_end_at_exit, after_in_child=_after_fork_in_child
+        )
         loop = _Loop()
         thread = threading.Thread(target=loop.run, name="chute-remote-io", daemon=True)
         thread.start()
@@ -233,14 +236,8 @@ def _end_at_exit() -> None:
     thread.join(timeout=max(0.0, end - time.monotonic()))
 
 
-atexit.register(_end_at_exit)
-
-
 def _after_fork_in_child() -> None:
     global _loop, _thread, _lock, _pending
     _loop = _thread = None
     _pending = 0  # the parent's loop thread is not in this process
     _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -18,14 +18,14 @@ not import `exec/`.
 
 from __future__ import annotations
 
-import atexit
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
+
+from chute._src import process_effects
 
 __all__ = ["submit"]
 
@@ -71,6 +71,9 @@ def submit(fn: Callable[[], T]) -> Future[T]:
         # burst (a dataset opening 64 objects) before the idle threads woke would otherwise
         # queue behind one of them.
         if _idle <= _waiting and _threads < _THREADS:
+            process_effects.register_once(
+                "remote-pool", at_exit=_end_at_exit, after_in_child=_after_fork_in_child
+            )
             _threads += 1
             _idle += 1
             thread = threading.Thread(target=_worker, name="chute-remote", daemon=True)
@@ -96,15 +99,9 @@ def _end_at_exit() -> None:
         t.join(timeout=max(0.0, end - time.monotonic()))
 
 
-atexit.register(_end_at_exit)
-
-
 def _after_fork_in_child() -> None:
     global _queue, _threads, _idle, _waiting, _lock, _started
     _queue = queue.SimpleQueue()  # the parent's threads and their work are not here
     _threads = _idle = _waiting = 0
     _lock = threading.Lock()
     _started = []
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from chute._src import process_effects
 from chute._src.storage.remote.urls import StorageOptions, display_url, options_key
 
 __all__ = ["Located", "deadline_s", "display_url", "located", "max_retries_for_store"]
@@ -165,6 +166,7 @@ def located(url: str, storage_options: StorageOptions) -> Located | None:
             ) from e
         if store is None:
             return None
+        process_effects.register_once("remote-stores", after_in_child=_after_fork_in_child)
         with _lock:
             store = _stores.setdefault(cache_key, store)
     return Located(
@@ -354,6 +356,3 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.Lock()
     _stores.clear()  # a store's connections and runtime threads belong to the parent
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
