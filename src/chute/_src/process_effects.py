@@ -11,7 +11,7 @@ What remains, all here or called from here:
 
 | effect | process | switch | why |
 | --- | --- | --- | --- |
-| glibc `mallopt` (mmap threshold 32 MiB, trim 128 MiB) | chute's workers | none | reused freed blocks: 8 MiB of page faults instead of 36 MiB for blocks of 1..8 MiB (`tests/exec/test_mp_heap.py`) |
+| glibc `mallopt` (mmap threshold 32 MiB, trim 128 MiB) | chute's workers | none | freed blocks reused: elements of 256 KiB-8 MiB arrays 1.5x faster, a third of the page faults (`benchmarks/bench_worker_heap.py`, results/2026-12-07); `tests/exec/test_mp_heap.py` |
 | `RLIMIT_NOFILE` soft limit raised to the hard one, on `EMFILE` only | chute's workers | none | a worker holds every shard it reads open; in the user's process `EMFILE` is an error that says how to raise the limit |
 | file read leases: a handler on a free real-time signal, a thread that answers it, a fork hook | any process that opens a local `.crec`/ArrayRecord/`.npy`/JSONL/TFRecord file | `CHUTE_FILE_LEASES=1` (off by default) | `benchmarks/bench_truncation.py`: `__getitems__` blocks and ArrayRecord reads cost the same with the size check; a lone `.crec` `src[i]` about 1.6-2.1x on a VM where a system call costs microseconds |
 | remote reads: `atexit` hooks (the event loop's, the thread pool's) and fork hooks that reset chute's own remote state (stores, block cache, loop, pool) in a forked child | a process that reads a URL, from its first read | reading no URL | without the exit hook `chute inspect s3://...` aborted at exit in 6 of 50 runs (`tests/storage/test_remote_exit.py`, `storage/remote/loop.py`); a forked child cannot use its parent's connections, threads or locks |
