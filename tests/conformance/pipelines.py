@@ -28,7 +28,7 @@ from conformance import fns
 Op = tuple[Any, ...]
 
 # Sources: random access (a MapDataset, then `to_iter_dataset`) or a stream.
-MAP_SOURCES = ("range", "list", "user", "mix_map", "concat", "zip_map")
+MAP_SOURCES = ("range", "list", "user", "mix_map", "concat", "zip_map", "jsonl_map")
 ITER_SOURCES = ("iter_list", "mix_iter", "interleave", "jsonl", "countdown", "zip_iter")
 # Operations on a MapDataset, on an IterDataset, and those that group elements.
 MAP_OPS = ("shuffle", "map", "random_map", "filter", "slice", "repeat", "batch", "cache",
@@ -124,7 +124,7 @@ def _map_range(base: int, n: int) -> chute.MapDataset[Any]:
     return chute.MapDataset.range(n).map(fns.TAGS[base])
 
 
-def build_map(p: Pipeline) -> chute.MapDataset[Any]:
+def build_map(p: Pipeline, env: Env) -> chute.MapDataset[Any]:
     """The random-access part of `p` (its source must be one of MAP_SOURCES)."""
     kind = p.source[0]
     ds: chute.MapDataset[Any]
@@ -145,6 +145,9 @@ def build_map(p: Pipeline) -> chute.MapDataset[Any]:
     elif kind == "zip_map":
         n = p.source[1]
         ds = ex.ZipMapDataset([_map_range(0, n), _map_range(1000, n + 3)]).map(fns.merge_pair)
+    elif kind == "jsonl_map":
+        _, files, n = p.source
+        ds = chute.MapDataset.source(chute.sources.JsonlDataSource(env.jsonl_files(files, n)))
     else:
         raise ValueError(f"not a MapDataset source: {p.source!r}")
     for op in p.map_ops:
@@ -209,7 +212,7 @@ def _iter_source(p: Pipeline, run: Run, env: Env) -> chute.IterDataset[Any]:
 def build(p: Pipeline, run: Run, env: Env) -> chute.IterDataset[Any]:
     """`p` as an IterDataset run as `run` says; an `mp_prefetch` closes it if it has none."""
     if p.source[0] in MAP_SOURCES:
-        ds = build_map(p).to_iter_dataset(_read_options(run))
+        ds = build_map(p, env).to_iter_dataset(_read_options(run))
     else:
         ds = _iter_source(p, run, env)
     for op in p.iter_ops:
@@ -303,7 +306,7 @@ def expected_ids(p: Pipeline) -> Counter[int] | None:
     it (every record once per epoch); None where they do not (a mixture ends when a
     component runs out, `limit`, `even_batches`, a drop of a remainder, a filter of whole
     batches, a slice after a shuffle...)."""
-    ordered: list[int] | None
+    ordered: list[int | None] | None
     src = p.source
     match src:
         case (
@@ -319,26 +322,36 @@ def expected_ids(p: Pipeline) -> Counter[int] | None:
         ):
             ordered = [i for i in range(n)]
         case ("concat", n1, n2):
-            ordered = list(range(n1)) + [1000 + i for i in range(n2)]
+            ordered = [*range(n1), *(1000 + i for i in range(n2))]
         case ("countdown", n):
-            ordered = list(range(n - 1, -1, -1))
+            ordered = [*range(n - 1, -1, -1)]
         case ("interleave", shards, n, _):
             ids = Counter(3000 + 100 * k + i for k in range(shards) for i in range(n + k))
             return _through(ids, None, p, grouped=False)
         case ("jsonl", files, n, _):
             ids = Counter(5000 + 100 * k + i for k in range(files) for i in range(n))
             return _through(ids, None, p, grouped=False)
+        case ("jsonl_map", files, n):
+            ordered = [5000 + 100 * k + i for k in range(files) for i in range(n)]
         case _:
             return None
-    return _through(Counter(ordered), ordered, p, grouped=False)
+    return _through(Counter(i for i in ordered if i is not None), ordered, p, grouped=False)
 
 
 def _through(
-    ids: Counter[int], ordered: list[int] | None, p: Pipeline, grouped: bool
+    ids: Counter[int], ordered: list[int | None] | None, p: Pipeline, grouped: bool
 ) -> Counter[int] | None:
-    for op in (*p.map_ops, ("to_iter",), *p.iter_ops):
+    """Carries the ids through `p`'s operations. A MapDataset `filter` keeps its positions
+    (a rejected element reads as None, skipped only when iterating), so slicing after it
+    slices positions: `ordered` keeps None there until `to_iter_dataset`."""
+    for index, op in enumerate((*p.map_ops, ("to_iter",), *p.iter_ops)):
         name = op[0]
-        if name in ("map", "random_map", "prefetch", "cache", "stamp", "to_iter"):
+        on_map = index < len(p.map_ops)
+        if name in ("map", "random_map", "prefetch", "cache", "stamp"):
+            continue
+        if name == "to_iter":
+            if ordered is not None:
+                ordered = [i for i in ordered if i is not None]
             continue
         if name == "mp":
             if op[1]:
@@ -351,20 +364,21 @@ def _through(
                 return None
             ids = Counter({i: c for i, c in ids.items() if i % op[1] != 0})
             if ordered is not None:
-                ordered = [i for i in ordered if i % op[1] != 0]
+                kept = [None if i is None or i % op[1] == 0 else i for i in ordered]
+                ordered = kept if on_map else [i for i in kept if i is not None]
         elif name == "slice":
             if ordered is None or grouped:
                 return None
             ordered = ordered[op[1] : op[2] : op[3]]
-            ids = Counter(ordered)
+            ids = Counter(i for i in ordered if i is not None)
         elif name == "repeat":
             ids = Counter({i: c * op[1] for i, c in ids.items()})
             ordered = None if ordered is None else ordered * op[1]
-        elif (
-            (name in ("batch", "bucket") and not op[-1])
-            or name == "batch_by_tokens"
-            or (name == "pack" and op[1] != "concat")
-        ):
+        elif name in ("batch", "bucket") and not op[-1]:
+            if on_map and ordered is not None and None in ordered:
+                return None  # batches of a filtered MapDataset: not a promise made here
+            grouped = True
+        elif name == "batch_by_tokens" or (name == "pack" and op[1] != "concat"):
             grouped = True
         else:  # limit, even_batches, a dropped remainder, concat-then-split
             return None

@@ -40,6 +40,7 @@ def sources(draw: st.DrawFn) -> tuple[Any, ...]:
                 "jsonl",
                 "countdown",
                 "zip_iter",
+                "jsonl_map",
             ]
         )
     )
@@ -61,6 +62,8 @@ def sources(draw: st.DrawFn) -> tuple[Any, ...]:
                 draw(st.integers(2, 12)),
                 draw(st.integers(1, 3)),
             )
+        case "jsonl_map":
+            return (kind, draw(st.integers(1, 3)), draw(st.integers(2, 12)))
         case "jsonl":
             return (
                 kind,
