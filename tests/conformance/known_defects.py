@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.pipelines import WINDOWED, Loader, Pipeline, Run
+from conformance.pipelines import MAP_SOURCES, WINDOWED, Loader, Pipeline, Run
 from conformance.runner import Case
 
 ALL = "*"
@@ -63,8 +63,22 @@ def _d1(case: Case) -> bool:
     )
 
 
+ELEMENT_WISE = ("map", "random_map", "filter")
+
+
 def _d2(case: Case) -> bool:
-    return case.stats and _uses_workers(case)
+    """An iter-side map/filter that mp_prefetch moves into the workers: reported under
+    another kind (MapMapDataset for MapIterDataset) and, for a filter, with its input
+    count."""
+    p = _p(case)
+    if p is None or not (case.stats and _uses_workers(case)) or p.source[0] not in MAP_SOURCES:
+        return False
+    moved = []
+    for n in _names(case):
+        if n not in ELEMENT_WISE:
+            break
+        moved.append(n)
+    return bool(moved)
 
 
 def _d3(case: Case) -> bool:
@@ -110,6 +124,15 @@ def _d9(case: Case) -> bool:
 
 def _d10(case: Case) -> bool:
     return case.stats and isinstance(case.pipeline, Loader)
+
+
+def _new1(case: Case) -> bool:
+    """A stream that stops before its source ends (`limit`, `even_batches`, a mixture
+    ending when one component runs out), with worker processes somewhere."""
+    p = _p(case)
+    if p is None or not (case.stats and _uses_workers(case)):
+        return False
+    return p.source[0] == "mix_iter" or any(n in ("limit", "even_batches") for n in _names(case))
 
 
 def _d4_weight_change_reaches_mix_late(env: Any) -> None:
@@ -280,6 +303,26 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         frozenset({"stats"}),
         _d10,
         (Case(Loader(20, ops=(("batch", 4, False),)), stats=True),),
+    ),
+    KnownDefect(
+        "new-1",
+        "a stream that stops early counts the read-ahead of the stages above "
+        "to_iter_dataset as produced, so the counts depend on the worker count "
+        "(range(30).map(f).to_iter_dataset().limit(5): 17 with 0 workers, 5 with 1 or 2)",
+        frozenset({"stats"}),
+        _new1,
+        (
+            Case(
+                Pipeline(("range", 30), (), (("limit", 5), ("mp", False))),
+                runs=(Run(), Run(1)),
+                stats=True,
+            ),
+            Case(
+                Pipeline(("mix_iter", "list", 20, 60, (1.0, 1.0), 0), (), (("mp", False),)),
+                runs=(Run(), Run(2)),
+                stats=True,
+            ),
+        ),
     ),
 )
 
