@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.pipelines import MAP_SOURCES, Loader, Pipeline, Run
+from conformance.pipelines import GROUPING, ITER_SOURCES, MAP_SOURCES, Loader, Pipeline, Run
 from conformance.runner import Case
 
 sizes = st.integers(5, 48)
@@ -24,26 +24,10 @@ runtime_weights = st.tuples(
 
 
 @st.composite
-def sources(draw: st.DrawFn) -> tuple[Any, ...]:
-    kind = draw(
-        st.sampled_from(
-            [
-                "range",
-                "list",
-                "user",
-                "mix_map",
-                "concat",
-                "zip_map",
-                "iter_list",
-                "mix_iter",
-                "interleave",
-                "jsonl",
-                "countdown",
-                "zip_iter",
-                "jsonl_map",
-            ]
-        )
-    )
+def sources(
+    draw: st.DrawFn, kinds: tuple[str, ...] = MAP_SOURCES + ITER_SOURCES
+) -> tuple[Any, ...]:
+    kind = draw(st.sampled_from(kinds))
     match kind:
         case "range" | "list" | "user" | "zip_map" | "iter_list" | "countdown" | "zip_iter":
             return (kind, draw(sizes))
@@ -75,11 +59,12 @@ def sources(draw: st.DrawFn) -> tuple[Any, ...]:
 
 
 @st.composite
-def map_ops(draw: st.DrawFn) -> tuple[tuple[Any, ...], ...]:
+def map_ops(draw: st.DrawFn, only: str | None = None) -> tuple[tuple[Any, ...], ...]:
+    """Up to three MapDataset operations (with `only`: that one operation, once)."""
     ops: list[tuple[Any, ...]] = []
     grouped = False
-    for _ in range(draw(st.integers(0, 3))):
-        name = draw(st.sampled_from(["shuffle", "map", "random_map", "filter", "slice", "repeat",
+    for _ in range(1 if only else draw(st.integers(0, 3))):
+        name = only or draw(st.sampled_from(["shuffle", "map", "random_map", "filter", "slice", "repeat",
                                      "batch", "cache", "window_shuffle"]))  # fmt: skip
         match name:
             case "shuffle":
@@ -106,56 +91,80 @@ def map_ops(draw: st.DrawFn) -> tuple[tuple[Any, ...], ...]:
     return tuple(ops)
 
 
+def iter_op(draw: st.DrawFn, name: str) -> tuple[Any, ...]:
+    """The IterDataset operation `name` with drawn parameters."""
+    match name:
+        case "map" | "cache" | "stamp":
+            return (name,)
+        case "random_map":
+            return (name, draw(seeds))
+        case "filter":
+            return (name, draw(st.integers(2, 5)))
+        case "prefetch":
+            return (name, draw(st.integers(1, 4)))
+        case "repeat":
+            return (name, draw(st.integers(1, 2)))
+        case "limit":
+            return (name, draw(st.integers(1, 30)))
+        case "mp":
+            return (name, draw(st.sampled_from([False, False, False, True])))
+        case "even_batches":
+            return (name, draw(st.integers(1, 3)))
+        case "window_shuffle":
+            return (name, draw(st.integers(2, 12)), draw(seeds))
+        case "batch":
+            return (name, draw(st.integers(1, 5)), draw(st.booleans()))
+        case "batch_by_tokens":
+            return (name, draw(st.integers(4, 12)), draw(st.integers(2, 20)),
+                    draw(st.booleans()), draw(st.one_of(st.none(), seeds)))  # fmt: skip
+        case "bucket":
+            return (name, draw(st.one_of(st.none(), st.integers(3, 20))), draw(st.booleans()))
+        case "pack":
+            kind = draw(st.sampled_from(["first", "best", "concat"]))
+            return (name, kind, draw(st.integers(1, 3)))
+    raise AssertionError(name)
+
+
 @st.composite
 def iter_ops(draw: st.DrawFn, grouped: bool = False) -> tuple[tuple[Any, ...], ...]:
     ops: list[tuple[Any, ...]] = []
     for _ in range(draw(st.integers(0, 4))):
         names = ["map", "random_map", "filter", "prefetch", "cache", "repeat", "limit", "stamp",
                  "mp"]  # fmt: skip
-        names += ["even_batches"] if grouped else [
-            "window_shuffle", "batch", "batch_by_tokens", "bucket", "pack"
-        ]  # fmt: skip
+        names += ["even_batches"] if grouped else ["window_shuffle", *GROUPING]
         name = draw(st.sampled_from(names))
-        match name:
-            case "map" | "cache" | "stamp":
-                ops.append((name,))
-            case "random_map":
-                ops.append((name, draw(seeds)))
-            case "filter":
-                ops.append((name, draw(st.integers(2, 5))))
-            case "prefetch":
-                ops.append((name, draw(st.integers(1, 4))))
-            case "repeat":
-                ops.append((name, draw(st.integers(1, 2))))
-            case "limit":
-                ops.append((name, draw(st.integers(1, 30))))
-            case "mp":
-                ops.append((name, draw(st.sampled_from([False, False, False, True]))))
-            case "even_batches":
-                ops.append((name, draw(st.integers(1, 3))))
-            case "window_shuffle":
-                ops.append((name, draw(st.integers(2, 12)), draw(seeds)))
-            case "batch":
-                ops.append((name, draw(st.integers(1, 5)), draw(st.booleans())))
-            case "batch_by_tokens":
-                ops.append((name, draw(st.integers(4, 12)), draw(st.integers(2, 20)),
-                            draw(st.booleans()), draw(st.one_of(st.none(), seeds))))  # fmt: skip
-            case "bucket":
-                window = draw(st.one_of(st.none(), st.integers(3, 20)))
-                ops.append((name, window, draw(st.booleans())))
-            case "pack":
-                kind = draw(st.sampled_from(["first", "best", "concat"]))
-                ops.append((name, kind, draw(st.integers(1, 3))))
-        if name in ("batch", "batch_by_tokens", "bucket", "pack"):
-            grouped = True
+        ops.append(iter_op(draw, name))
+        grouped = grouped or name in GROUPING
     return tuple(ops)
 
 
 @st.composite
-def pipelines(draw: st.DrawFn) -> Pipeline:
-    source = draw(sources())
+def pipelines(draw: st.DrawFn, must: str | None = None) -> Pipeline:
+    """A pipeline; with `must` ("source:NAME", "map:NAME" or "iter:NAME"), one that has it."""
+    where, _, name = (must or "").partition(":")
+    if where == "source":
+        source = draw(sources((name,)))
+    elif where == "map":
+        source = draw(sources(MAP_SOURCES))
+    else:
+        source = draw(sources())
     m_ops = draw(map_ops()) if source[0] in MAP_SOURCES else ()
-    i_ops = draw(iter_ops(grouped=any(o[0] == "batch" for o in m_ops)))
+    if where == "map":
+        forced = draw(map_ops(only=name))
+        m_ops = tuple(o for o in m_ops if o[0] != "batch") if name == "batch" else m_ops
+        k = draw(st.integers(0, len(m_ops)))
+        m_ops = (*m_ops[:k], *forced, *m_ops[k:])
+    grouped = any(o[0] == "batch" for o in m_ops)
+    if where == "iter" and name in GROUPING:
+        m_ops = tuple(o for o in m_ops if o[0] != "batch")
+        i_ops = (iter_op(draw, name), *draw(iter_ops(grouped=True)))
+    elif where == "iter" and name == "even_batches":
+        i_ops = (iter_op(draw, "batch"), iter_op(draw, name), *draw(iter_ops(grouped=True)))
+    else:
+        i_ops = draw(iter_ops(grouped=grouped))
+        if where == "iter":
+            k = draw(st.integers(0, len(i_ops)))
+            i_ops = (*i_ops[:k], iter_op(draw, name), *i_ops[k:])
     changes: tuple[tuple[int, Any], ...] = ()
     if source[0] == "mix_iter":
         changes = tuple(
@@ -169,10 +178,16 @@ def runs(workers: list[int], threads: list[int] | None = None) -> st.SearchStrat
 
 
 @st.composite
-def cases(draw: st.DrawFn, workers: list[int], stats: bool = True, backend: str = "procs") -> Case:
+def cases(
+    draw: st.DrawFn,
+    workers: list[int],
+    stats: bool = True,
+    backend: str = "procs",
+    must: str | None = None,
+) -> Case:
     """A pipeline, one or two runs to compare with the reference (0 workers, no threads),
     and a state taken at a random step restored into another run."""
-    p = draw(pipelines())
+    p = draw(pipelines(must))
     run_st = runs(workers)
     if backend == "ray":
         run_st = st.builds(Run, st.sampled_from(workers), st.just(0), st.just("ray"))

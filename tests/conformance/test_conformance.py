@@ -17,7 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import assume, example, given
+from hypothesis import strategies as st
 
+from conformance import pipelines as pl
 from conformance import strategies as cst
 from conformance.known_defects import blocked, skip_for
 from conformance.pipelines import Env, Loader, Pipeline, Run
@@ -74,29 +76,53 @@ def describe(case: Case, checked: list[str]) -> dict[str, object]:
         restore=(2, Run(), Run(0, 1)),
     )
 )
-@budget(ci=70, long=400)
+@budget(ci=200, long=600)
 @given(case=cst.cases(workers=[0]))
 def test_in_process(case: Case, conformance_env: Env) -> None:
     """No worker processes: threads, both dataset types, every operation, every event."""
     run_case(case, conformance_env)
 
 
-@budget(ci=12, long=60)
+@budget(ci=30, long=100)
 @given(case=cst.loader_cases(workers=[0]))
 def test_dataloader_in_process(case: Case, conformance_env: Env) -> None:
     run_case(case, conformance_env)
 
 
 @pytest.mark.slow
-@budget(ci=10, long=80)
+@budget(ci=30, long=120)
 @given(case=cst.cases(workers=[0, 1, 2]))
 def test_worker_processes(case: Case, conformance_env: Env) -> None:
     """0, 1 and 2 worker processes, states restored into another count."""
     run_case(case, conformance_env)
 
 
+# Every source and operation at least in every mode: the sweep forces each one into the
+# drawn pipelines (the free draws above reach the rare ones only now and then).
+MUSTS = [
+    *(f"source:{k}" for k in (*pl.MAP_SOURCES, *pl.ITER_SOURCES)),
+    *(f"map:{k}" for k in pl.MAP_OPS),
+    *(f"iter:{k}" for k in pl.ITER_OPS),
+]
+
+
+@pytest.mark.parametrize("must", MUSTS)
+@budget(ci=3, long=20)
+@given(data=st.data())
+def test_each_operation_in_process(must: str, data: st.DataObject, conformance_env: Env) -> None:
+    run_case(data.draw(cst.cases(workers=[0], must=must)), conformance_env)
+
+
 @pytest.mark.slow
-@budget(ci=3, long=30)
+@pytest.mark.parametrize("must", MUSTS)
+@budget(ci=2, long=8)
+@given(data=st.data())
+def test_each_operation_with_workers(must: str, data: st.DataObject, conformance_env: Env) -> None:
+    run_case(data.draw(cst.cases(workers=[1, 2], must=must)), conformance_env)
+
+
+@pytest.mark.slow
+@budget(ci=6, long=30)
 @given(case=cst.loader_cases(workers=[0, 1, 2]))
 def test_dataloader_workers(case: Case, conformance_env: Env) -> None:
     run_case(case, conformance_env)
