@@ -27,12 +27,13 @@ def _sequential_slice_other_count(p: Pipeline | Loader, a: Run, b: Run) -> bool:
 EXCEPTIONS: tuple[Documented, ...] = (
     Documented(
         name="sequential_slice",
-        invariants=frozenset({"workers", "resume"}),
+        invariants=frozenset({"workers", "resume", "stats"}),
         applies=_sequential_slice_other_count,
         reason=(
             "mp_prefetch(..., sequential_slice=True) asks for Grain's order for that many "
             "workers (InterleaveIterDataset over N copies): the order depends on "
-            "num_workers, and its states restore only with the same N"
+            "num_workers, and its states restore only with the same N; its stages are "
+            "those of the N copies"
         ),
         doc="docs/grain_differences.md (Behaviour: the output does not depend on the worker "
         "count); IterDataset.mp_prefetch's docstring",

@@ -69,16 +69,16 @@ ELEMENT_WISE = ("map", "random_map", "filter")
 def _d2(case: Case) -> bool:
     """An iter-side map/filter that mp_prefetch moves into the workers: reported under
     another kind (MapMapDataset for MapIterDataset) and, for a filter, with its input
-    count."""
+    count. (A `prefetch` between does not stop the move: conservative.)"""
     p = _p(case)
     if p is None or not (case.stats and _uses_workers(case)) or p.source[0] not in MAP_SOURCES:
         return False
-    moved = []
     for n in _names(case):
-        if n not in ELEMENT_WISE:
-            break
-        moved.append(n)
-    return bool(moved)
+        if n in ELEMENT_WISE or n == "pack":  # a packer starts with a map of its own
+            return True
+        if n != "prefetch":
+            return False
+    return False
 
 
 def _d3(case: Case) -> bool:

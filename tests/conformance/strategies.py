@@ -6,6 +6,7 @@ processes cost a start each, so the strategies draw them only where a test asks.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from hypothesis import strategies as st
@@ -159,6 +160,7 @@ def pipelines(draw: st.DrawFn, must: str | None = None) -> Pipeline:
         m_ops = tuple(o for o in m_ops if o[0] != "batch")
         i_ops = (iter_op(draw, name), *draw(iter_ops(grouped=True)))
     elif where == "iter" and name == "even_batches":
+        m_ops = tuple(o for o in m_ops if o[0] != "batch")
         i_ops = (iter_op(draw, "batch"), iter_op(draw, name), *draw(iter_ops(grouped=True)))
     else:
         i_ops = draw(iter_ops(grouped=grouped))
@@ -173,8 +175,12 @@ def pipelines(draw: st.DrawFn, must: str | None = None) -> Pipeline:
     return Pipeline(source, m_ops, i_ops, changes)
 
 
-def runs(workers: list[int], threads: list[int] | None = None) -> st.SearchStrategy[Run]:
-    return st.builds(Run, st.sampled_from(workers), st.sampled_from(threads or [0, 1, 2]))
+@functools.cache
+def runs(workers: tuple[int, ...], backend: str = "procs") -> st.SearchStrategy[Run]:
+    """Runs with these worker counts (made once: strategies are cached by hypothesis)."""
+    if backend == "ray":
+        return st.builds(Run, st.sampled_from(workers), st.just(0), st.just("ray"))
+    return st.builds(Run, st.sampled_from(workers), st.sampled_from([0, 1, 2]))
 
 
 @st.composite
@@ -188,9 +194,7 @@ def cases(
     """A pipeline, one or two runs to compare with the reference (0 workers, no threads),
     and a state taken at a random step restored into another run."""
     p = draw(pipelines(must))
-    run_st = runs(workers)
-    if backend == "ray":
-        run_st = st.builds(Run, st.sampled_from(workers), st.just(0), st.just("ray"))
+    run_st = runs(tuple(workers), backend)
     others = tuple(draw(st.lists(run_st, min_size=1, max_size=2)))
     restore = (draw(st.integers(0, 24)), draw(run_st), draw(st.one_of(run_st, st.just(Run()))))
     return Case(p, (Run(), *others), restore, stats=stats and draw(st.booleans()))
@@ -205,6 +209,6 @@ def loader_cases(draw: st.DrawFn, workers: list[int]) -> Case:
     if draw(st.booleans()):
         ops.append(("batch", draw(st.integers(1, 5)), draw(st.booleans())))
     lo = Loader(draw(sizes), draw(st.booleans()), draw(seeds), draw(st.integers(1, 2)), tuple(ops))
-    w = st.builds(Run, st.sampled_from(workers), st.just(0))
+    w = runs(tuple(workers))
     restore = (draw(st.integers(0, 24)), draw(w), draw(w))
     return Case(lo, (Run(), draw(w)), restore, stats=draw(st.booleans()))

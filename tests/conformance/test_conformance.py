@@ -55,7 +55,7 @@ def describe(case: Case, checked: list[str]) -> dict[str, object]:
         modes.add("DataLoader" if isinstance(p, Loader) and not r.workers else r.mode())
         if isinstance(p, Loader) and r.workers:
             modes.add(f"DataLoader {r.workers} workers")
-        if r.threads:
+        if r.threads and isinstance(p, Pipeline):
             modes.add("threads")
     events = []
     if case.restore is not None and "resume" in checked:
