@@ -24,6 +24,15 @@ def _sequential_slice_other_count(p: Pipeline | Loader, a: Run, b: Run) -> bool:
     return isinstance(p, Pipeline) and p.sequential_slice() and a.workers != b.workers
 
 
+def weights_in_flight(p: Pipeline | Loader) -> bool:
+    """Weights changed between steps with a prefetch thread above the mixture."""
+    return (
+        isinstance(p, Pipeline)
+        and bool(p.weight_changes)
+        and any(o[0] == "prefetch" for o in p.iter_ops)
+    )
+
+
 EXCEPTIONS: tuple[Documented, ...] = (
     Documented(
         name="sequential_slice",
@@ -37,6 +46,20 @@ EXCEPTIONS: tuple[Documented, ...] = (
         ),
         doc="docs/grain_differences.md (Behaviour: the output does not depend on the worker "
         "count); IterDataset.mp_prefetch's docstring",
+    ),
+    Documented(
+        name="weights_in_flight",
+        # "workers": two runs differ; "resume": the comparison with another run. The
+        # resumed stream still equals the interrupted run's own continuation where every
+        # change came before the state (runner: "resume" against the same run).
+        invariants=frozenset({"workers", "resume_vs_reference"}),
+        applies=lambda p, a, b: weights_in_flight(p),
+        reason=(
+            "a prefetch thread above IterDataset.mix has drawn its buffered elements with "
+            "the weights before a change: the change reaches the consumer as many elements "
+            "later as the thread had buffered, which depends on timing"
+        ),
+        doc="docs/sequences.md (Mixing: Elements in flight)",
     ),
 )
 

@@ -196,7 +196,12 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 ),
                 restore=(3, Run(), Run()),
             ),
-            Case(Pipeline(_MIX, (), (("prefetch", 4),), _CHANGE), restore=(6, Run(), Run())),
+            Case(
+                Pipeline(
+                    _MIX, (), (("batch_by_tokens", 8, 10, False, None), ("prefetch", 4)), _CHANGE
+                ),
+                restore=(4, Run(), Run()),
+            ),
         ),
     ),
     KnownDefect(

@@ -20,7 +20,7 @@ fixed_weights = st.sampled_from([(1.0, 1.0), (1.0, 3.0), (2.0, 1.0), (5.0, 2.0)]
 mix_weights = st.one_of(fixed_weights, st.just("fn"))
 # Weights given between steps; 0 switches a source off (issue 47 defect 5 rejects it).
 runtime_weights = st.tuples(
-    st.sampled_from([0.0, 0.5, 1.0, 4.0]), st.sampled_from([0.0, 1.0, 2.0, 9.0])
+    st.sampled_from([0.0, 0.5, 1.0, 2.0, 4.0, 8.0]), st.sampled_from([0.0, 1.0, 2.0, 3.0, 9.0, 0.5])
 ).filter(lambda w: sum(w) > 0)
 
 
@@ -170,7 +170,11 @@ def pipelines(draw: st.DrawFn, must: str | None = None) -> Pipeline:
     changes: tuple[tuple[int, Any], ...] = ()
     if source[0] == "mix_iter":
         changes = tuple(
-            sorted(draw(st.lists(st.tuples(st.integers(0, 12), runtime_weights), max_size=2)))
+            sorted(
+                draw(
+                    st.lists(st.tuples(st.integers(0, 12), runtime_weights), min_size=1, max_size=2)
+                )
+            )
         )
     return Pipeline(source, m_ops, i_ops, changes)
 
