@@ -133,5 +133,15 @@ def test_dataloader_workers(case: Case, conformance_env: Env) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 @budget(ci=1, long=15)
 @given(case=cst.cases(workers=[1, 2], stats=False, backend="ray"))
-def test_ray_workers(case: Case, conformance_env: Env) -> None:
+def test_ray_workers(case: Case, conformance_env: Env, local_ray: None) -> None:
     run_case(case, conformance_env)
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """The local Ray instance RayWorkers starts, shut down after the test."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
