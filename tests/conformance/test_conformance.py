@@ -26,7 +26,6 @@ from conformance.pipelines import Env, Loader, Pipeline, Run
 from conformance.profiles import LONG, budget
 from conformance.runner import Case, InvalidDraw, check_case
 
-
 # pytest-timeout's 300 s (pyproject) is per test; a generative test runs many cases, and in
 # the long profile a failing case with workers takes minutes to shrink.
 pytestmark = pytest.mark.timeout(3600 if LONG else 900)
