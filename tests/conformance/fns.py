@@ -1,0 +1,222 @@
+"""The functions and user stages the conformance pipelines are made of.
+
+Module-level (picklable by reference: the worker processes import this module through
+`sys.path`, which `tests/conftest.py` extends). Every element is a dict whose `"id"` is
+the identity of its source record (`base + i`), so the suite can count each record; the
+maps change only `"v"`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+import chute
+
+# -- element functions ------------------------------------------------------------------------
+
+
+def tag(base: int, i: int) -> dict[str, Any]:
+    return {"id": base + int(i), "v": int(i) % 11}
+
+
+def tag0(i: int) -> dict[str, Any]:
+    return tag(0, i)
+
+
+def tag1000(i: int) -> dict[str, Any]:
+    return tag(1000, i)
+
+
+def tag2000(i: int) -> dict[str, Any]:
+    return tag(2000, i)
+
+
+TAGS = {0: tag0, 1000: tag1000, 2000: tag2000}
+
+
+def records(base: int, n: int) -> list[dict[str, Any]]:
+    return [tag(base, i) for i in range(n)]
+
+
+def add_one(x: dict[str, Any]) -> dict[str, Any]:
+    """The drawn `map`: works on one element, a batch, or a packed row."""
+    return {**x, "v": x["v"] + 1}
+
+
+def jitter(x: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """The drawn `random_map`: its draws depend on the element's key, not on a worker."""
+    return {**x, "v": x["v"] + int(rng.integers(0, 1000))}
+
+
+def first_id(x: Any) -> int:
+    return int(np.asarray(x["id"]).ravel()[0])
+
+
+class KeepIdNotMultiple:
+    """The drawn `filter`: drops the records whose first id is a multiple of `k`."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def __call__(self, x: Any) -> bool:
+        return first_id(x) % self.k != 0
+
+    def __repr__(self) -> str:
+        return f"keep_id_not_multiple_of({self.k})"
+
+
+def merge_pair(t: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+    """After a zip: the first component's identity, both values."""
+    return {"id": t[0]["id"], "v": t[0]["v"] + t[1]["v"]}
+
+
+def seq_length(x: dict[str, Any]) -> int:
+    """The length the packers, `batch_by_tokens` and buckets see: 1 to 4."""
+    return 1 + int(x["id"]) % 4
+
+
+def bucket_length(x: dict[str, Any]) -> int:
+    return int(x["id"]) % 7
+
+
+def as_sequence(x: dict[str, Any]) -> dict[str, Any]:
+    """A record as a sequence for the packers: every token carries the record's id."""
+    n = seq_length(x)
+    return {
+        "id": np.full(n, x["id"], dtype=np.int64),
+        "v": np.full(n, x["v"], dtype=np.int64),
+    }
+
+
+def mix_weights_by_step(step: int) -> list[float]:
+    """Weights as a function of the step (`mix(..., weights=fn)`)."""
+    return [1.0, 3.0] if step % 2 == 0 else [2.0, 1.0]
+
+
+def mix_weights_by_step_named(step: int) -> dict[str, float]:
+    """The same, for a mixture given as a dict."""
+    a, b = mix_weights_by_step(step)
+    return {"a": a, "b": b}
+
+
+def read_shard(k: int, n: int) -> Iterator[dict[str, Any]]:
+    """A shard of an interleave, written as a plain generator (docs/extending.md)."""
+    for i in range(n):
+        yield tag(3000 + 100 * k, i)
+
+
+def shard_reader(k: int, n: int) -> Any:
+    return functools.partial(read_shard, k, n)
+
+
+def parse_jsonl(line: bytes) -> dict[str, Any]:
+    import json
+
+    d = json.loads(line)
+    return {"id": int(d["id"]), "v": int(d["v"])}
+
+
+# -- DataLoader transforms --------------------------------------------------------------------
+
+
+class AddOne(chute.MapTransform):
+    def map(self, element: Any) -> Any:
+        return add_one(element)
+
+
+class Jitter(chute.RandomMapTransform):
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return jitter(element, rng)
+
+
+class KeepNotMultiple(chute.FilterTransform):
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def filter(self, element: Any) -> bool:
+        return first_id(element) % self.k != 0
+
+
+# -- user stages, written as docs/extending.md shows ----------------------------------------
+
+
+class CountdownIterator(chute.DatasetIterator[dict]):
+    """A stream source of its own: records `base + n - 1` down to `base`."""
+
+    def __init__(self, base: int, start: int) -> None:
+        super().__init__()
+        self._base = base
+        self._left = start
+
+    def __next__(self) -> dict:
+        if self._left == 0:
+            raise StopIteration
+        self._left -= 1
+        return tag(self._base, self._left)
+
+    def get_state(self) -> dict:
+        return {"left": self._left}
+
+    def set_state(self, state: dict) -> None:
+        self._left = state["left"]
+
+
+class Countdown(chute.IterDataset[dict]):
+    def __init__(self, base: int, start: int) -> None:
+        super().__init__()
+        self._base = base
+        self._start = start
+
+    def __iter__(self) -> CountdownIterator:
+        return CountdownIterator(self._base, self._start)
+
+
+class StampIterator(chute.DatasetIterator[Any]):
+    """A stage reading another stream: adds a running count to `"v"`."""
+
+    def __init__(self, parent: chute.DatasetIterator[Any]) -> None:
+        super().__init__(parent)
+        self._parent = parent
+        self._count = 0
+
+    def __next__(self) -> Any:
+        x = next(self._parent)
+        self._count += 1
+        return {**x, "v": x["v"] + self._count}
+
+    def get_state(self) -> dict:
+        return {"count": self._count, "upstream": self._parent.get_state()}
+
+    def set_state(self, state: dict) -> None:
+        self._parent.set_state(state["upstream"])
+        self._count = state["count"]
+
+
+class Stamp(chute.IterDataset[Any]):
+    def __init__(self, parent: chute.IterDataset[Any]) -> None:
+        super().__init__([parent])
+        self._parent = parent
+
+    def __iter__(self) -> StampIterator:
+        return StampIterator(iter(self._parent))
+
+
+class Records(chute.MapDataset[dict]):
+    """A random-access source of its own (`__len__` + `__getitem__`, docs/extending.md)."""
+
+    def __init__(self, base: int, n: int) -> None:
+        super().__init__()
+        self._base = base
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.slice(index)
+        return tag(self._base, index % self._n)
