@@ -203,6 +203,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 restore=(4, Run(), Run()),
             ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "2",
@@ -216,6 +217,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 stats=True,
             ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "3",
@@ -223,6 +225,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         frozenset({"bucket_full"}),
         _d3,
         (Case(Pipeline(("range", 48), (), (("bucket", 6, False),))),),
+        fixed=True,
     ),
     KnownDefect(
         "4",
@@ -242,6 +245,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 restore=(6, Run(), Run()),
             ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "6",
@@ -259,6 +263,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 restore=(7, Run(2), Run(2)),
             ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "7",
@@ -271,6 +276,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 runs=(Run(), Run(1)),
             ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "8",
@@ -288,6 +294,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 restore=(6, Run(), Run()),
             ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "9",
@@ -301,6 +308,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 stats=True,
             ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "10",
@@ -308,6 +316,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         frozenset({"stats"}),
         _d10,
         (Case(Loader(20, ops=(("batch", 4, False),)), stats=True),),
+        fixed=True,
     ),
     KnownDefect(
         "new-1",
