@@ -135,6 +135,19 @@ def _new1(case: Case) -> bool:
     return p.source[0] == "mix_iter" or any(n in ("limit", "even_batches") for n in _names(case))
 
 
+def _new2(case: Case) -> bool:
+    """A mixture whose weights change, under bucket_by_sequence_length, restored."""
+    return _weights_then_restore(case) and "bucket" in _names(case)
+
+
+def _new3(case: Case) -> bool:
+    """A MapDataset.cache() in a pipeline whose counts are compared across worker counts."""
+    p = _p(case)
+    return bool(
+        p and case.stats and _uses_workers(case) and any(o[0] == "cache" for o in p.map_ops)
+    )
+
+
 def _d4_weight_change_reaches_mix_late(env: Any) -> None:
     """A weight change must reach the mixture within the window of the stage above it:
     here `batch_by_tokens(window_size=100)`. Elements past one window after the change
@@ -334,6 +347,54 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
             Case(
                 Pipeline(("mix_iter", "list", 20, 60, (1.0, 1.0), 0), (), (("mp", False),)),
                 runs=(Run(), Run(2)),
+                stats=True,
+            ),
+        ),
+    ),
+    KnownDefect(
+        "new-2",
+        "a mixture's weight change made after a restore, under bucket_by_sequence_length "
+        "(whose restore re-reads the stream from its oldest waiting element), gives another "
+        "stream than the uninterrupted run (long profile, seed 1796662464)",
+        frozenset({"resume"}),
+        _new2,
+        (
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 5, 5, (1.0, 1.0), 0),
+                    (),
+                    (("bucket", None, False),),
+                    ((3, (0.0, 1.0)),),
+                ),
+                restore=(1, Run(), Run()),
+            ),
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 5, 5, (1.0, 1.0), 0),
+                    (),
+                    (("bucket", None, False),),
+                    ((0, (0.5, 0.0)), (1, (0.0, 1.0))),
+                ),
+                restore=(1, Run(), Run()),
+            ),
+        ),
+    ),
+    KnownDefect(
+        "new-3",
+        "the stages below a MapDataset.cache() report other produced counts with workers "
+        "(list(12).repeat(1).cache().repeat(2): source 14 with 0 workers, 13 with 1; long "
+        "profile, seed 1796662464)",
+        frozenset({"stats"}),
+        _new3,
+        (
+            Case(
+                Pipeline(
+                    ("list", 12),
+                    (("repeat", 1), ("cache",), ("repeat", 2), ("window_shuffle", 10, 2)),
+                    (("window_shuffle", 11, 3),),
+                ),
+                runs=(Run(), Run(1)),
+                restore=(19, Run(1), Run()),
                 stats=True,
             ),
         ),

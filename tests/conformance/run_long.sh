@@ -23,7 +23,7 @@ exec > >(tee "$LOG") 2>&1
 echo "conformance long run: $(date -u), $(git rev-parse HEAD 2>/dev/null), $MINUTES min"
 while [ "$(date +%s)" -lt "$end" ]; do
   echo "== round seed=$seed $(date -u +%H:%M:%S)"
-  if ! CHUTE_CONFORMANCE=long CHUTE_CONFORMANCE_LOG="$CASES" PYTHONPATH="$PWD/src:${PYTHONPATH:-}" \
+  if ! CHUTE_CONFORMANCE=long CHUTE_CONFORMANCE_LOG="$CASES" PYTHONPATH="$PWD/src:$PWD/tests:${PYTHONPATH:-}" \
     timeout 1800 "$PY" -m pytest -p no:cacheprovider -q -m "slow or not slow" \
     --hypothesis-seed="$seed" --hypothesis-show-statistics tests/conformance; then
     status=1

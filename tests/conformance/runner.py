@@ -271,6 +271,8 @@ def _check_buckets(case: Case, ref: list[Any], note: Any) -> None:
     after = names[names.index("bucket") + 1 :]
     if any(n not in ("map", "random_map", "prefetch", "mp", "stamp") for n in after):
         return
+    if p.iter_ops[names.index("bucket")][1] is not None:
+        return  # a wait limit (window_size) hands a bucket out short by design
     note("bucket_full")
     sizes = [2, 3, 2]
     short: Counter[int] = Counter()
