@@ -108,7 +108,7 @@ class Driver:
         step = start
         while count is None or len(out) < count:
             for at, w in changes:
-                if at == step:
+                if at == step and isinstance(p, Pipeline):
                     chute.experimental.set_mix_weights(it, weights_arg(p, w))
             try:
                 x = next(it)

@@ -1,0 +1,1 @@
+"""The generative conformance suite (README.md beside this file)."""
