@@ -136,8 +136,13 @@ def _new1(case: Case) -> bool:
 
 
 def _new2(case: Case) -> bool:
-    """A mixture whose weights change, under bucket_by_sequence_length, restored."""
-    return _weights_then_restore(case) and "bucket" in _names(case)
+    """A mixture whose weights change at or after the restored step, under a stage that
+    reads ahead in windows (buckets, batch_by_tokens, packers, window shuffle)."""
+    p = _p(case)
+    if p is None or not _weights_then_restore(case) or case.restore is None:
+        return False
+    later = any(at >= case.restore[0] for at, _ in p.weight_changes)
+    return later and any(n in WINDOWED for n in _names(case))
 
 
 def _new3(case: Case) -> bool:
@@ -353,9 +358,11 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     ),
     KnownDefect(
         "new-2",
-        "a mixture's weight change made after a restore, under bucket_by_sequence_length "
-        "(whose restore re-reads the stream from its oldest waiting element), gives another "
-        "stream than the uninterrupted run (long profile, seed 1796662464)",
+        "a mixture's weight change made at or after the restored step, under a stage that "
+        "reads ahead in windows (buckets, batch_by_tokens, packers), gives another stream "
+        "than the uninterrupted run: the mix has drawn further ahead there than the restored "
+        "run's replay, so the change lands at another draw position (long profile, seeds "
+        "1796662464 and 1796662465)",
         frozenset({"resume"}),
         _new2,
         (
