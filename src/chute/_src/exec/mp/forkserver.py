@@ -104,6 +104,18 @@ def _close_fds(*fds: int) -> None:
 if hasattr(multiprocessing.context, "ForkServerProcess"):  # POSIX
     from multiprocessing import popen_forkserver, popen_spawn_posix, reduction, util
 
+    def _pickled_for_child(popen: Any, process_obj: Any) -> io.BytesIO:
+        """chute's preparation data (no main script) and the process object, pickled as
+        the standard Popen classes' `_launch` pickles them for the child."""
+        buf = io.BytesIO()
+        multiprocessing.context.set_spawning_popen(popen)
+        try:
+            reduction.dump(worker_preparation_data(process_obj.name), buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            multiprocessing.context.set_spawning_popen(None)
+        return buf
+
     class _ForkServerPopen(popen_forkserver.Popen):
         """multiprocessing's forkserver Popen, launching from chute's server with chute's
         preparation data (the body of the standard `_launch`, with those two changed)."""
@@ -111,14 +123,7 @@ if hasattr(multiprocessing.context, "ForkServerProcess"):  # POSIX
         _fds: list[int]  # set by the base class: the descriptors the child inherits
 
         def _launch(self, process_obj: Any) -> None:
-            prep_data = worker_preparation_data(process_obj.name)
-            buf = io.BytesIO()
-            multiprocessing.context.set_spawning_popen(self)
-            try:
-                reduction.dump(prep_data, buf)
-                reduction.dump(process_obj, buf)
-            finally:
-                multiprocessing.context.set_spawning_popen(None)
+            buf = _pickled_for_child(self, process_obj)
             self.sentinel, w = ensure_forkserver().connect_to_new_process(self._fds)
             # A duplicate of the data pipe's write end: the child's sentinel of its parent.
             parent_w = os.dup(w)
@@ -137,14 +142,7 @@ if hasattr(multiprocessing.context, "ForkServerProcess"):  # POSIX
 
             tracker_fd = int(resource_tracker.getfd())  # type: ignore[arg-type]
             self._fds.append(tracker_fd)
-            prep_data = worker_preparation_data(process_obj.name)
-            fp = io.BytesIO()
-            multiprocessing.context.set_spawning_popen(self)
-            try:
-                reduction.dump(prep_data, fp)
-                reduction.dump(process_obj, fp)
-            finally:
-                multiprocessing.context.set_spawning_popen(None)
+            fp = _pickled_for_child(self, process_obj)
             parent_r = child_w = child_r = parent_w = None
             try:
                 parent_r, child_w = os.pipe()
