@@ -143,25 +143,39 @@ def _load_libc() -> Any:
         return _libc
 
 
+class _ThreadSchedstat:
+    """The calling thread's `/proc/thread-self/schedstat`, open while the thread lives: the
+    thread-local that holds it is dropped when the thread ends, and the file is closed."""
+
+    __slots__ = ("buf", "fd")
+
+    def __init__(self) -> None:
+        import ctypes
+
+        try:
+            self.fd = os.open(_THREAD_SCHEDSTAT, os.O_RDONLY) if _load_libc() else -1
+        except OSError:
+            self.fd = -1
+        self.buf = ctypes.create_string_buffer(96)
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def thread_times_ns() -> tuple[int, int]:
     """(on a CPU, queued for one): nanoseconds the calling thread has spent in each.
 
     Time queued for a CPU is neither work nor waiting for data: on a loaded machine it
     stretches every stage's wall time. The time on a CPU is the thread's CPU clock; the
     time queued is read with one `pread` of `/proc/thread-self/schedstat`, opened once per
-    thread (elsewhere: 0). For hot paths (~1 us a call)."""
-    fd = getattr(_sched, "fd", None)
-    if fd is None:
-        import ctypes
-
-        try:
-            fd = os.open(_THREAD_SCHEDSTAT, os.O_RDONLY) if _load_libc() else -1
-        except OSError:
-            fd = -1
-        _sched.fd = fd
-        _sched.buf = ctypes.create_string_buffer(96)
-    if fd < 0:
+    thread and closed when the thread ends (elsewhere: 0). For hot paths (~1 us a call)."""
+    own = getattr(_sched, "file", None)
+    if own is None:
+        own = _sched.file = _ThreadSchedstat()
+    if own.fd < 0:
         return time.thread_time_ns(), 0
-    n = _libc.pread(fd, _sched.buf, 95, 0)
-    queued = int(_sched.buf.raw[:n].split()[1]) if n > 0 else 0  # _queued_ns, inlined
+    n = _libc.pread(own.fd, own.buf, 95, 0)
+    queued = int(own.buf.raw[:n].split()[1]) if n > 0 else 0  # _queued_ns, inlined
     return time.thread_time_ns(), queued
