@@ -239,10 +239,15 @@ def test_a_workers_slow_first_chunk_does_not_shrink_the_chunks_after_it(tmp_path
     # ~15-fold and grow back 4-fold per result, a round trip each.
     out = run(tmp_path, "cold", COUNT="4000")
     assert out["values"] == list(range(4000))
-    for pid in {pid for pid, _ in out["reads"]} - {out["me"]}:
+    # Reads are in index order: on a loaded machine the helper may have read all but the
+    # last few elements before a worker's first chunk, which then holds what was left.
+    left_at, at = {}, 0
+    for pid, size in out["reads"]:
+        left_at.setdefault(pid, 4000 - at)
+        at += size
+    for pid in set(left_at) - {out["me"]}:
         sizes = [size for p, size in out["reads"] if p == pid]
-        assert sizes[0] >= 20, sizes  # sized from the helper's runs
-        # (On a loaded machine the helper may read most of it before the workers start.)
+        assert sizes[0] >= min(20, left_at[pid]), sizes  # sized from the helper's runs
         assert min(sizes[1:-1], default=sizes[0]) >= sizes[0] / 5, sizes
 
 
