@@ -241,7 +241,8 @@ def test_a_workers_slow_first_chunk_does_not_shrink_the_chunks_after_it(tmp_path
     assert out["values"] == list(range(4000))
     # Reads are in index order: on a loaded machine the helper may have read all but the
     # last few elements before a worker's first chunk, which then holds what was left.
-    left_at, at = {}, 0
+    left_at: dict[int, int] = {}
+    at = 0
     for pid, size in out["reads"]:
         left_at.setdefault(pid, 4000 - at)
         at += size
