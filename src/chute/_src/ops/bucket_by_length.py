@@ -279,7 +279,7 @@ class _BucketIterator(DatasetIterator[Any]):
         self._read, self._ended = read, False
         if read > oldest:
             self._replay(mark, oldest, read, waiting, path)
-        self._reader.settle()
+        self._reader.settle(path)
 
     def _replay(self, mark: Mark, oldest: int, read: int, waiting: list[int], path: str) -> None:
         """Re-reads input elements `oldest` to `read` and keeps the last `waiting[b]` of

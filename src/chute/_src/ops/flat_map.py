@@ -205,4 +205,4 @@ class _FlatMapIterator(DatasetIterator[Any]):
             replay_to_piece(mark, path, refill, "the element there has {n} parts")
             self._next = mark.piece
             self._mark = mark.at_piece(0)  # the state restored, exactly
-        self._reader.settle()
+        self._reader.settle(path)

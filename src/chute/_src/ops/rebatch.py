@@ -138,7 +138,7 @@ class _RebatchIterator(DatasetIterator[Any]):
             replay_to_piece(mark, path, refill, "the input batch there has {n} rows")
             self._offset = mark.piece
             self._cur_mark = mark.at_piece(0)  # the state restored, exactly
-        self._reader.settle()
+        self._reader.settle(path)
 
 
 class _Slicer:

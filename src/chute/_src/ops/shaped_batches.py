@@ -249,7 +249,7 @@ class WindowBatchIterator(DatasetIterator[Any]):
 
             replay_to_piece(mark, path, refill, "the window there makes {n} batches")
             self._pos = mark.piece
-        self._reader.settle()
+        self._reader.settle(path)
 
 
 def too_long_error(where: str, index: int, length: int, padded: int, max_tokens: int) -> Exception:

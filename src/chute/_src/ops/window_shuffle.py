@@ -146,7 +146,7 @@ class _WindowShuffleIterator(DatasetIterator[T]):
 
             replay_to_piece(mark, path, refill, "the window there has {n} elements")
             self._pos = mark.piece
-        self._reader.settle()
+        self._reader.settle(path)
 
 
 SEED_TAG_WINDOW_SHUFFLE = 6

@@ -378,7 +378,7 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
                     path, "emitted", emitted, f"the batch of bins there has {len(self._rows)} rows"
                 )
             self._emitted = emitted
-        self._reader.settle()
+        self._reader.settle(path)
 
 
 def _group_rows(batch: dict[str, Any], feature: str, perm: list[int], where: str) -> list[int]:

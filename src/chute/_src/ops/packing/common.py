@@ -181,13 +181,22 @@ class ReplayReader:
             )
         self._pos = mark.skip
 
-    def settle(self) -> None:
+    def settle(self, path: str) -> None:
         """After `seek` and the stage's replay: reads what the reader had read ahead when
         the state was taken and not yet again, so the parent stands where it stood then,
-        and reads the next chunk as it would have."""
+        and reads the next chunk as it would have. The reader never holds more than
+        `CHUNK` elements read ahead: a state that says more is rejected (`path` names it)."""
         if self._limit is None:
             return
         rest = self._limit - self._read
+        if rest > CHUNK:
+            raise bad_value(
+                path,
+                "fetched",
+                self._limit,
+                f"the stage's reader holds at most {CHUNK} elements read ahead of the "
+                f"stage's position, and this state says {rest}",
+            )
         self._limit, self._chunk = None, self._after
         if rest > 0:
             state = self._parent.get_state()

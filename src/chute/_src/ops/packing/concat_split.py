@@ -400,4 +400,4 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
             for _ in range(emitted - 1):
                 self._out.popleft()
             self._since = emitted
-        self._reader.settle()
+        self._reader.settle(path)

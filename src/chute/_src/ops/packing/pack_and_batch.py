@@ -272,4 +272,4 @@ class _PackAndBatchIterator(DatasetIterator[tuple[Any, Any, Any]]):
         restore_parent(self, mark, path)
         self._reader.seek(mark, path)
         self._carry = self._carry_mark = None
-        self._reader.settle()
+        self._reader.settle(path)
