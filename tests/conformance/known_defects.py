@@ -430,6 +430,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 stats=True,
             ),
         ),
+        fixed=True,
     ),
 )
 
