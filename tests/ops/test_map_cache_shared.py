@@ -63,10 +63,15 @@ def test_stages_below_a_cache_count_each_position_once(workers: int) -> None:
     chute.config.update("py_debug_mode", True)
     try:
         it = iter(ds.to_iter_dataset().mp_prefetch(options))
-        assert len(list(it)) == 24
-        counts = {s.name.split("(")[0]: s.elements for s in chute.stats(it).stages}
+        try:
+            assert len(list(it)) == 24
+            counts = {s.name.split("(")[0]: s.elements for s in chute.stats(it).stages}
+        finally:
+            it.close()  # the workers, and with them the cache's shared store, go now
     finally:
         chute.config.update("py_debug_mode", False)
+    del it, ds
+    gc.collect()
     assert counts["SourceMapDataset"] == counts["MapMapDataset"] == 12
     assert counts["CacheMapDataset"] == 24
 
