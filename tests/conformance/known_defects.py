@@ -384,7 +384,32 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 ),
                 restore=(1, Run(), Run()),
             ),
+            # Every stage that reads its input in chunks (ReplayReader): batch_by_tokens,
+            # window shuffle, the packers.
+            Case(
+                Pipeline(_MIX, (), (("batch_by_tokens", 8, 10, False, None),), ((4, (1.0, 9.0)),)),
+                restore=(4, Run(), Run()),
+            ),
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 100, 100, (1.0, 1.0), 0),
+                    (),
+                    (("window_shuffle", 10, 0),),
+                    ((12, (1.0, 9.0)),),
+                ),
+                restore=(11, Run(), Run()),
+            ),
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 60, 60, (1.0, 1.0), 0),
+                    (),
+                    (("pack", "first", 2),),
+                    ((4, (1.0, 9.0)),),
+                ),
+                restore=(2, Run(), Run()),
+            ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "new-3",
@@ -405,6 +430,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 stats=True,
             ),
         ),
+        fixed=True,
     ),
 )
 

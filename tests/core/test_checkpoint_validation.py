@@ -266,6 +266,38 @@ def test_huge_skip_on_an_infinite_stream_is_rejected_before_any_replay(skip: int
         it.set_state({**state, "parent": {**state["parent"], "next_index": 2**62}})
 
 
+@pytest.mark.parametrize("fetched", [300, 10**8])
+def test_more_read_ahead_than_a_reader_holds_is_rejected(fetched: int) -> None:
+    """A stage's reader holds at most one chunk read ahead of the stage (`"fetched"`
+    counts from the state's upstream mark): a state saying more is rejected, and the
+    iterator stays where it was, rather than reading that far."""
+    ds = ex.FirstFitPackIterDataset(
+        chute.MapDataset.source([{"t": np.arange(3)}]).repeat().to_iter_dataset(),
+        length_struct={"t": 8},
+        num_packing_bins=2,
+    )
+    it, state = _mid_state(ds, 2)
+    expected = _take(iter(ds), 12)[2:]
+    with pytest.raises(chute.CheckpointError, match=r"state\['fetched'\].*at most 256"):
+        it.set_state({**state, "fetched": fetched})
+    _same(_take(it, 10), expected)
+
+
+@pytest.mark.parametrize(
+    "name", ["first_fit", "best_fit_split", "concat_split", "rebatch", "window_shuffle", "flat_map"]
+)
+def test_a_state_without_the_read_ahead_restores(name: str, tmp_path: Path) -> None:
+    """A state from before stages recorded how far their reader had read ("fetched",
+    "chunk") still restores the same elements."""
+    ds = PIPELINES[name](tmp_path)
+    _, state = _mid_state(ds, 3)
+    assert {"fetched", "chunk"} <= set(state)
+    old = {k: v for k, v in state.items() if k not in ("fetched", "chunk")}
+    fresh = iter(ds)
+    fresh.set_state(old)
+    _same(_take(fresh, 10), _take(iter(ds), 13)[3:])
+
+
 def test_error_names_the_value_the_rule_and_the_fix() -> None:
     it, state = _mid_state(PIPELINES["first_fit"](Path()), 1)
     with pytest.raises(chute.CheckpointError) as info:

@@ -174,7 +174,17 @@ def test_restore_at_every_step_with_small_state() -> None:
     for _ in range(5):
         next(it)
     state = it.get_state()
-    assert set(state) - {"checksum"} == {"stage", "params", "skip", "piece", "window", "parent"}
+    # (How far its reader had read upstream, "fetched" and "chunk": two ints.)
+    assert set(state) - {"checksum"} == {
+        "stage",
+        "params",
+        "skip",
+        "piece",
+        "window",
+        "fetched",
+        "chunk",
+        "parent",
+    }
     # The window's elements are never in the state: a window 100 times larger, same size.
     big = (
         _sequences(lengths * 50)

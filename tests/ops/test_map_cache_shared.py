@@ -40,6 +40,42 @@ def test_every_epoch_and_iterator_reads_one_cache() -> None:
     assert ds.held == (50, 50 * ds[0].nbytes)
 
 
+def test_a_block_that_spans_epochs_computes_each_position_once() -> None:
+    """`cache().repeat(n)` read in one block reads each position n times: the cache
+    computes it once, so what runs below the cache, and the counts `chute.stats` gives
+    the stages there, do not depend on how the reader cut the stream into blocks (which
+    depends on threads, workers and timing)."""
+    fn = Counted()
+    batch = chute.MapDataset.range(3).map(fn).cache().repeat(10).batch(30)[0]  # one block
+    assert batch[:, 0].tolist() == [0, 1, 2] * 10
+    assert sorted(fn.calls) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_stages_below_a_cache_count_each_position_once(workers: int) -> None:
+    """A window shuffle above `cache().repeat(2)` reads both epochs' positions in one
+    block: the stages below the cache produce each element once, with or without workers."""
+    from chute.experimental import WindowShuffleMapDataset
+
+    ds = chute.MapDataset.source(list(range(12))).map(lambda x: x + 1).cache().repeat(2)
+    ds = WindowShuffleMapDataset(ds, window_size=10, seed=2)
+    options = chute.MultiprocessingOptions(num_workers=workers)
+    chute.config.update("py_debug_mode", True)
+    try:
+        it = iter(ds.to_iter_dataset().mp_prefetch(options))
+        try:
+            assert len(list(it)) == 24
+            counts = {s.name.split("(")[0]: s.elements for s in chute.stats(it).stages}
+        finally:
+            it.close()  # the workers, and with them the cache's shared store, go now
+    finally:
+        chute.config.update("py_debug_mode", False)
+    del it, ds
+    gc.collect()
+    assert counts["SourceMapDataset"] == counts["MapMapDataset"] == 12
+    assert counts["CacheMapDataset"] == 24
+
+
 def test_bounded_by_elements_or_bytes_then_recomputed() -> None:
     fn = Counted()
     ds = chute.MapDataset.range(40).map(fn).cache(max_elements=15)

@@ -242,7 +242,7 @@ class _BucketIterator(DatasetIterator[Any]):
         index, mark = (
             (self._read, self._reader.mark()) if oldest is None else (oldest[0], oldest[1])
         )
-        state = mark_state(self.stage, mark, read=self._read, oldest=index)
+        state = mark_state(self.stage, mark, self._reader, read=self._read, oldest=index)
         state["waiting"] = [len(bucket) for bucket in self._buckets]
         if self.stage_params:
             state["params"] = self.stage_params
@@ -279,6 +279,7 @@ class _BucketIterator(DatasetIterator[Any]):
         self._read, self._ended = read, False
         if read > oldest:
             self._replay(mark, oldest, read, waiting, path)
+        self._reader.settle(path)
 
     def _replay(self, mark: Mark, oldest: int, read: int, waiting: list[int], path: str) -> None:
         """Re-reads input elements `oldest` to `read` and keeps the last `waiting[b]` of

@@ -202,11 +202,17 @@ class CacheMapDataset(MapDataset[T]):
         out = [store.get(p) for p in keys]
         missing = [j for j, x in enumerate(out) if x is MISSING]
         if missing:
-            wanted = np.asarray([keys[j] for j in missing], dtype=np.int64)
-            for j, x in zip(missing, self._parents[0]._getitems(wanted)):
+            # Each position once, however often the block reads it (a block that spans
+            # epochs reads a position once in each).
+            slots: dict[int, list[int]] = {}
+            for j in missing:
+                slots.setdefault(keys[j], []).append(j)
+            wanted = np.fromiter(slots, dtype=np.int64, count=len(slots))
+            for (position, js), x in zip(slots.items(), self._parents[0]._getitems(wanted)):
                 x = freeze(x)
-                store.put(keys[j], x)
-                out[j] = x
+                store.put(position, x)
+                for j in js:
+                    out[j] = x
         return out
 
     def _for_workers(self, resources: list[Any]) -> CacheMapDataset[T]:

@@ -179,9 +179,9 @@ class _FlatMapIterator(DatasetIterator[Any]):
 
     def get_state(self) -> dict[str, Any]:
         if self._next >= len(self._parts) or self._mark is None:
-            return mark_state(self.stage, self._reader.mark())
+            return mark_state(self.stage, self._reader.mark(), self._reader)
         m = self._mark
-        return mark_state(self.stage, Mark(m.parent_state, m.skip, self._next))
+        return mark_state(self.stage, m.at_piece(self._next), self._reader)
 
     def _restore(self, state: Any, path: str) -> None:
         fan = self._ds._t.max_fan_out
@@ -204,4 +204,5 @@ class _FlatMapIterator(DatasetIterator[Any]):
 
             replay_to_piece(mark, path, refill, "the element there has {n} parts")
             self._next = mark.piece
-            self._mark = Mark(mark.parent_state, mark.skip)  # the state restored, exactly
+            self._mark = mark.at_piece(0)  # the state restored, exactly
+        self._reader.settle(path)

@@ -119,8 +119,8 @@ class _RebatchIterator(DatasetIterator[Any]):
             mark = self._reader.mark()
         else:
             assert self._cur_mark is not None
-            mark = Mark(self._cur_mark.parent_state, self._cur_mark.skip, self._offset)
-        return mark_state(self.stage, mark)
+            mark = self._cur_mark.at_piece(self._offset)
+        return mark_state(self.stage, mark, self._reader)
 
     def _restore(self, state: Any, path: str) -> None:
         mark = check_mark(
@@ -137,7 +137,8 @@ class _RebatchIterator(DatasetIterator[Any]):
 
             replay_to_piece(mark, path, refill, "the input batch there has {n} rows")
             self._offset = mark.piece
-            self._cur_mark = Mark(mark.parent_state, mark.skip)  # the state restored, exactly
+            self._cur_mark = mark.at_piece(0)  # the state restored, exactly
+        self._reader.settle(path)
 
 
 class _Slicer:

@@ -204,13 +204,13 @@ class WindowBatchIterator(DatasetIterator[Any]):
         if self._have and self._pos < len(self._batches):
             assert self._start is not None
             s = self._start
-            return self._state(Mark(s.parent_state, s.skip, self._pos), self._window)
+            return self._state(s.at_piece(self._pos), self._window)
         window = self._window + 1 if self._have else self._window
         mark = self._look_mark if self._look_mark is not None else self._reader.mark()
         return self._state(mark, window)
 
     def _state(self, mark: Mark, window: int) -> dict[str, Any]:
-        state = mark_state(self.stage, mark, window=window)
+        state = mark_state(self.stage, mark, self._reader, window=window)
         if self.stage_params:
             state["params"] = self.stage_params
         return state
@@ -249,6 +249,7 @@ class WindowBatchIterator(DatasetIterator[Any]):
 
             replay_to_piece(mark, path, refill, "the window there makes {n} batches")
             self._pos = mark.piece
+        self._reader.settle(path)
 
 
 def too_long_error(where: str, index: int, length: int, padded: int, max_tokens: int) -> Exception:

@@ -117,9 +117,9 @@ class _WindowShuffleIterator(DatasetIterator[T]):
     def get_state(self) -> dict[str, Any]:
         if self._start is None or self._pos >= len(self._buf):
             window = self._window + 1 if self._buf else self._window
-            return mark_state(self.stage, self._reader.mark(), window=window)
+            return mark_state(self.stage, self._reader.mark(), self._reader, window=window)
         s = self._start
-        return mark_state(self.stage, Mark(s.parent_state, s.skip, self._pos), window=self._window)
+        return mark_state(self.stage, s.at_piece(self._pos), self._reader, window=self._window)
 
     def _restore(self, state: Any, path: str) -> None:
         w = self._size
@@ -146,6 +146,7 @@ class _WindowShuffleIterator(DatasetIterator[T]):
 
             replay_to_piece(mark, path, refill, "the window there has {n} elements")
             self._pos = mark.piece
+        self._reader.settle(path)
 
 
 SEED_TAG_WINDOW_SHUFFLE = 6

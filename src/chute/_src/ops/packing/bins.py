@@ -313,7 +313,9 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
 
     def get_state(self) -> dict[str, Any]:
         start = self._start if self._start is not None else self._reader.mark()
-        return mark_state(self.stage, start, emitted=self._emitted, counter=self._counter)
+        return mark_state(
+            self.stage, start, self._reader, emitted=self._emitted, counter=self._counter
+        )
 
     def _restore(self, state: Any, path: str) -> None:
         nb, split = self._ds._bins, self._ds._split
@@ -376,6 +378,7 @@ class _PackIterator(DatasetIterator[dict[str, Any]]):
                     path, "emitted", emitted, f"the batch of bins there has {len(self._rows)} rows"
                 )
             self._emitted = emitted
+        self._reader.settle(path)
 
 
 def _group_rows(batch: dict[str, Any], feature: str, perm: list[int], where: str) -> list[int]:

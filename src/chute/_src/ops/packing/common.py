@@ -21,24 +21,43 @@ Two ideas keep it fast and its state small:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from chute._src.core.errors import CheckpointError
-from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
+from chute._src.core.iterator import (
+    MAX_POSITION,
+    DatasetIterator,
+    bad_value,
+    check_int,
+    check_state,
+)
 
 CHUNK = 256  # at most this many elements read from the parent per call
 
 
 @dataclass(frozen=True)
 class Mark:
-    """An upstream position: `parent_state`, then skip `skip` elements, then piece `piece`."""
+    """An upstream position: `parent_state`, then skip `skip` elements, then piece `piece`.
+
+    `base` is how many elements the reader had read from its parent when the parent was
+    at `parent_state` (in memory only, to count the read-ahead). A mark taken from a state
+    also carries what the reader had read from there when the state was taken
+    (`fetched`) and the size of its next read (`chunk`): `ReplayReader.seek` reads to
+    exactly there again."""
 
     parent_state: dict[str, Any]
     skip: int
     piece: int = 0
+    base: int = field(default=0, compare=False)
+    fetched: int | None = field(default=None, compare=False)
+    chunk: int | None = field(default=None, compare=False)
+
+    def at_piece(self, piece: int) -> Mark:
+        """This position, at piece `piece` of its element."""
+        return replace(self, piece=piece)
 
 
 class ReplayReader:
@@ -47,9 +66,29 @@ class ReplayReader:
     `last_mark()` is the position of the element just returned (the parent's state before
     its chunk, and its offset in the chunk); `mark()` that of the next one. `seek(mark)`
     returns there after the parent has been restored to `mark.parent_state`.
+
+    The reader reads ahead of what it returns (a chunk at a time), and a stage above may
+    have changed something upstream meanwhile that is keyed by the upstream position (a
+    mixture's weights are set at its draw position). So a state records how far the reader
+    had read (`ahead`: `fetched` from the mark's parent state, and the next chunk's size),
+    and a restore reads to exactly there again (`seek`, then `settle` once the stage has
+    replayed): at every step after a restore the parent stands where it stood in the
+    uninterrupted run.
     """
 
-    __slots__ = ("_buf", "_chunk", "_chunk_state", "_parent", "_pos", "_sought")
+    __slots__ = (
+        "_after",
+        "_base",
+        "_buf",
+        "_chunk",
+        "_chunk_state",
+        "_limit",
+        "_parent",
+        "_pending",
+        "_pos",
+        "_read",
+        "_sought",
+    )
 
     def __init__(self, parent: DatasetIterator[Any]) -> None:
         self._parent = parent
@@ -58,12 +97,34 @@ class ReplayReader:
         self._chunk_state: dict[str, Any] | None = None
         self._chunk = 1  # doubles to CHUNK: the first element is not computed far ahead
         self._sought = False  # positioned by seek() and nothing read since
+        self._read = 0  # elements read from the parent (since the last seek)
+        self._base = 0  # `_read` when the parent was at `_chunk_state`
+        # While replaying after a seek: read no further than `_limit` (then take chunks of
+        # `_after` again); and the elements `settle` read to reach it, with the parent's
+        # state before them and their base, once the buffer is used up.
+        self._limit: int | None = None
+        self._after = 1
+        self._pending: tuple[dict[str, Any], int, list[Any]] | None = None
 
     def _refill(self) -> None:
         self._sought = False
+        if self._pending is not None:
+            self._chunk_state, self._base, self._buf = self._pending
+            self._pending, self._pos = None, 0
+            return
+        n = self._chunk
+        if self._limit is not None:
+            if self._read < self._limit:
+                n = min(n, self._limit - self._read)
+            else:  # past what was read when the state was taken: read as it read then
+                self._limit, n = None, self._after
+                self._chunk = n
         self._chunk_state = self._parent.get_state()
-        self._buf = self._parent._next_many(self._chunk)
-        self._chunk = min(CHUNK, self._chunk * 2)
+        self._base = self._read
+        self._buf = self._parent._next_many(n)
+        self._read += len(self._buf)
+        if self._buf:  # (the end of the stream, read again by a replay, changes nothing)
+            self._chunk = min(CHUNK, n * 2)
         self._pos = 0
 
     def next(self) -> Any:
@@ -79,22 +140,39 @@ class ReplayReader:
 
     def last_mark(self, piece: int = 0) -> Mark:
         assert self._chunk_state is not None and self._pos > 0
-        return Mark(self._chunk_state, self._pos - 1, piece)
+        return Mark(self._chunk_state, self._pos - 1, piece, self._base)
 
     def mark(self) -> Mark:
+        if self._pos >= len(self._buf) and not self._sought and self._pending is not None:
+            self._refill()  # on to the elements `settle` read ahead: nothing is read now
         if (self._pos >= len(self._buf) and not self._sought) or self._chunk_state is None:
             # Everything read was handed out: the parent is exactly at the next element.
             # (Right after seek() the mark restored is kept, so that get_state() after
             # set_state(s) gives s back.)
-            self._buf, self._pos, self._chunk_state = [], 0, self._parent.get_state()
-        return Mark(self._chunk_state, self._pos)
+            self._buf, self._pos = [], 0
+            self._chunk_state, self._base = self._parent.get_state(), self._read
+        return Mark(self._chunk_state, self._pos, 0, self._base)
+
+    def ahead(self, mark: Mark) -> dict[str, int]:
+        """How far this reader has read, for a state at `mark` (a mark of this reader):
+        the elements read from `mark.parent_state` on, and the size of its next read."""
+        return {"fetched": self._read - mark.base, "chunk": self._next_chunk()}
+
+    def _next_chunk(self) -> int:
+        return self._after if self._limit is not None else self._chunk
 
     def seek(self, mark: Mark, path: str) -> None:
-        """Positions at `mark`; the parent must just have been restored to its state."""
+        """Positions at `mark`; the parent must just have been restored to its state.
+        Where `mark` is from a state that records how far the reader had read, reads no
+        further than that while the stage replays, and `settle()` reads the rest."""
         self._chunk_state = mark.parent_state
         self._sought = True
+        self._pending = None
         self._buf = self._parent._next_many(mark.skip) if mark.skip else []
+        self._read, self._base = len(self._buf), 0
         self._chunk = 1
+        self._limit = mark.fetched
+        self._after = mark.chunk if mark.chunk is not None else 1
         if len(self._buf) < mark.skip:
             raise CheckpointError(
                 f"{path}['skip'] = {mark.skip} is past the end of the upstream stream "
@@ -103,16 +181,46 @@ class ReplayReader:
             )
         self._pos = mark.skip
 
+    def settle(self, path: str) -> None:
+        """After `seek` and the stage's replay: reads what the reader had read ahead when
+        the state was taken and not yet again, so the parent stands where it stood then,
+        and reads the next chunk as it would have. The reader never holds more than
+        `CHUNK` elements read ahead: a state that says more is rejected (`path` names it)."""
+        if self._limit is None:
+            return
+        rest = self._limit - self._read
+        if rest > CHUNK:
+            raise bad_value(
+                path,
+                "fetched",
+                self._limit,
+                f"the stage's reader holds at most {CHUNK} elements read ahead of the "
+                f"stage's position, and this state says {rest}",
+            )
+        self._limit, self._chunk = None, self._after
+        if rest > 0:
+            state = self._parent.get_state()
+            got = self._parent._next_many(rest)
+            self._pending = (state, self._read, got) if got else None
+            self._read += len(got)
 
-def mark_state(stage: str, mark: Mark, **extra: int) -> dict[str, Any]:
-    """The state of a replaying stage at `mark` (plus its own counters)."""
+
+def mark_state(stage: str, mark: Mark, reader: ReplayReader, **extra: int) -> dict[str, Any]:
+    """The state of a replaying stage at `mark` (plus its own counters), with how far its
+    `reader` has read ahead of `mark`."""
     return {
         "stage": stage,
         "skip": mark.skip,
         "piece": mark.piece,
+        **reader.ahead(mark),
         **extra,
         "parent": mark.parent_state,
     }
+
+
+AHEAD = ("fetched", "chunk")
+"""The keys of a state that record how far the stage's reader had read (a state from
+before they were recorded restores without them)."""
 
 
 def check_mark(
@@ -123,12 +231,14 @@ def check_mark(
     max_piece: int = 0,
     piece_rule: str = "",
 ) -> Mark:
-    """Checks a state from `mark_state` (its keys, `skip` and `piece`); changes nothing.
+    """Checks a state from `mark_state` (its keys, `skip`, `piece` and how far the reader
+    had read); changes nothing.
 
     `skip` is an offset in one chunk the reader took from the parent, so it is below
     `CHUNK`; `piece` is the stage's own (at most `max_piece`, for the reason `piece_rule`).
     """
-    check_state(state, it.stage, {"stage", "skip", "piece", "parent", *extra}, path)
+    ahead = set(AHEAD) if not isinstance(state, dict) or "fetched" in state else set()
+    check_state(state, it.stage, {"stage", "skip", "piece", "parent", *ahead, *extra}, path)
     skip = check_int(
         state,
         "skip",
@@ -138,7 +248,13 @@ def check_mark(
         f"an offset in one chunk of at most {CHUNK} elements read from the parent",
     )
     piece = check_int(state, "piece", path, 0, max_piece, piece_rule)
-    return Mark(state["parent"], skip, piece)
+    if not ahead:
+        return Mark(state["parent"], skip, piece)
+    fetched = check_int(
+        state, "fetched", path, skip, MAX_POSITION, "the reader read past the skipped elements"
+    )
+    chunk = check_int(state, "chunk", path, 1, CHUNK, "the size of the reader's next read")
+    return Mark(state["parent"], skip, piece, 0, fetched, chunk)
 
 
 def upstream_count(it: DatasetIterator[Any], mark: Mark) -> int | None:

@@ -28,7 +28,14 @@ from chute._src.core.iterator import (
     check_int,
     check_state,
 )
-from chute._src.ops.packing.common import CHUNK, Mark, PackSpec, ReplayReader, replay_error
+from chute._src.ops.packing.common import (
+    AHEAD,
+    CHUNK,
+    Mark,
+    PackSpec,
+    ReplayReader,
+    replay_error,
+)
 
 
 class BOSHandling(enum.Enum):
@@ -290,6 +297,7 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
             "has_remainder": remainder is not None,
             "remainder": [0] * len(self._spec.keys) if remainder is None else remainder,
             "emitted": self._since,
+            **self._reader.ahead(mark),
             "parent": mark.parent_state,
         }
 
@@ -300,6 +308,8 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
             state = {**state, "has_remainder": state.get("remainder") != []}
             if state["remainder"] == []:
                 state["remainder"] = [0] * len(self._spec.keys)
+        if not isinstance(state, dict) or "fetched" in state:
+            keys |= set(AHEAD)  # (an older state does not record how far the reader read)
         check_state(state, self.stage, keys, path)
         has_remainder = state["has_remainder"]
         if not isinstance(has_remainder, bool):
@@ -343,6 +353,12 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
             )
         self._parent._restore(state["parent"], f"{path}['parent']")
         mark = Mark(state["parent"], skip)
+        if "fetched" in state:
+            fetched = check_int(
+                state, "fetched", path, skip, MAX_POSITION, "the reader read past 'skip'"
+            )
+            chunk = check_int(state, "chunk", path, 1, CHUNK, "the size of the reader's next read")
+            mark = Mark(state["parent"], skip, 0, 0, fetched, chunk)
         self._reader.seek(mark, path)
         self._out.clear()
         self._stop = False
@@ -384,3 +400,4 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
             for _ in range(emitted - 1):
                 self._out.popleft()
             self._since = emitted
+        self._reader.settle(path)

@@ -265,10 +265,11 @@ class _PackAndBatchIterator(DatasetIterator[tuple[Any, Any, Any]]):
 
     def get_state(self) -> dict[str, Any]:
         start = self._carry_mark if self._carry_mark is not None else self._reader.mark()
-        return mark_state(self.stage, start)
+        return mark_state(self.stage, start, self._reader)
 
     def _restore(self, state: Any, path: str) -> None:
         mark = check_mark(self, state, path, (), 0, "this packer does not split sequences")
         restore_parent(self, mark, path)
         self._reader.seek(mark, path)
         self._carry = self._carry_mark = None
+        self._reader.settle(path)
