@@ -145,6 +145,11 @@ def _new2(case: Case) -> bool:
     return later and any(n in WINDOWED for n in _names(case))
 
 
+def _new4(case: Case) -> bool:
+    """A mixture whose weights change, restored, under a stage that reads in chunks."""
+    return _weights_then_restore(case) and any(n in WINDOWED for n in _names(case))
+
+
 def _new3(case: Case) -> bool:
     """A MapDataset.cache() in a pipeline whose counts are compared across worker counts."""
     p = _p(case)
@@ -428,6 +433,36 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 runs=(Run(), Run(1)),
                 restore=(19, Run(1), Run()),
                 stats=True,
+            ),
+        ),
+        fixed=True,
+    ),
+    KnownDefect(
+        "new-4",
+        "a stage that reads its input in chunks and had met its end before a weight change, "
+        "restored from a state taken after it, read on past that end: the new weights "
+        "revived a mixture that had run dry in the uninterrupted run (long profile, seed "
+        "1796670571)",
+        frozenset({"resume"}),
+        _new4,
+        (
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 5, 5, "fn", 0),
+                    (),
+                    (("batch_by_tokens", 4, 5, False, None),),
+                    ((0, (0.5, 0.0)), (1, (0.0, 1.0))),
+                ),
+                restore=(2, Run(), Run()),
+            ),
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 3, 3, (1.0, 1.0), 0),
+                    (),
+                    (("bucket", None, False),),
+                    ((0, (1.0, 0.0)), (2, (0.0, 1.0))),
+                ),
+                restore=(2, Run(), Run()),
             ),
         ),
         fixed=True,

@@ -73,7 +73,8 @@ class ReplayReader:
     had read (`ahead`: `fetched` from the mark's parent state, and the next chunk's size),
     and a restore reads to exactly there again (`seek`, then `settle` once the stage has
     replayed): at every step after a restore the parent stands where it stood in the
-    uninterrupted run.
+    uninterrupted run. A reader whose parent has ended records a next chunk of 0, and one
+    restored from such a state reads no further than the end was.
     """
 
     __slots__ = (
@@ -123,8 +124,10 @@ class ReplayReader:
         self._base = self._read
         self._buf = self._parent._next_many(n)
         self._read += len(self._buf)
-        if self._buf:  # (the end of the stream, read again by a replay, changes nothing)
-            self._chunk = min(CHUNK, n * 2)
+        # A short read is the parent's end: the reader asks no more (`_chunk` 0), so a state
+        # taken after it restores to a reader that has ended too, even if something upstream
+        # changed since (a mixture given new weights after it ran dry).
+        self._chunk = min(CHUNK, n * 2) if len(self._buf) == n else 0
         self._pos = 0
 
     def next(self) -> Any:
@@ -203,6 +206,8 @@ class ReplayReader:
             got = self._parent._next_many(rest)
             self._pending = (state, self._read, got) if got else None
             self._read += len(got)
+            if len(got) < rest:  # the parent ended sooner than it did when the state was taken
+                self._chunk = 0
 
 
 def mark_state(stage: str, mark: Mark, reader: ReplayReader, **extra: int) -> dict[str, Any]:
@@ -253,7 +258,9 @@ def check_mark(
     fetched = check_int(
         state, "fetched", path, skip, MAX_POSITION, "the reader read past the skipped elements"
     )
-    chunk = check_int(state, "chunk", path, 1, CHUNK, "the size of the reader's next read")
+    chunk = check_int(
+        state, "chunk", path, 0, CHUNK, "the size of the reader's next read (0: its parent ended)"
+    )
     return Mark(state["parent"], skip, piece, 0, fetched, chunk)
 
 

@@ -357,7 +357,14 @@ class _ConcatSplitIterator(DatasetIterator[dict[str, Any]]):
             fetched = check_int(
                 state, "fetched", path, skip, MAX_POSITION, "the reader read past 'skip'"
             )
-            chunk = check_int(state, "chunk", path, 1, CHUNK, "the size of the reader's next read")
+            chunk = check_int(
+                state,
+                "chunk",
+                path,
+                0,
+                CHUNK,
+                "the size of the reader's next read (0: its parent ended)",
+            )
             mark = Mark(state["parent"], skip, 0, 0, fetched, chunk)
         self._reader.seek(mark, path)
         self._out.clear()
