@@ -2,15 +2,24 @@
 
 The peers: SPDL 0.8.0 (`spdl.pipeline.PipelineBuilder`), torchdata 0.11.0's
 `torchdata.nodes`, MosaicML Streaming 0.13.0 and LitData 0.2.76. They pull their own torch,
-so they live in a virtualenv of their own, `.venv-peers` at the checkout's root:
+so they live in a virtualenv of their own, `.venv-peers` at the checkout's root, or
+anywhere else named by the environment variable CHUTE_PEERS_VENV:
 
     python3 -m venv .venv-peers
     .venv-peers/bin/pip install -e . tokenizers pillow array-record psutil \\
-        torch==2.13.0 torchvision==0.28.0 spdl==0.8.0 torchdata==0.11.0 \\
+        torch==2.14.1 torchvision==0.29.1 spdl==0.8.0 torchdata==0.11.0 \\
         mosaicml-streaming==0.13.0 litdata==0.2.76
 
-(torchvision is pinned to the release built for torch 2.13; Streaming and LitData import
-it.) `run_all.py --peers` (or `--only peers`) drives the rows from the suite's own
+(verified on a CPU-only machine, at `CHUTE_PEERS_VENV=/work/venv-peers`, on 2026-12-07.)
+Streaming needs torchvision at import (`streaming/__init__.py` imports `streaming.vision`,
+which imports `torchvision.datasets`); LitData, SPDL and torchdata.nodes do not. The pair
+is PyPI's own torch and torchvision, the builds made for each other: they carry CUDA
+libraries (about 5.5 GB installed) and run on a machine without a GPU. A CPU-only torch
+(`+cpu`, from PyTorch's own index) beside PyPI's torchvision does not: torchvision's
+`_C.so` links `libtorch_cuda.so`, which a `+cpu` torch lacks, so `import torchvision` fails
+with `operator torchvision::nms does not exist`. PyTorch's CPU index would give a smaller
+matching pair (`+cpu` of both); it was not reachable where this was verified, so that
+variant is untested. `run_all.py --peers` (or `--only peers`) drives the rows from the suite's own
 Python; every measurement runs here, in a fresh `.venv-peers` process, chute's included,
 so chute and the peers meet with the same packages, the same process kind and the same
 rounds. The rows, each library on the same per-element work as the rest of the suite:
@@ -102,7 +111,8 @@ PEER_PACKAGES = {
 }
 INSTALL = (
     "python3 -m venv .venv-peers && .venv-peers/bin/pip install -e . tokenizers pillow "
-    "array-record psutil torch==2.13.0 torchvision==0.28.0 " + " ".join(PEER_PACKAGES.values())
+    "array-record psutil torch==2.14.1 torchvision==0.29.1 " + " ".join(PEER_PACKAGES.values())
+    + " (or a virtualenv elsewhere, named by CHUTE_PEERS_VENV)"
 )
 CORPUS = 120_000  # bench_torch.CORPUS_RECORDS
 IMAGES_FULL, IMAGES_QUICK = 320, 192  # bench_image's counts
