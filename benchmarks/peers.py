@@ -111,7 +111,8 @@ PEER_PACKAGES = {
 }
 INSTALL = (
     "python3 -m venv .venv-peers && .venv-peers/bin/pip install -e . tokenizers pillow "
-    "array-record psutil torch==2.14.1 torchvision==0.29.1 " + " ".join(PEER_PACKAGES.values())
+    "array-record psutil torch==2.14.1 torchvision==0.29.1 "
+    + " ".join(PEER_PACKAGES.values())
     + " (or a virtualenv elsewhere, named by CHUTE_PEERS_VENV)"
 )
 CORPUS = 120_000  # bench_torch.CORPUS_RECORDS
@@ -120,6 +121,7 @@ TEXT_BATCH, IMAGE_BATCH = 512, 64
 # Elements of one overhead pass: 0.5-3 s each on a 2-core machine (SPDL hands each
 # element through its asyncio stages at ~0.2-0.4 ms); a quarter with --quick.
 OVERHEAD_N = {"chute": 2_000_000, "torchdata.nodes": 2_000_000, "spdl": 10_000}
+OVERHEAD_N_BATCHED = {"spdl": 40_000}  # SPDL's "batched" variant: one task per 32
 SHARD_BYTES = 4 << 20  # MDS shards and LitData chunks: 7 of the 25 MB corpus, for 2 workers
 
 
@@ -268,9 +270,91 @@ def image_items(paths: list[str]) -> Iterator[tuple[int, str]]:
         epoch += 1
 
 
+def text_batch(path: str, indices: list[int]) -> dict[str, Any]:
+    """torchdata's `MapAndCollate` for the text rows: a whole batch of indices read, worked
+    and stacked in one task (the migration guide's map-and-collate)."""
+    return stack_rows([text_row(path, i) for i in indices])
+
+
+def image_batch(items: list[tuple[int, str]]) -> Any:
+    return stack_images([image_at(item) for item in items])
+
+
+def double_batch(xs: list[int]) -> list[int]:
+    return [x * 2 for x in xs]
+
+
+# Each peer's documented ways of running a row, measured by `peers.py variants` (results:
+# benchmarks/results/2026-12-07/peers_variants_*.txt); BEST holds the fastest, which the
+# table uses. The docs each variant follows:
+#
+# torchdata.nodes, "Migrating to torchdata.nodes from torch.utils.data"
+#   (https://pytorch.org/data/0.11/migrate_to_nodes_from_utils.html): sampler -> Batcher
+#   -> ParallelMapper(MapAndCollate, num_workers, method="process" (or "thread"),
+#   in_order=True) -> Prefetcher(prefetch_factor=num_workers * 2) -> Loader. Variants:
+#   method process / thread, in_order True / False ("batch-process", "batch-thread",
+#   "...-unordered"); "element-process" is the old per-record ParallelMapper, kept to show
+#   what the guide avoids.
+# SPDL, "Execution Models: MT, MTP, and MP"
+#   (https://facebookresearch.github.io/spdl/0.8.0/getting_started/execution_models.html)
+#   and the FAQ "What if a function does not release GIL?"
+#   (https://facebookresearch.github.io/spdl/0.8.0/faq.html): "mt" = source -> aggregate
+#   -> pipe(map-and-collate, concurrency=N) on the thread pool (build(num_threads=N));
+#   "mp" = source -> aggregate -> .to(ProcessPoolExecutorConfig(max_workers=N)) ->
+#   pipe(map-and-collate) -> .to(MAIN_PROCESS), the region API the page gives for a
+#   GIL-holding stage (whole batches cross the boundary, not elements); "element-mp" is the
+#   old per-record pipe(executor=ProcessPoolExecutor), the FAQ's per-stage executor.
+#   Subinterpreters need Python 3.14 and no NumPy in the region: not applicable here.
+VARIANTS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("overhead", "spdl"): ("element", "batched"),
+    ("overhead", "torchdata.nodes"): ("element", "batched"),
+    ("text0", "spdl"): ("mt",),
+    ("text0", "torchdata.nodes"): ("batch-inline",),
+    ("text2", "spdl"): ("mp", "mt", "element-mp"),
+    ("text2", "torchdata.nodes"): (
+        "batch-process",
+        "batch-process-unordered",
+        "batch-thread",
+        "batch-thread-unordered",
+        "element-process",
+    ),
+    ("image_proc", "spdl"): ("mp",),
+    ("image_proc", "torchdata.nodes"): ("batch-process", "batch-process-unordered"),
+    ("image_thread", "spdl"): ("mt",),
+    ("image_thread", "torchdata.nodes"): ("batch-thread", "batch-thread-unordered"),
+}
+BEST: dict[tuple[str, str], str] = {k: v[0] for k, v in VARIANTS.items()} | {
+    ("overhead", "spdl"): "batched",  # 3,346 vs 2,288 elem/s (peers_variants_quick.txt)
+    ("overhead", "torchdata.nodes"): "batched",  # 1,029,627 vs 598,837 elem/s
+}
+
+
 def spdl_iter(pipeline: Any) -> Iterator[Any]:
     with pipeline.auto_stop():
         yield from pipeline.get_iterator()
+
+
+def spdl_batched(
+    source: Any, map_and_collate: Callable[[Any], Any], batch: int, workers: int, variant: str
+) -> Iterator[Any]:
+    """SPDL's MT or MP execution model (see VARIANTS) on whole batches."""
+    from spdl.pipeline import PipelineBuilder
+    from spdl.pipeline.defs import MAIN_PROCESS, ProcessPoolExecutorConfig
+
+    builder = PipelineBuilder().add_source(source).aggregate(batch, drop_last=True)
+    if variant == "mp":
+        builder = (
+            builder.to(ProcessPoolExecutorConfig(max_workers=workers))
+            .pipe(map_and_collate)
+            .to(MAIN_PROCESS)
+        )
+        threads = workers  # the pipeline's own thread pool, for the region's dispatch
+    elif variant == "mt":
+        builder = builder.pipe(map_and_collate, concurrency=workers)
+        threads = workers
+    else:
+        raise ValueError(f"no SPDL variant {variant!r}; variants: mp, mt")
+    return spdl_iter(builder.add_sink(3).build(num_threads=threads))
 
 
 def spdl_pipeline(
@@ -281,6 +365,7 @@ def spdl_pipeline(
     concurrency: int,
     processes: bool,
 ) -> Iterator[Any]:
+    """The per-element form ("element-mp"): each record crosses to a ProcessPoolExecutor."""
     from concurrent.futures import ProcessPoolExecutor
 
     from spdl.pipeline import PipelineBuilder
@@ -297,6 +382,27 @@ def spdl_pipeline(
     return spdl_iter(builder.add_sink(3).build(num_threads=max(1, concurrency)))
 
 
+def nodes_batched(
+    source: Any, map_and_collate: Callable[[Any], Any], batch: int, workers: int, variant: str
+) -> Iterator[Any]:
+    """torchdata.nodes as its migration guide builds a DataLoader (see VARIANTS)."""
+    import torchdata.nodes as tn
+
+    node: Any = tn.Batcher(tn.IterableWrapper(source), batch_size=batch, drop_last=True)
+    if variant == "batch-inline":  # num_workers=0: the map runs in the consumer's thread
+        return iter(tn.Loader(tn.Mapper(node, map_and_collate)))
+    kind, _, order = variant.removeprefix("batch-").partition("-")
+    node = tn.ParallelMapper(
+        node,
+        map_fn=map_and_collate,
+        num_workers=workers,
+        method=kind,  # type: ignore[arg-type]
+        in_order=order != "unordered",
+    )
+    node = tn.Prefetcher(node, prefetch_factor=workers * 2)
+    return iter(tn.Loader(node))
+
+
 def nodes_loader(
     source: Any,
     op: Callable[[Any], Any],
@@ -306,6 +412,7 @@ def nodes_loader(
     method: str,
     prefetch: bool = True,
 ) -> Iterator[Any]:
+    """The per-element form ("element-process"): one record per ParallelMapper task."""
     import torchdata.nodes as tn
 
     node: Any = tn.IterableWrapper(source)
@@ -348,7 +455,12 @@ def _mosaic_iter() -> Iterator[Any]:
         local=str(_converted("mds")), shuffle=True, shuffle_seed=42, batch_size=TEXT_BATCH
     )
     loader: Any = DataLoader(
-        ds, batch_size=TEXT_BATCH, num_workers=2, drop_last=True, collate_fn=stack_rows
+        ds,
+        batch_size=TEXT_BATCH,
+        num_workers=2,
+        drop_last=True,
+        collate_fn=stack_rows,
+        persistent_workers=True,  # workers kept across epochs: no respawn at each boundary
     )
     while True:
         yield from loader
@@ -361,7 +473,12 @@ def _litdata_iter() -> Iterator[Any]:
         str(_converted("litdata")), shuffle=True, seed=42, transform=_litdata_work
     )
     loader = litdata.StreamingDataLoader(
-        ds, batch_size=TEXT_BATCH, num_workers=2, drop_last=True, collate_fn=stack_rows
+        ds,
+        batch_size=TEXT_BATCH,
+        num_workers=2,
+        drop_last=True,
+        collate_fn=stack_rows,
+        persistent_workers=True,  # workers kept across epochs: no respawn at each boundary
     )
     while True:
         yield from loader
@@ -386,25 +503,32 @@ def _chute_stream() -> Iterator[Any]:
     return iter(ds)
 
 
-def make_iter(key: str, lib: str, quick: bool) -> tuple[Iterator[Any], Callable[[Any], int]]:
-    """A fresh iterator of `lib` on row `key`, and how to count a batch's items."""
+def make_iter(
+    key: str, lib: str, quick: bool, variant: str | None = None
+) -> tuple[Iterator[Any], Callable[[Any], int]]:
+    """A fresh iterator of `lib` on row `key` (its `variant`, else BEST's), and how to
+    count a batch's items."""
     _, ar = _corpus_paths()
+    variant = variant or BEST.get((key, lib), "")
     if key in ("text0", "text2"):
         workers = 0 if key == "text0" else 2
-        op = partial(text_row, str(ar))
         if lib == "chute":
             ds = bench_torch.text_dataset("chute", ar, 0)
             if workers:
                 ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
             return iter(ds), _rows
+        source = text_indices(CORPUS)
+        collate = partial(text_batch, str(ar))
         if lib == "spdl":
-            it = spdl_pipeline(
-                text_indices(CORPUS), op, TEXT_BATCH, stack_rows, max(1, workers), workers > 0
-            )
-            return it, _rows
+            if variant == "element-mp":
+                op = partial(text_row, str(ar))
+                return spdl_pipeline(source, op, TEXT_BATCH, stack_rows, 2, True), _rows
+            return spdl_batched(source, collate, TEXT_BATCH, max(1, workers), variant), _rows
         if lib == "torchdata.nodes":
-            it = nodes_loader(text_indices(CORPUS), op, TEXT_BATCH, stack_rows, workers, "process")
-            return it, _rows
+            if variant == "element-process":
+                op = partial(text_row, str(ar))
+                return nodes_loader(source, op, TEXT_BATCH, stack_rows, 2, "process"), _rows
+            return nodes_batched(source, collate, TEXT_BATCH, workers, variant), _rows
     if key in ("image_proc", "image_thread"):
         paths = _image_paths(quick)
         procs = key == "image_proc"
@@ -421,13 +545,9 @@ def make_iter(key: str, lib: str, quick: bool) -> tuple[Iterator[Any], Callable[
             )
             return iter(ds), len
         if lib == "spdl":
-            it = spdl_pipeline(image_items(paths), image_at, IMAGE_BATCH, stack_images, 2, procs)
-            return it, len
+            return spdl_batched(image_items(paths), image_batch, IMAGE_BATCH, 2, variant), len
         if lib == "torchdata.nodes":
-            method = "process" if procs else "thread"
-            return nodes_loader(
-                image_items(paths), image_at, IMAGE_BATCH, stack_images, 2, method
-            ), len
+            return nodes_batched(image_items(paths), image_batch, IMAGE_BATCH, 2, variant), len
     if key == "overhead":
         raise ValueError("overhead is timed whole: see overhead_rate")
     if key == "stream":
@@ -440,9 +560,11 @@ def make_iter(key: str, lib: str, quick: bool) -> tuple[Iterator[Any], Callable[
     raise ValueError(f"no {lib!r} contender in row {key!r}; rows: {[s.key for s in SPECS]}")
 
 
-def overhead_rate(lib: str, n: int) -> float:
+def overhead_rate(lib: str, n: int, variant: str = "element") -> float:
     """Elements/s of one whole pass over range(n), shuffled, doubled, batched by 32 (the
-    library imported before the clock starts, as in the suite's overhead row)."""
+    library imported before the clock starts, as in the suite's overhead row). A peer's
+    "batched" variant batches first and doubles a whole batch per task, as both peers'
+    docs do with costly per-element work (VARIANTS)."""
     if lib == "chute":
         t0 = time.perf_counter()
         count = bench_core.chute_dataset(n)
@@ -451,14 +573,12 @@ def overhead_rate(lib: str, n: int) -> float:
 
         t0 = time.perf_counter()
         count = 0
-        pipeline = (
-            PipelineBuilder()
-            .add_source(np.random.default_rng(1).permutation(n).tolist())
-            .pipe(double)
-            .aggregate(32)
-            .add_sink(3)
-            .build(num_threads=1)
-        )
+        builder = PipelineBuilder().add_source(np.random.default_rng(1).permutation(n).tolist())
+        if variant == "batched":
+            builder = builder.aggregate(32).pipe(double_batch)
+        else:
+            builder = builder.pipe(double).aggregate(32)
+        pipeline = builder.add_sink(3).build(num_threads=1)
         with pipeline.auto_stop():
             for batch in pipeline.get_iterator():
                 count += len(batch)
@@ -468,8 +588,12 @@ def overhead_rate(lib: str, n: int) -> float:
         t0 = time.perf_counter()
         count = 0
         perm = np.random.default_rng(1).permutation(n).tolist()
-        node: Any = tn.Mapper(tn.IterableWrapper(perm), double)
-        for batch in tn.Loader(tn.Batcher(node, batch_size=32, drop_last=False)):
+        node: Any = tn.IterableWrapper(perm)
+        if variant == "batched":
+            node = tn.Mapper(tn.Batcher(node, batch_size=32, drop_last=False), double_batch)
+        else:
+            node = tn.Batcher(tn.Mapper(node, double), batch_size=32, drop_last=False)
+        for batch in tn.Loader(node):
             count += len(batch)
     else:
         raise ValueError(f"no {lib!r} contender in row 'overhead'")
@@ -536,14 +660,18 @@ def prepare() -> dict[str, float]:
 # -- one measurement (runs in .venv-peers, a fresh process each) ------------------------------
 
 
-def measure_one(key: str, lib: str, seconds: float, quick: bool) -> dict[str, float]:
+def measure_one(
+    key: str, lib: str, seconds: float, quick: bool, variant: str | None = None
+) -> dict[str, float]:
     import warnings
 
     warnings.filterwarnings("ignore")
     if key == "overhead":
-        n = OVERHEAD_N[lib] // (4 if quick else 1)
-        return {"rate": overhead_rate(lib, n)}
-    it, size = make_iter(key, lib, quick)
+        variant = variant or BEST.get((key, lib), "element")
+        full = OVERHEAD_N_BATCHED.get(lib, OVERHEAD_N[lib]) if variant == "batched" else None
+        n = (full or OVERHEAD_N[lib]) // (4 if quick else 1)
+        return {"rate": overhead_rate(lib, n, variant)}
+    it, size = make_iter(key, lib, quick, variant)
     rate, first_s = bench_torch.rate_after_first(it, seconds, size=size)
     return {"rate": rate, "first_s": first_s}
 
@@ -584,10 +712,14 @@ class Result:
         return bool(p and c and min(p) > max(c))
 
 
-def run_one(exe: Path, key: str, lib: str, seconds: float, quick: bool) -> dict[str, float]:
+def run_one(
+    exe: Path, key: str, lib: str, seconds: float, quick: bool, variant: str | None = None
+) -> dict[str, float]:
     cmd = [str(exe), str(Path(__file__).resolve()), "measure", key, lib, f"--seconds={seconds}"]
     if quick:
         cmd.append("--quick")
+    if variant:
+        cmd.append(f"--variant={variant}")
     # A temporary folder of its own, removed after: Streaming leaves lock files there.
     tmp = tempfile.mkdtemp(prefix="chute-peers-")
     proc = subprocess.Popen(
@@ -675,6 +807,37 @@ def run_prepare(exe: Path) -> dict[str, float]:
     return out
 
 
+def variants_table(rows: list[str] | None, rounds: int, seconds: float, quick: bool) -> None:
+    """Each (row, peer)'s documented variants, `rounds` rounds each, the variants
+    alternating; prints each round, the medians and the fastest (to be kept in BEST)."""
+    exe = python()
+    if exe is None:
+        raise SystemExit(missing_message())
+    print(f"# peers' Python: {exe}: {versions(exe)}; load {load1():.2f}", flush=True)
+    for (key, lib), names in VARIANTS.items():
+        if rows and key not in rows:
+            continue
+        got: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            for k in range(len(names)):
+                name = names[(r + k) % len(names)]
+                try:
+                    got[name].append(run_one(exe, key, lib, seconds, quick, name)["rate"])
+                except Exception as e:  # reported; the others go on
+                    print(f"# {key} {lib} {name}: failed: {str(e)[-300:]}", flush=True)
+        med = {n: statistics.median(v) for n, v in got.items() if v}
+        best = max(med, key=lambda n: med[n]) if med else "-"
+        for n in names:
+            runs = ", ".join(f"{x:,.0f}" for x in got[n])
+            figure = f"{med[n]:>12,.0f}" if n in med else f"{'failed':>12}"
+            print(f"{key:<13} {lib:<16} {n:<24} {figure}   rounds: {runs}", flush=True)
+        print(
+            f"{key:<13} {lib:<16} fastest: {best} (BEST: {BEST.get((key, lib))}); "
+            f"load {load1():.2f}",
+            flush=True,
+        )
+
+
 def versions(exe: Path) -> str:
     code = (
         "import importlib.metadata as m, sys; print(f'Python {sys.version.split()[0]}; ' + "
@@ -693,11 +856,21 @@ def main() -> None:
     m.add_argument("lib", choices=("chute", *PEERS))
     m.add_argument("--seconds", type=float, default=3.0)
     m.add_argument("--quick", action="store_true")
+    m.add_argument("--variant", default=None, help="one of VARIANTS[(key, lib)]")
+    v = sub.add_parser("variants", help="measure each peer's documented variants (any Python)")
+    v.add_argument("--rows", nargs="*", default=None, help="row keys (default: all)")
+    v.add_argument("--rounds", type=int, default=3)
+    v.add_argument("--seconds", type=float, default=1.5)
+    v.add_argument("--quick", action="store_true")
     args = p.parse_args()
+    if args.cmd == "variants":
+        variants_table(args.rows, args.rounds, args.seconds, args.quick)
+        return
     if args.cmd == "prepare":
         print(json.dumps(prepare()))
     else:
-        print(json.dumps(measure_one(args.key, args.lib, args.seconds, args.quick)), flush=True)
+        out = measure_one(args.key, args.lib, args.seconds, args.quick, args.variant)
+        print(json.dumps(out), flush=True)
     sys.stdout.flush()
     # A peer's worker processes left running (torchdata.nodes' have no close) would hold
     # the pipe to the driver open, and its threads the exit: end them, then leave.
