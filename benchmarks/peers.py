@@ -25,8 +25,9 @@ so chute and the peers meet with the same packages, the same process kind and th
 rounds. The rows, each library on the same per-element work as the rest of the suite:
 
 - `overhead`: range(n), shuffle, x * 2, batch 32 in the consumer's process (chute:
-  `bench_core.chute_dataset`; SPDL: source -> pipe -> aggregate(32) -> sink, one thread;
-  torchdata.nodes: IterableWrapper -> Mapper -> Batcher(32) -> Loader); elements/s of a
+  `bench_core.chute_dataset`; SPDL: source -> aggregate(32) -> pipe(double the batch) ->
+  sink, one thread; torchdata.nodes: IterableWrapper -> Batcher(32) -> Mapper(double the
+  batch) -> Loader: each peer's faster documented form, see VARIANTS); elements/s of a
   whole pass (`OVERHEAD_N` elements, fewer for SPDL, whose pass is slow), the library
   imported before the clock starts.
 - `text, 0 workers` / `text, 2 workers`: seed 003's pipeline on the shared corpus
@@ -36,24 +37,28 @@ rounds. The rows, each library on the same per-element work as the rest of the s
   read the same records from an endless stream of `DistributedSampler(num_replicas=16,
   rank=1, seed=42)` epochs, through chute's public ArrayRecord reader (the same reader
   as chute's pipeline, so the row compares loaders; array_record's own reader takes
-  ~1 ms a record here, more than the rest of the work): torchdata.nodes: IterableWrapper -> ParallelMapper
-  (num_workers 0, or 2 with method="process") -> Batcher(512) -> Mapper(stack) ->
-  Prefetcher(2) -> Loader; SPDL: add_source -> pipe(concurrency 1 on its thread pool,
-  or 2 with a ProcessPoolExecutor(2)) -> aggregate(512) -> pipe(stack) -> add_sink(3).
+  ~1 ms a record here, more than the rest of the work), a whole batch of indices per
+  task (`text_batch`, torchdata's map-and-collate): torchdata.nodes: IterableWrapper ->
+  Batcher(512) -> ParallelMapper(map-and-collate, 2 workers, method="process",
+  in_order=True) -> Prefetcher(4) -> Loader (0 workers: Mapper); SPDL: add_source ->
+  aggregate(512) -> .to(ProcessPoolExecutorConfig(2)) -> pipe(map-and-collate) ->
+  .to(MAIN_PROCESS) -> add_sink(3) (0 workers: the same on its thread pool, concurrency 1).
 - `image, 2 processes` / `image, 2 threads`: `bench_image`'s JPEG decode (Pillow),
   random 224 crop and flip, batch 64; images/s. chute: `bench_image.dataset` with
   `mp_prefetch(2 workers)` (its default ReadOptions inside each), or the same pipeline
-  with `ReadOptions(num_threads=2)`; torchdata.nodes: ParallelMapper(num_workers=2,
-  method="process" or "thread"); SPDL: pipe(concurrency=2) on a ProcessPoolExecutor(2) or
-  on its thread pool (`build(num_threads=2)`).
+  with `ReadOptions(num_threads=2)`; the peers batch 64 (index, path) items first and
+  decode, augment and stack a batch per task: torchdata.nodes ParallelMapper(num_workers=2,
+  method="process" or "thread"); SPDL an MP region of 2 processes, or MT with
+  concurrency 2 on `build(num_threads=2)`.
 - `stream, 2 workers`: the corpus converted once to each library's own format and read
   back shuffled with 2 worker processes, each record parsed, tokenized, trimmed and
   padded to 128, batch 512; rows/s. chute: `chute.records.RecordWriter` (what `chute
   convert` writes), `RecordFileDataSource` -> shuffle -> repeat -> maps -> batch ->
   `mp_prefetch(2)` (`examples/demo.py`'s pipeline); Streaming: `MDSWriter`, then a
   `StreamingDataset(local=..., shuffle=True)` subclass whose `__getitem__` does the work,
-  in a torch `DataLoader(num_workers=2)`; LitData: `litdata.optimize`, then
-  `StreamingDataset(transform=...)` in a `StreamingDataLoader(num_workers=2)`.
+  in a torch `DataLoader(num_workers=2, persistent_workers=True)`; LitData:
+  `litdata.optimize`, then `StreamingDataset(transform=...)` in a
+  `StreamingDataLoader(num_workers=2, persistent_workers=True)`.
 
 Streaming and LitData read their own formats only: they are in the `stream` row and `-`
 elsewhere. SPDL and torchdata.nodes read no converted format of their own: `-` there.
