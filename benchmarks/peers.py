@@ -401,7 +401,7 @@ def nodes_batched(
         node,
         map_fn=map_and_collate,
         num_workers=workers,
-        method=kind,  # type: ignore[arg-type]
+        method=kind,
         in_order=order != "unordered",
     )
     node = tn.Prefetcher(node, prefetch_factor=workers * 2)
