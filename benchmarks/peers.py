@@ -2,22 +2,32 @@
 
 The peers: SPDL 0.8.0 (`spdl.pipeline.PipelineBuilder`), torchdata 0.11.0's
 `torchdata.nodes`, MosaicML Streaming 0.13.0 and LitData 0.2.76. They pull their own torch,
-so they live in a virtualenv of their own, `.venv-peers` at the checkout's root:
+so they live in a virtualenv of their own, `.venv-peers` at the checkout's root, or
+anywhere else named by the environment variable CHUTE_PEERS_VENV:
 
     python3 -m venv .venv-peers
     .venv-peers/bin/pip install -e . tokenizers pillow array-record psutil \\
-        torch==2.13.0 torchvision==0.28.0 spdl==0.8.0 torchdata==0.11.0 \\
+        torch==2.14.1 torchvision==0.29.1 spdl==0.8.0 torchdata==0.11.0 \\
         mosaicml-streaming==0.13.0 litdata==0.2.76
 
-(torchvision is pinned to the release built for torch 2.13; Streaming and LitData import
-it.) `run_all.py --peers` (or `--only peers`) drives the rows from the suite's own
+(verified on a CPU-only machine, at `CHUTE_PEERS_VENV=/work/venv-peers`, on 2026-12-07.)
+Streaming needs torchvision at import (`streaming/__init__.py` imports `streaming.vision`,
+which imports `torchvision.datasets`); LitData, SPDL and torchdata.nodes do not. The pair
+is PyPI's own torch and torchvision, the builds made for each other: they carry CUDA
+libraries (about 5.5 GB installed) and run on a machine without a GPU. A CPU-only torch
+(`+cpu`, from PyTorch's own index) beside PyPI's torchvision does not: torchvision's
+`_C.so` links `libtorch_cuda.so`, which a `+cpu` torch lacks, so `import torchvision` fails
+with `operator torchvision::nms does not exist`. PyTorch's CPU index would give a smaller
+matching pair (`+cpu` of both); it was not reachable where this was verified, so that
+variant is untested. `run_all.py --peers` (or `--only peers`) drives the rows from the suite's own
 Python; every measurement runs here, in a fresh `.venv-peers` process, chute's included,
 so chute and the peers meet with the same packages, the same process kind and the same
 rounds. The rows, each library on the same per-element work as the rest of the suite:
 
 - `overhead`: range(n), shuffle, x * 2, batch 32 in the consumer's process (chute:
-  `bench_core.chute_dataset`; SPDL: source -> pipe -> aggregate(32) -> sink, one thread;
-  torchdata.nodes: IterableWrapper -> Mapper -> Batcher(32) -> Loader); elements/s of a
+  `bench_core.chute_dataset`; SPDL: source -> aggregate(32) -> pipe(double the batch) ->
+  sink, one thread; torchdata.nodes: IterableWrapper -> Batcher(32) -> Mapper(double the
+  batch) -> Loader: each peer's faster documented form, see VARIANTS); elements/s of a
   whole pass (`OVERHEAD_N` elements, fewer for SPDL, whose pass is slow), the library
   imported before the clock starts.
 - `text, 0 workers` / `text, 2 workers`: seed 003's pipeline on the shared corpus
@@ -27,24 +37,28 @@ rounds. The rows, each library on the same per-element work as the rest of the s
   read the same records from an endless stream of `DistributedSampler(num_replicas=16,
   rank=1, seed=42)` epochs, through chute's public ArrayRecord reader (the same reader
   as chute's pipeline, so the row compares loaders; array_record's own reader takes
-  ~1 ms a record here, more than the rest of the work): torchdata.nodes: IterableWrapper -> ParallelMapper
-  (num_workers 0, or 2 with method="process") -> Batcher(512) -> Mapper(stack) ->
-  Prefetcher(2) -> Loader; SPDL: add_source -> pipe(concurrency 1 on its thread pool,
-  or 2 with a ProcessPoolExecutor(2)) -> aggregate(512) -> pipe(stack) -> add_sink(3).
+  ~1 ms a record here, more than the rest of the work), a whole batch of indices per
+  task (`text_batch`, torchdata's map-and-collate): torchdata.nodes: IterableWrapper ->
+  Batcher(512) -> ParallelMapper(map-and-collate, 2 workers, method="process",
+  in_order=True) -> Prefetcher(4) -> Loader (0 workers: Mapper); SPDL: add_source ->
+  aggregate(512) -> .to(ProcessPoolExecutorConfig(2)) -> pipe(map-and-collate) ->
+  .to(MAIN_PROCESS) -> add_sink(3) (0 workers: the same on its thread pool, concurrency 1).
 - `image, 2 processes` / `image, 2 threads`: `bench_image`'s JPEG decode (Pillow),
   random 224 crop and flip, batch 64; images/s. chute: `bench_image.dataset` with
   `mp_prefetch(2 workers)` (its default ReadOptions inside each), or the same pipeline
-  with `ReadOptions(num_threads=2)`; torchdata.nodes: ParallelMapper(num_workers=2,
-  method="process" or "thread"); SPDL: pipe(concurrency=2) on a ProcessPoolExecutor(2) or
-  on its thread pool (`build(num_threads=2)`).
+  with `ReadOptions(num_threads=2)`; the peers batch 64 (index, path) items first and
+  decode, augment and stack a batch per task: torchdata.nodes ParallelMapper(num_workers=2,
+  method="process" or "thread"); SPDL an MP region of 2 processes, or MT with
+  concurrency 2 on `build(num_threads=2)`.
 - `stream, 2 workers`: the corpus converted once to each library's own format and read
   back shuffled with 2 worker processes, each record parsed, tokenized, trimmed and
   padded to 128, batch 512; rows/s. chute: `chute.records.RecordWriter` (what `chute
   convert` writes), `RecordFileDataSource` -> shuffle -> repeat -> maps -> batch ->
   `mp_prefetch(2)` (`examples/demo.py`'s pipeline); Streaming: `MDSWriter`, then a
   `StreamingDataset(local=..., shuffle=True)` subclass whose `__getitem__` does the work,
-  in a torch `DataLoader(num_workers=2)`; LitData: `litdata.optimize`, then
-  `StreamingDataset(transform=...)` in a `StreamingDataLoader(num_workers=2)`.
+  in a torch `DataLoader(num_workers=2, persistent_workers=True)`; LitData:
+  `litdata.optimize`, then `StreamingDataset(transform=...)` in a
+  `StreamingDataLoader(num_workers=2, persistent_workers=True)`.
 
 Streaming and LitData read their own formats only: they are in the `stream` row and `-`
 elsewhere. SPDL and torchdata.nodes read no converted format of their own: `-` there.
@@ -102,7 +116,9 @@ PEER_PACKAGES = {
 }
 INSTALL = (
     "python3 -m venv .venv-peers && .venv-peers/bin/pip install -e . tokenizers pillow "
-    "array-record psutil torch==2.13.0 torchvision==0.28.0 " + " ".join(PEER_PACKAGES.values())
+    "array-record psutil torch==2.14.1 torchvision==0.29.1 "
+    + " ".join(PEER_PACKAGES.values())
+    + " (or a virtualenv elsewhere, named by CHUTE_PEERS_VENV)"
 )
 CORPUS = 120_000  # bench_torch.CORPUS_RECORDS
 IMAGES_FULL, IMAGES_QUICK = 320, 192  # bench_image's counts
@@ -110,6 +126,7 @@ TEXT_BATCH, IMAGE_BATCH = 512, 64
 # Elements of one overhead pass: 0.5-3 s each on a 2-core machine (SPDL hands each
 # element through its asyncio stages at ~0.2-0.4 ms); a quarter with --quick.
 OVERHEAD_N = {"chute": 2_000_000, "torchdata.nodes": 2_000_000, "spdl": 10_000}
+OVERHEAD_N_BATCHED = {"spdl": 40_000}  # SPDL's "batched" variant: one task per 32
 SHARD_BYTES = 4 << 20  # MDS shards and LitData chunks: 7 of the 25 MB corpus, for 2 workers
 
 
@@ -258,9 +275,91 @@ def image_items(paths: list[str]) -> Iterator[tuple[int, str]]:
         epoch += 1
 
 
+def text_batch(path: str, indices: list[int]) -> dict[str, Any]:
+    """torchdata's `MapAndCollate` for the text rows: a whole batch of indices read, worked
+    and stacked in one task (the migration guide's map-and-collate)."""
+    return stack_rows([text_row(path, i) for i in indices])
+
+
+def image_batch(items: list[tuple[int, str]]) -> Any:
+    return stack_images([image_at(item) for item in items])
+
+
+def double_batch(xs: list[int]) -> list[int]:
+    return [x * 2 for x in xs]
+
+
+# Each peer's documented ways of running a row, measured by `peers.py variants` (results:
+# benchmarks/results/2026-12-07/peers_variants_*.txt); BEST holds the fastest, which the
+# table uses. The docs each variant follows:
+#
+# torchdata.nodes, "Migrating to torchdata.nodes from torch.utils.data"
+#   (https://pytorch.org/data/0.11/migrate_to_nodes_from_utils.html): sampler -> Batcher
+#   -> ParallelMapper(MapAndCollate, num_workers, method="process" (or "thread"),
+#   in_order=True) -> Prefetcher(prefetch_factor=num_workers * 2) -> Loader. Variants:
+#   method process / thread, in_order True / False ("batch-process", "batch-thread",
+#   "...-unordered"); "element-process" is the old per-record ParallelMapper, kept to show
+#   what the guide avoids.
+# SPDL, "Execution Models: MT, MTP, and MP"
+#   (https://facebookresearch.github.io/spdl/0.8.0/getting_started/execution_models.html)
+#   and the FAQ "What if a function does not release GIL?"
+#   (https://facebookresearch.github.io/spdl/0.8.0/faq.html): "mt" = source -> aggregate
+#   -> pipe(map-and-collate, concurrency=N) on the thread pool (build(num_threads=N));
+#   "mp" = source -> aggregate -> .to(ProcessPoolExecutorConfig(max_workers=N)) ->
+#   pipe(map-and-collate) -> .to(MAIN_PROCESS), the region API the page gives for a
+#   GIL-holding stage (whole batches cross the boundary, not elements); "element-mp" is the
+#   old per-record pipe(executor=ProcessPoolExecutor), the FAQ's per-stage executor.
+#   Subinterpreters need Python 3.14 and no NumPy in the region: not applicable here.
+VARIANTS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("overhead", "spdl"): ("element", "batched"),
+    ("overhead", "torchdata.nodes"): ("element", "batched"),
+    ("text0", "spdl"): ("mt",),
+    ("text0", "torchdata.nodes"): ("batch-inline",),
+    ("text2", "spdl"): ("mp", "mt", "element-mp"),
+    ("text2", "torchdata.nodes"): (
+        "batch-process",
+        "batch-process-unordered",
+        "batch-thread",
+        "batch-thread-unordered",
+        "element-process",
+    ),
+    ("image_proc", "spdl"): ("mp",),
+    ("image_proc", "torchdata.nodes"): ("batch-process", "batch-process-unordered"),
+    ("image_thread", "spdl"): ("mt",),
+    ("image_thread", "torchdata.nodes"): ("batch-thread", "batch-thread-unordered"),
+}
+BEST: dict[tuple[str, str], str] = {k: v[0] for k, v in VARIANTS.items()} | {
+    ("overhead", "spdl"): "batched",  # 3,346 vs 2,288 elem/s (peers_variants_quick.txt)
+    ("overhead", "torchdata.nodes"): "batched",  # 1,029,627 vs 598,837 elem/s
+}
+
+
 def spdl_iter(pipeline: Any) -> Iterator[Any]:
     with pipeline.auto_stop():
         yield from pipeline.get_iterator()
+
+
+def spdl_batched(
+    source: Any, map_and_collate: Callable[[Any], Any], batch: int, workers: int, variant: str
+) -> Iterator[Any]:
+    """SPDL's MT or MP execution model (see VARIANTS) on whole batches."""
+    from spdl.pipeline import PipelineBuilder
+    from spdl.pipeline.defs import MAIN_PROCESS, ProcessPoolExecutorConfig
+
+    builder = PipelineBuilder().add_source(source).aggregate(batch, drop_last=True)
+    if variant == "mp":
+        builder = (
+            builder.to(ProcessPoolExecutorConfig(max_workers=workers))
+            .pipe(map_and_collate)
+            .to(MAIN_PROCESS)
+        )
+        threads = workers  # the pipeline's own thread pool, for the region's dispatch
+    elif variant == "mt":
+        builder = builder.pipe(map_and_collate, concurrency=workers)
+        threads = workers
+    else:
+        raise ValueError(f"no SPDL variant {variant!r}; variants: mp, mt")
+    return spdl_iter(builder.add_sink(3).build(num_threads=threads))
 
 
 def spdl_pipeline(
@@ -271,6 +370,7 @@ def spdl_pipeline(
     concurrency: int,
     processes: bool,
 ) -> Iterator[Any]:
+    """The per-element form ("element-mp"): each record crosses to a ProcessPoolExecutor."""
     from concurrent.futures import ProcessPoolExecutor
 
     from spdl.pipeline import PipelineBuilder
@@ -287,6 +387,27 @@ def spdl_pipeline(
     return spdl_iter(builder.add_sink(3).build(num_threads=max(1, concurrency)))
 
 
+def nodes_batched(
+    source: Any, map_and_collate: Callable[[Any], Any], batch: int, workers: int, variant: str
+) -> Iterator[Any]:
+    """torchdata.nodes as its migration guide builds a DataLoader (see VARIANTS)."""
+    import torchdata.nodes as tn
+
+    node: Any = tn.Batcher(tn.IterableWrapper(source), batch_size=batch, drop_last=True)
+    if variant == "batch-inline":  # num_workers=0: the map runs in the consumer's thread
+        return iter(tn.Loader(tn.Mapper(node, map_and_collate)))
+    kind, _, order = variant.removeprefix("batch-").partition("-")
+    node = tn.ParallelMapper(
+        node,
+        map_fn=map_and_collate,
+        num_workers=workers,
+        method=kind,
+        in_order=order != "unordered",
+    )
+    node = tn.Prefetcher(node, prefetch_factor=workers * 2)
+    return iter(tn.Loader(node))
+
+
 def nodes_loader(
     source: Any,
     op: Callable[[Any], Any],
@@ -296,6 +417,7 @@ def nodes_loader(
     method: str,
     prefetch: bool = True,
 ) -> Iterator[Any]:
+    """The per-element form ("element-process"): one record per ParallelMapper task."""
     import torchdata.nodes as tn
 
     node: Any = tn.IterableWrapper(source)
@@ -338,7 +460,12 @@ def _mosaic_iter() -> Iterator[Any]:
         local=str(_converted("mds")), shuffle=True, shuffle_seed=42, batch_size=TEXT_BATCH
     )
     loader: Any = DataLoader(
-        ds, batch_size=TEXT_BATCH, num_workers=2, drop_last=True, collate_fn=stack_rows
+        ds,
+        batch_size=TEXT_BATCH,
+        num_workers=2,
+        drop_last=True,
+        collate_fn=stack_rows,
+        persistent_workers=True,  # workers kept across epochs: no respawn at each boundary
     )
     while True:
         yield from loader
@@ -351,7 +478,12 @@ def _litdata_iter() -> Iterator[Any]:
         str(_converted("litdata")), shuffle=True, seed=42, transform=_litdata_work
     )
     loader = litdata.StreamingDataLoader(
-        ds, batch_size=TEXT_BATCH, num_workers=2, drop_last=True, collate_fn=stack_rows
+        ds,
+        batch_size=TEXT_BATCH,
+        num_workers=2,
+        drop_last=True,
+        collate_fn=stack_rows,
+        persistent_workers=True,  # workers kept across epochs: no respawn at each boundary
     )
     while True:
         yield from loader
@@ -376,25 +508,32 @@ def _chute_stream() -> Iterator[Any]:
     return iter(ds)
 
 
-def make_iter(key: str, lib: str, quick: bool) -> tuple[Iterator[Any], Callable[[Any], int]]:
-    """A fresh iterator of `lib` on row `key`, and how to count a batch's items."""
+def make_iter(
+    key: str, lib: str, quick: bool, variant: str | None = None
+) -> tuple[Iterator[Any], Callable[[Any], int]]:
+    """A fresh iterator of `lib` on row `key` (its `variant`, else BEST's), and how to
+    count a batch's items."""
     _, ar = _corpus_paths()
+    variant = variant or BEST.get((key, lib), "")
     if key in ("text0", "text2"):
         workers = 0 if key == "text0" else 2
-        op = partial(text_row, str(ar))
         if lib == "chute":
             ds = bench_torch.text_dataset("chute", ar, 0)
             if workers:
                 ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
             return iter(ds), _rows
+        source = text_indices(CORPUS)
+        collate = partial(text_batch, str(ar))
         if lib == "spdl":
-            it = spdl_pipeline(
-                text_indices(CORPUS), op, TEXT_BATCH, stack_rows, max(1, workers), workers > 0
-            )
-            return it, _rows
+            if variant == "element-mp":
+                op = partial(text_row, str(ar))
+                return spdl_pipeline(source, op, TEXT_BATCH, stack_rows, 2, True), _rows
+            return spdl_batched(source, collate, TEXT_BATCH, max(1, workers), variant), _rows
         if lib == "torchdata.nodes":
-            it = nodes_loader(text_indices(CORPUS), op, TEXT_BATCH, stack_rows, workers, "process")
-            return it, _rows
+            if variant == "element-process":
+                op = partial(text_row, str(ar))
+                return nodes_loader(source, op, TEXT_BATCH, stack_rows, 2, "process"), _rows
+            return nodes_batched(source, collate, TEXT_BATCH, workers, variant), _rows
     if key in ("image_proc", "image_thread"):
         paths = _image_paths(quick)
         procs = key == "image_proc"
@@ -411,13 +550,9 @@ def make_iter(key: str, lib: str, quick: bool) -> tuple[Iterator[Any], Callable[
             )
             return iter(ds), len
         if lib == "spdl":
-            it = spdl_pipeline(image_items(paths), image_at, IMAGE_BATCH, stack_images, 2, procs)
-            return it, len
+            return spdl_batched(image_items(paths), image_batch, IMAGE_BATCH, 2, variant), len
         if lib == "torchdata.nodes":
-            method = "process" if procs else "thread"
-            return nodes_loader(
-                image_items(paths), image_at, IMAGE_BATCH, stack_images, 2, method
-            ), len
+            return nodes_batched(image_items(paths), image_batch, IMAGE_BATCH, 2, variant), len
     if key == "overhead":
         raise ValueError("overhead is timed whole: see overhead_rate")
     if key == "stream":
@@ -430,9 +565,11 @@ def make_iter(key: str, lib: str, quick: bool) -> tuple[Iterator[Any], Callable[
     raise ValueError(f"no {lib!r} contender in row {key!r}; rows: {[s.key for s in SPECS]}")
 
 
-def overhead_rate(lib: str, n: int) -> float:
+def overhead_rate(lib: str, n: int, variant: str = "element") -> float:
     """Elements/s of one whole pass over range(n), shuffled, doubled, batched by 32 (the
-    library imported before the clock starts, as in the suite's overhead row)."""
+    library imported before the clock starts, as in the suite's overhead row). A peer's
+    "batched" variant batches first and doubles a whole batch per task, as both peers'
+    docs do with costly per-element work (VARIANTS)."""
     if lib == "chute":
         t0 = time.perf_counter()
         count = bench_core.chute_dataset(n)
@@ -441,14 +578,12 @@ def overhead_rate(lib: str, n: int) -> float:
 
         t0 = time.perf_counter()
         count = 0
-        pipeline = (
-            PipelineBuilder()
-            .add_source(np.random.default_rng(1).permutation(n).tolist())
-            .pipe(double)
-            .aggregate(32)
-            .add_sink(3)
-            .build(num_threads=1)
-        )
+        builder = PipelineBuilder().add_source(np.random.default_rng(1).permutation(n).tolist())
+        if variant == "batched":
+            builder = builder.aggregate(32).pipe(double_batch)
+        else:
+            builder = builder.pipe(double).aggregate(32)
+        pipeline = builder.add_sink(3).build(num_threads=1)
         with pipeline.auto_stop():
             for batch in pipeline.get_iterator():
                 count += len(batch)
@@ -458,8 +593,12 @@ def overhead_rate(lib: str, n: int) -> float:
         t0 = time.perf_counter()
         count = 0
         perm = np.random.default_rng(1).permutation(n).tolist()
-        node: Any = tn.Mapper(tn.IterableWrapper(perm), double)
-        for batch in tn.Loader(tn.Batcher(node, batch_size=32, drop_last=False)):
+        node: Any = tn.IterableWrapper(perm)
+        if variant == "batched":
+            node = tn.Mapper(tn.Batcher(node, batch_size=32, drop_last=False), double_batch)
+        else:
+            node = tn.Batcher(tn.Mapper(node, double), batch_size=32, drop_last=False)
+        for batch in tn.Loader(node):
             count += len(batch)
     else:
         raise ValueError(f"no {lib!r} contender in row 'overhead'")
@@ -526,14 +665,18 @@ def prepare() -> dict[str, float]:
 # -- one measurement (runs in .venv-peers, a fresh process each) ------------------------------
 
 
-def measure_one(key: str, lib: str, seconds: float, quick: bool) -> dict[str, float]:
+def measure_one(
+    key: str, lib: str, seconds: float, quick: bool, variant: str | None = None
+) -> dict[str, float]:
     import warnings
 
     warnings.filterwarnings("ignore")
     if key == "overhead":
-        n = OVERHEAD_N[lib] // (4 if quick else 1)
-        return {"rate": overhead_rate(lib, n)}
-    it, size = make_iter(key, lib, quick)
+        variant = variant or BEST.get((key, lib), "element")
+        full = OVERHEAD_N_BATCHED.get(lib, OVERHEAD_N[lib]) if variant == "batched" else None
+        n = (full or OVERHEAD_N[lib]) // (4 if quick else 1)
+        return {"rate": overhead_rate(lib, n, variant)}
+    it, size = make_iter(key, lib, quick, variant)
     rate, first_s = bench_torch.rate_after_first(it, seconds, size=size)
     return {"rate": rate, "first_s": first_s}
 
@@ -574,10 +717,14 @@ class Result:
         return bool(p and c and min(p) > max(c))
 
 
-def run_one(exe: Path, key: str, lib: str, seconds: float, quick: bool) -> dict[str, float]:
+def run_one(
+    exe: Path, key: str, lib: str, seconds: float, quick: bool, variant: str | None = None
+) -> dict[str, float]:
     cmd = [str(exe), str(Path(__file__).resolve()), "measure", key, lib, f"--seconds={seconds}"]
     if quick:
         cmd.append("--quick")
+    if variant:
+        cmd.append(f"--variant={variant}")
     # A temporary folder of its own, removed after: Streaming leaves lock files there.
     tmp = tempfile.mkdtemp(prefix="chute-peers-")
     proc = subprocess.Popen(
@@ -665,6 +812,37 @@ def run_prepare(exe: Path) -> dict[str, float]:
     return out
 
 
+def variants_table(rows: list[str] | None, rounds: int, seconds: float, quick: bool) -> None:
+    """Each (row, peer)'s documented variants, `rounds` rounds each, the variants
+    alternating; prints each round, the medians and the fastest (to be kept in BEST)."""
+    exe = python()
+    if exe is None:
+        raise SystemExit(missing_message())
+    print(f"# peers' Python: {exe}: {versions(exe)}; load {load1():.2f}", flush=True)
+    for (key, lib), names in VARIANTS.items():
+        if rows and key not in rows:
+            continue
+        got: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            for k in range(len(names)):
+                name = names[(r + k) % len(names)]
+                try:
+                    got[name].append(run_one(exe, key, lib, seconds, quick, name)["rate"])
+                except Exception as e:  # reported; the others go on
+                    print(f"# {key} {lib} {name}: failed: {str(e)[-300:]}", flush=True)
+        med = {n: statistics.median(v) for n, v in got.items() if v}
+        best = max(med, key=lambda n: med[n]) if med else "-"
+        for n in names:
+            runs = ", ".join(f"{x:,.0f}" for x in got[n])
+            figure = f"{med[n]:>12,.0f}" if n in med else f"{'failed':>12}"
+            print(f"{key:<13} {lib:<16} {n:<24} {figure}   rounds: {runs}", flush=True)
+        print(
+            f"{key:<13} {lib:<16} fastest: {best} (BEST: {BEST.get((key, lib))}); "
+            f"load {load1():.2f}",
+            flush=True,
+        )
+
+
 def versions(exe: Path) -> str:
     code = (
         "import importlib.metadata as m, sys; print(f'Python {sys.version.split()[0]}; ' + "
@@ -683,11 +861,21 @@ def main() -> None:
     m.add_argument("lib", choices=("chute", *PEERS))
     m.add_argument("--seconds", type=float, default=3.0)
     m.add_argument("--quick", action="store_true")
+    m.add_argument("--variant", default=None, help="one of VARIANTS[(key, lib)]")
+    v = sub.add_parser("variants", help="measure each peer's documented variants (any Python)")
+    v.add_argument("--rows", nargs="*", default=None, help="row keys (default: all)")
+    v.add_argument("--rounds", type=int, default=3)
+    v.add_argument("--seconds", type=float, default=1.5)
+    v.add_argument("--quick", action="store_true")
     args = p.parse_args()
+    if args.cmd == "variants":
+        variants_table(args.rows, args.rounds, args.seconds, args.quick)
+        return
     if args.cmd == "prepare":
         print(json.dumps(prepare()))
     else:
-        print(json.dumps(measure_one(args.key, args.lib, args.seconds, args.quick)), flush=True)
+        out = measure_one(args.key, args.lib, args.seconds, args.quick, args.variant)
+        print(json.dumps(out), flush=True)
     sys.stdout.flush()
     # A peer's worker processes left running (torchdata.nodes' have no close) would hold
     # the pipe to the driver open, and its threads the exit: end them, then leave.

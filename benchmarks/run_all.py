@@ -43,9 +43,13 @@ own torch, so they run from a virtualenv of their own, made once from the checko
 
     python3 -m venv .venv-peers
     .venv-peers/bin/pip install -e . tokenizers pillow array-record psutil \\
-        torch==2.13.0 torchvision==0.28.0 spdl==0.8.0 torchdata==0.11.0 \\
+        torch==2.14.1 torchvision==0.29.1 spdl==0.8.0 torchdata==0.11.0 \\
         mosaicml-streaming==0.13.0 litdata==0.2.76
     .venv/bin/python benchmarks/run_all.py --only peers   # ~9 minutes; --quick: ~4
+
+(A virtualenv elsewhere: name it with CHUTE_PEERS_VENV=/path. PyPI's torch and torchvision
+are the pair built for each other and run without a GPU; a `+cpu` torch beside PyPI's
+torchvision fails at `import torchvision`, which Streaming needs: see `peers.py`.)
 
 Each measurement, chute's too, runs in a fresh `.venv-peers` process; each figure is the
 median of 5 rounds (3 with `--quick`; `--peer-rounds`) after a warm-up round, the
