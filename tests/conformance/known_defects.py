@@ -150,6 +150,11 @@ def _new4(case: Case) -> bool:
     return _weights_then_restore(case) and any(n in WINDOWED for n in _names(case))
 
 
+def _new5(case: Case) -> bool:
+    """A user stage (`stamp`) below a windowed stage, over a mixture whose weights change."""
+    return _new4(case) and "stamp" in _names(case)
+
+
 def _new3(case: Case) -> bool:
     """A MapDataset.cache() in a pipeline whose counts are compared across worker counts."""
     p = _p(case)
@@ -462,6 +467,28 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                     (("bucket", None, False),),
                     ((0, (1.0, 0.0)), (2, (0.0, 1.0))),
                 ),
+                restore=(2, Run(), Run()),
+            ),
+        ),
+        fixed=True,
+    ),
+    KnownDefect(
+        "new-5",
+        "a user stage written as docs/extending.md shows (its parent's state under a key of "
+        "its own) between a mixture and a windowed stage: the mixture's weight changes were "
+        "left out of the state the window held, so the restored run kept the old weights "
+        "(long profile, seed 1796671694)",
+        frozenset({"resume"}),
+        _new5,
+        (
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 5, 5, "fn", 0),
+                    (),
+                    (("map",), ("stamp",), ("window_shuffle", 2, 0)),
+                    ((1, (0.0, 1.0)),),
+                ),
+                runs=(Run(), Run()),
                 restore=(2, Run(), Run()),
             ),
         ),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 from chute._src.core.checkpointing import from_state_dict, to_state_dict
 from chute._src.core.errors import CheckpointError
 from chute._src.core.exiting import park_if_abandoned
-from chute._src.core.state_checks import clip_message, quote, seal, unseal
+from chute._src.core.state_checks import CHECKSUM_KEY, clip_message, quote, seal, unseal
 
 if TYPE_CHECKING:
     from chute._src.core.columns import Columns
@@ -165,8 +165,13 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         stage or a wrapper hands out its child's, goes to the one child whole). `state`
         itself is never changed: a changed part is a copy."""
         children = self.children()
-        if not children or not isinstance(state, dict) or self._keeps_own_state:
+        if not children or not isinstance(state, dict):
             return state
+        if self._keeps_own_state:
+            # A state of the user's own shape (docs/extending.md): its parent's state is
+            # under a key of theirs. With several parents, only the stage knows which is
+            # whose: it overrides this method.
+            return _catch_up_inside(children[0], state) if len(children) == 1 else state
         if len(children) == 1 and (self.transparent or state.get("stage") != self.stage):
             return children[0]._catch_up(state)
         if len(children) == 1:
@@ -321,6 +326,38 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_USER_STATE_DEPTH = 4
+"""How deep in a state of the user's own shape `_catch_up` looks for its parent's state."""
+
+
+def _catch_up_inside(
+    child: DatasetIterator[Any], state: Any, depth: int = _USER_STATE_DEPTH
+) -> Any:
+    """`state`, a user stage's state of any shape (docs/extending.md: the parent's state
+    under any key), with each part of it that `child` brings up to date replaced by a copy
+    (sealed again where the part was sealed: the parent's public `get_state` seals it). A
+    part of the user's own shape (no `"stage"`) is looked inside, `depth` levels at most.
+    `state` itself is never changed."""
+    if depth <= 0 or not isinstance(state, dict | list):
+        return state
+    out: Any = None
+    for k, part in list(state.items()) if isinstance(state, dict) else list(enumerate(state)):
+        if isinstance(part, dict) and "stage" in part:
+            new = child._catch_up(unseal(part) if CHECKSUM_KEY in part else part)
+            new = part if new == part or (CHECKSUM_KEY in part and new == unseal(part)) else new
+            if new is not part and CHECKSUM_KEY in part:
+                new = seal(new)
+        elif isinstance(part, dict | list):
+            new = _catch_up_inside(child, part, depth - 1)
+        else:
+            continue
+        if new is not part:
+            if out is None:
+                out = dict(state) if isinstance(state, dict) else list(state)
+            out[k] = new
+    return state if out is None else out
 
 
 def walk_iterators(it: DatasetIterator[Any]) -> Iterator[DatasetIterator[Any]]:
