@@ -9,6 +9,9 @@ from chute._src.core.element_spec import ShapeDtypeStructProtocol as ShapeDtypeS
 from chute._src.core.element_spec import get_element_spec as get_element_spec
 from chute._src.core.next_index import get_next_index as get_next_index
 from chute._src.core.next_index import set_next_index as set_next_index
+from chute._src.core.provenance import Origin as Origin
+from chute._src.core.provenance import ProvenanceError as ProvenanceError
+from chute._src.core.provenance_api import provenance as provenance
 from chute._src.core.skip import skip as skip
 from chute._src.core.skip import skip_state as skip_state
 from chute._src.core.transforms import MapWithIndex as MapWithIndexTransform
@@ -86,8 +89,10 @@ __all__ = [
     "JsonlIterDataset",
     "LimitIterDataset",
     "MapWithIndexTransform",
+    "Origin",
     "PackAndBatchOperation",
     "ParquetIterDataset",
+    "ProvenanceError",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ShapeDtypeStruct",
@@ -110,6 +115,7 @@ __all__ = [
     "index_shuffle",
     "make_global_arrays",
     "multithread_prefetch",
+    "provenance",
     "set_mix_weights",
     "set_next_index",
     "skip",

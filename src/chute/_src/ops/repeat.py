@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int
 
@@ -163,3 +164,10 @@ class RepeatMapDataset(MapDataset[T]):
         if not self._reseed:
             return f"num_epochs={self._num_epochs}, reseed_each_epoch=False"
         return f"num_epochs={self._num_epochs}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        if not self._reseed:
+            n = len(self._parents[0])
+            if n:
+                position %= n
+        return provenance.same_position(position)
