@@ -36,7 +36,8 @@ class Origin(NamedTuple):
     the stage's own element (a row of a batch, `(row, start)` in a packed row), empty for
     a stage that does not group; `source`: the name of the parent as the records should
     show it (a mixture's component); `fields`: for a source, more about the record (its
-    epoch, file, shard, record number)."""
+    epoch, file, shard, record number); for a stage, what it adds to the records below
+    (a shard's number; `epoch`: the passes of a repeated stream, added to the source's)."""
 
     parent: int | None
     position: int
@@ -141,7 +142,7 @@ class Tracer:
 
 def not_declared(node: Any) -> ProvenanceError:
     """The error for a stage that cannot say where its elements came from."""
-    what = "a source" if not node.parents else "an order-dependent stage"
+    what = "an order-dependent stage"
     return ProvenanceError(
         f"provenance: the stage {node!r} ({type(node).__name__}, {what}) cannot say where "
         "its elements came from: declare `_origins(self, position, tracer)` on its class, "
@@ -152,31 +153,48 @@ def not_declared(node: Any) -> ProvenanceError:
     )
 
 
-def default_origins(node: Any, position: int) -> list[Origin]:
+def default_origins(node: Any, position: int, tracer: Tracer) -> list[Origin]:
     """The default of `_origins` (`core/node.py`): element-wise stages and stages that hand
-    on their input are transparent; others must declare."""
+    on their input are transparent; a node without parents is a source whose element
+    `position` is its record `position` (a `MapDataset` reads it as record
+    `position % len` of epoch `position // len`; a stream is read up to it, to know that it
+    is there); others must declare."""
     if role(node) in (StageRole.ELEMENT_WISE, StageRole.PREFETCH, StageRole.PASS_THROUGH):
         return same_position(position)
+    if not node.parents:
+        if hasattr(node, "_getitems"):  # random access: positions past the end are epochs
+            return source_record(position, len(node))
+        tracer.stream(node).get(position)  # EndOfStream past its end
+        return [Origin(None, position)]
     raise not_declared(node)
 
 
 def records_of(node: Any, position: int, tracer: Tracer) -> list[dict[str, Any]]:
     """The source records of `node`'s element at `position` (empty: filtered out)."""
     out: list[dict[str, Any]] = []
-    stack: list[tuple[Any, int, tuple[Label, ...], tuple[int, ...]]] = [(node, position, (), ())]
+    Path = tuple[tuple[Label, ...], tuple[int, ...], tuple[tuple[str, Any], ...]]
+    stack: list[tuple[Any, int, Path]] = [(node, position, ((), (), ()))]
     while stack:
-        n, pos, labels, offset = stack.pop()
+        n, pos, (labels, offset, fields) = stack.pop()
         origins = n._origins(pos, tracer)
         for o in reversed(origins):
+            label = labels if o.source is None else (*labels, o.source)
             if o.parent is None:
-                out.append(_record(o, labels, offset))
+                out.append(_record(o, label, offset, fields))
             else:
-                label = labels if o.source is None else (*labels, o.source)
-                stack.append((n.parents[o.parent], o.position, label, offset + o.offset))
+                path = (label, offset + o.offset, fields + o.fields)
+                stack.append((n.parents[o.parent], o.position, path))
     return out
 
 
-def _record(o: Origin, labels: tuple[Label, ...], offset: tuple[int, ...]) -> dict[str, Any]:
+def _record(
+    o: Origin,
+    labels: tuple[Label, ...],
+    offset: tuple[int, ...],
+    above: tuple[tuple[str, Any], ...],
+) -> dict[str, Any]:
+    """The record of a source's origin: its stages' fields under the source's own, the
+    epochs of the stages that repeat a stream added to the source's."""
     source: Label
     if not labels:
         source = None
@@ -185,7 +203,14 @@ def _record(o: Origin, labels: tuple[Label, ...], offset: tuple[int, ...]) -> di
     else:
         source = "/".join(str(x) for x in labels)
     rec: dict[str, Any] = {"source": source, "index": o.position, "epoch": 0}
+    passes = 0
+    for key, value in above:
+        if key == "epoch":
+            passes += int(value)
+        else:
+            rec[key] = value
     rec.update(dict(o.fields))
+    rec["epoch"] += passes
     rec["offset"] = offset
     return rec
 

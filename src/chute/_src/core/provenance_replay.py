@@ -82,17 +82,17 @@ def replayed_origins(
     stage: Any,
     position: int,
     tracer: Tracer,
-    make_twin: Callable[[PositionedParent], IterDataset[Any]],
-    read: Callable[[Any, PositionedParent], list[tuple[int, tuple[int, ...]]]],
+    make_twin: Callable[[list[PositionedParent]], IterDataset[Any]],
+    read: Callable[[Any, list[PositionedParent]], list[Origin]],
     tag: Callable[[Any, int], Any] = shallow_copy,
 ) -> list[Origin]:
-    """The origins of `stage`'s element at `position`: its twin (`make_twin(parent)`) is
-    run up to that element (once per `provenance` call), and `read(element, parent)` gives
-    the (parent position, offset) of each of its parts."""
+    """The origins of `stage`'s element at `position`: its twin (`make_twin(parents)`, one
+    `PositionedParent` per parent) is run up to that element (once per `provenance` call),
+    and `read(element, parents)` gives the origins of its parts."""
     memo = tracer.memo(stage)
     if "twin" not in memo:
-        parent = PositionedParent(tracer.stream(stage.parents[0]), tag)
-        memo["parent"], memo["twin"], memo["out"] = parent, make_twin(parent), []
+        parents = [PositionedParent(tracer.stream(p), tag) for p in stage.parents]
+        memo["parents"], memo["twin"], memo["out"] = parents, make_twin(parents), []
     out: list[list[Origin]] = memo["out"]
     while len(out) <= position:
         if memo.get("ended"):
@@ -105,7 +105,7 @@ def replayed_origins(
         except StopIteration:
             memo["ended"] = True
             continue
-        out.append([Origin(0, p, offset) for p, offset in read(element, memo["parent"])])
+        out.append(read(element, memo["parents"]))
     return out[position]
 
 
@@ -114,9 +114,25 @@ def positions_of(elements: list[Any], parent: PositionedParent) -> list[int]:
     return [parent.positions[id(x)] for x in elements]
 
 
-def as_rows(positions: Any, parent: PositionedParent) -> list[tuple[int, tuple[int, ...]]]:
+def as_rows(positions: Any, parents: list[PositionedParent]) -> list[Origin]:
     """`read` for a twin that hands out `positions_of` lists: each with its row."""
-    return [(int(p), (row,)) for row, p in enumerate(positions)]
+    return [Origin(0, int(p), (row,)) for row, p in enumerate(positions)]
+
+
+def by_identity(element: Any, parents: list[PositionedParent]) -> list[Origin]:
+    """`read` for a twin that hands out its parents' elements themselves, reordered (an
+    interleave, a window shuffle): the parent and position that element was read at."""
+    for i, parent in enumerate(parents):
+        at = parent.positions.get(id(element))
+        if at is not None:
+            return [Origin(i, at)]
+    raise AssertionError(f"{element!r} was not read from a parent")
+
+
+def reordered_origins(stage: Any, position: int, tracer: Tracer) -> list[Origin]:
+    """The origin of the element at `position` of a stage that hands out its parents'
+    elements in another order: its twin run on its parents' elements, known by identity."""
+    return replayed_origins(stage, position, tracer, stage._with_parents, by_identity)
 
 
 def tokens_as_positions(paths: list[Any]) -> Callable[[Any, int], Any]:
@@ -138,17 +154,17 @@ def tokens_as_positions(paths: list[Any]) -> Callable[[Any, int], Any]:
     return tag
 
 
-def segments_of_row(feature: str) -> Callable[[Any, PositionedParent], list[Any]]:
+def segments_of_row(feature: str) -> Callable[[Any, list[PositionedParent]], list[Origin]]:
     """A `read` for a packed row whose `feature` holds positions: each segment's position,
     with its offset (the token it starts at) in the row."""
 
-    def read(row: Any, parent: PositionedParent) -> list[tuple[int, tuple[int, ...]]]:
+    def read(row: Any, parents: list[PositionedParent]) -> list[Origin]:
         values = np.asarray(row[feature]).reshape(-1)
         seg = np.asarray(row[f"{feature}_segment_ids"]).reshape(-1)
         out = []
         for s in dict.fromkeys(seg[seg != 0].tolist()):
             at = np.flatnonzero(seg == s)
-            out.append((int(values[at[-1]]), (int(at[0]),)))
+            out.append(Origin(0, int(values[at[-1]]), (int(at[0]),)))
         return out
 
     return read
@@ -169,7 +185,7 @@ def packed_origins(stage: Any, spec: Any, position: int, tracer: Tracer) -> list
         stage,
         position,
         tracer,
-        lambda parent: stage._with_parents([parent]),
+        stage._with_parents,
         segments_of_row(seq[0]),
         tokens_as_positions(list(spec.keys)),
     )

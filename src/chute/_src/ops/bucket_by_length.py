@@ -162,9 +162,9 @@ class BucketBySequenceLengthIterDataset(IterDataset[Any]):
         its parent's elements, with a padder that returns their positions
         (`core/provenance_replay.py`); the parent's elements are computed, nothing else."""
 
-        def twin(parent: replay.PositionedParent) -> Any:
-            new = self._with_parents([parent])
-            new._padder = lambda elements, pad: replay.positions_of(elements, parent)
+        def twin(parents: list[replay.PositionedParent]) -> Any:
+            new = self._with_parents(parents)
+            new._padder = lambda elements, pad: replay.positions_of(elements, parents[0])
             return new
 
         return replay.replayed_origins(self, position, tracer, twin, replay.as_rows)

@@ -26,6 +26,7 @@ import concurrent.futures
 from collections.abc import Sequence
 from typing import Any
 
+from chute._src.core import provenance_replay as replay
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.errors import CheckpointError
 from chute._src.core.iterator import (
@@ -151,6 +152,14 @@ class InterleaveIterDataset(IterDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"cycle_length={self._cycle}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The shard and its position: this stage's rule run again on its shards' elements,
+        each known by its identity (`core/provenance_replay.py`), the shards read as far
+        as the rule reaches; the record shows the shard's number."""
+        o = replay.reordered_origins(self, position, tracer)[0]
+        assert o.parent is not None
+        return [o._replace(fields=(("shard", o.parent),))]
 
 
 _EXHAUSTED = object()

@@ -50,6 +50,22 @@ class RepeatIterDataset(IterDataset[T]):
     def _fingerprint_params(self) -> str:
         return f"num_epochs={self._epochs}"
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """Pass `position // n` of the parent's `n` elements, at `position % n`; `n` is
+        found by asking whether the parent has an element at a position (O(log n) asks,
+        each as costly as the parent's own `_origins`)."""
+        parent = self._parents[0]
+        if tracer.exists(parent, position):
+            return [provenance.Origin(0, position)]
+        memo = tracer.memo(self)
+        if "length" not in memo:
+            memo["length"] = _length(parent, position, tracer)
+        n = memo["length"]
+        epoch, pos = divmod(position, n) if n else (0, 0)
+        if n == 0 or (self._epochs is not None and epoch >= self._epochs):
+            raise provenance.EndOfStream
+        return [provenance.Origin(0, pos, fields=(("epoch", epoch),))]
+
 
 class _RepeatIterator(DatasetIterator[T]):
     stage = "repeat"
@@ -171,3 +187,15 @@ class RepeatMapDataset(MapDataset[T]):
             if n:
                 position %= n
         return provenance.same_position(position)
+
+
+def _length(parent: Any, beyond: int, tracer: Any) -> int:
+    """The number of elements of `parent`, which has none at `beyond`."""
+    lo, hi = 0, beyond  # an element at lo - 1 (or lo == 0), none at hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tracer.exists(parent, mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
