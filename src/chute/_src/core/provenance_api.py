@@ -90,7 +90,9 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
     >>> import chute
     >>> ds = chute.MapDataset.range(100).seed(0).shuffle().batch(2).to_iter_dataset()
     >>> [r["index"] for r in provenance(iter(ds), 3)[0]]
-    [70, 30]
+    [99, 67]
+    >>> list(ds)[3].tolist()
+    [99, 67]
     """
     wanted = _steps(steps)
     if isinstance(it_or_state, DatasetIterator):

@@ -83,7 +83,7 @@ def load_builder(spec: str) -> Callable[..., Any]:
             f"--pipeline {spec!r}: module {module_name!r} defines no function {fn!r}: define "
             f"`def {fn}():` returning the run's dataset or DataLoader"
         )
-    return func  # type: ignore[no-any-return]
+    return func
 
 
 def build(builder: Callable[..., Any], host: int, count: int) -> Any:

@@ -164,7 +164,8 @@ class BucketBySequenceLengthIterDataset(IterDataset[Any]):
 
         def twin(parents: list[replay.PositionedParent]) -> Any:
             new = self._with_parents(parents)
-            new._padder = lambda elements, pad: replay.positions_of(elements, parents[0])
+            # Called as the padder is, `(elements, pad)`: it hands out their positions.
+            new._padder = lambda elements, pad: replay.positions_of(elements, parents[0])  # type: ignore[assignment]
             return new
 
         return replay.replayed_origins(self, position, tracer, twin, replay.as_rows)
