@@ -1,5 +1,9 @@
 """Stages whose API may still change: prefetching, packing, mixing, interleaving, caching,
-and the `ElasticIterator` (global batches resumable with another host count)."""
+the `ElasticIterator` (global batches resumable with another host count), and after a
+loss spike, `provenance` (the source records behind steps, from an iterator or a saved
+state), `skip`/`skip_state` (move past steps without reading them where positions are
+index arithmetic) and `Origin`, what a stage's `_origins` returns (docs/loss_spike.md,
+docs/extending.md)."""
 
 from chute._src.core.dataset_options import DatasetOptions as DatasetOptions
 from chute._src.core.dataset_options import ExecutionTrackingMode as ExecutionTrackingMode
