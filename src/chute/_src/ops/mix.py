@@ -269,9 +269,8 @@ class MixedMapDataset(MapDataset[Any]):
         return str(self._schedule.proportions)
 
     def _origins(self, position: int, tracer: Any) -> list[Any]:
-        """The input and its position, by the schedule it reads with."""
-        if position >= len(self):
-            raise provenance.EndOfStream
+        """The input and its position, by the schedule it reads with (indices past the end
+        are later epochs, as when read)."""
         at = np.asarray([position], dtype=np.int64)
         locate = self._dynamic.locate if self._dynamic is not None else self._schedule.locate
         which, keys = locate(at)
