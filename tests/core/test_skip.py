@@ -155,3 +155,31 @@ def test_bad_input_names_the_rule_and_the_fix() -> None:
     other = chute.MapDataset.range(301).seed(7).shuffle().to_iter_dataset()
     with pytest.raises(chute.CheckpointError):
         skip_state(filtered().__iter__().get_state(), 1, dataset=other)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_filter_of_the_mapdataset_is_read_not_counted_as_indices(workers: int) -> None:
+    """The reader skips the holes a MapDataset filter leaves: a step is then no known
+    number of indices, so skip reads (it moved by indices before, landing early)."""
+
+    def build() -> chute.IterDataset[Any]:
+        ds = chute.MapDataset.range(200).seed(2).shuffle().filter(keep).to_iter_dataset()
+        ds = ds.batch(4)
+        return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+
+    expected = [b.tolist() for b in build()]
+    it = iter(build())
+    try:
+        assert skip(it, 9) == 9
+        assert next(it).tolist() == expected[9]
+    finally:
+        it.close()
+    start = iter(build()).get_state()
+    with pytest.raises(ValueError, match=r"filters elements out.*dataset=ds"):
+        skip_state(start, 9)
+    it = iter(build())
+    try:
+        it.set_state(skip_state(start, 9, dataset=build()))
+        assert next(it).tolist() == expected[9]
+    finally:
+        it.close()

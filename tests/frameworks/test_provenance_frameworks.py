@@ -1,0 +1,166 @@
+"""Provenance and skip through the frameworks: the `DataLoader` (with worker processes and a
+host's shard), Ray workers, and `chute explain` on every host's checkpoint file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+import ray_helpers as rh
+from chute.experimental import provenance, skip, skip_state
+from chute.sharding import ShardOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Keep(chute.FilterTransform):
+    def filter(self, element: Any) -> bool:
+        return int(element["id"]) % 5 != 0
+
+
+def loader(shard: int = 0, count: int = 1, workers: int = 0, filtered: bool = False) -> Any:
+    records = [{"id": i} for i in range(90)]
+    sampler = chute.IndexSampler(
+        90, shuffle=True, num_epochs=2, seed=4, shard_options=ShardOptions(shard, count)
+    )
+    ops: list[Any] = [Keep()] if filtered else []
+    return chute.DataLoader(
+        data_source=records,
+        sampler=sampler,
+        operations=[*ops, chute.Batch(4)],
+        worker_count=workers,
+    )
+
+
+def batches(source: Any) -> list[list[int]]:
+    it = iter(source)
+    try:
+        return [b["id"].tolist() for b in it]
+    finally:
+        it.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("filtered", [False, True])
+def test_dataloader_steps_name_their_records_and_skip_lands_on_them(
+    workers: int, filtered: bool
+) -> None:
+    ld = loader(1, 2, workers, filtered)
+    expected = batches(ld)
+    it = iter(ld)
+    try:
+        found = provenance(it, range(len(expected)))
+        assert [[r["index"] for r in step] for step in found] == expected
+        assert skip(it, 7) == 7
+        assert next(it)["id"].tolist() == expected[7]
+        state = it.get_state()
+    finally:
+        it.close()
+    # The state (and the state_dict) of one worker count restores with another; a skipped
+    # state of the other host's loader is refused.
+    again = iter(loader(1, 2, 2 - workers, filtered))
+    try:
+        again.set_state(state)
+        assert next(again)["id"].tolist() == expected[8]
+        moved = skip_state(again.get_state(), 3, dataset=loader(1, 2, 0, filtered))
+        assert provenance(moved, [12], dataset=ld) == [found[12]]
+    finally:
+        again.close()
+    with pytest.raises(chute.CheckpointError):
+        provenance(state, [0], dataset=loader(0, 2, 0, filtered))
+
+
+def test_every_hosts_shard_together_is_the_whole_data_once_per_epoch() -> None:
+    per_host = [provenance(iter(loader(h, 3)), range(15)) for h in range(3)]
+    seen = sorted(r["index"] for host in per_host for step in host for r in step)
+    assert seen == sorted(list(range(90)) * 2)
+
+
+def test_chute_explain_reads_every_hosts_file(tmp_path: Path) -> None:
+    """An Orbax item folder as chute's handler writes it (`process_{i}-of-{n}.json`, the
+    format of chute.checkpoint.save), explained for one host and for all."""
+    item = tmp_path / "ckpt" / "300" / "data"
+    item.mkdir(parents=True)
+    for h in range(2):
+        it = iter(loader(h, 2))
+        next(it)
+        chute.checkpoint.save(item / f"process_{h}-of-2.json", it)
+        it.close()
+    (tmp_path / "hosts_data.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_provenance_frameworks import loader\n\n\n"
+        "def pipeline(process_index, process_count):\n"
+        "    return loader(process_index, process_count)\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(tmp_path)]),
+    }
+    argv = [sys.executable, "-m", "chute.cli", "explain", str(tmp_path / "ckpt" / "300")]
+    argv += ["--steps", "2:4", "--pipeline", "hosts_data:pipeline", "--json"]
+    out = subprocess.run(
+        [*argv, "--all-hosts"], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    for h in range(2):
+        want = [i for b in batches(loader(h, 2))[2:4] for i in b]
+        assert [r["index"] for r in rows if r["host"] == h] == want
+    one = subprocess.run(
+        [*argv, "--host", "1"], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert [r["index"] for r in json.loads(one.stdout)] == [
+        r["index"] for r in rows if r["host"] == 1
+    ]
+    bad = subprocess.run(
+        [*argv[:-5], "--steps", "2:4", "--pipeline", "hosts_data:nothing"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1
+    assert "defines no function 'nothing'" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def ray() -> Iterator[Any]:
+    ray = pytest.importorskip("ray", reason=rh.SKIP_REASON)
+    with rh.actors_import_the_tests():
+        ray.init(
+            num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False
+        )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def test_ray_workers(ray: Any) -> None:
+    import mp_pipelines as mpp
+
+    def build(options: Any) -> chute.IterDataset[Any]:
+        ds = chute.MapDataset.range(200).shuffle(seed=2).map(mpp.double).to_iter_dataset()
+        return ds.filter(mpp.keep).batch(5).mp_prefetch(options)
+
+    on_ray = build(rh.workers(2))
+    expected = [np.asarray(b).tolist() for b in mpp.as_list(build(chute.MultiprocessingOptions()))]
+    it = iter(on_ray)
+    try:
+        found = provenance(it, range(len(expected)))
+        assert [[2 * r["index"] for r in step] for step in found] == expected
+        skip(it, 6)
+        assert next(it).tolist() == expected[6]
+    finally:
+        it.close()
