@@ -164,3 +164,39 @@ def test_ray_workers(ray: Any) -> None:
         assert next(it).tolist() == expected[6]
     finally:
         it.close()
+
+
+def odd_record(i: int) -> dict[str, int]:
+    return {"id": i}
+
+
+def not_seventh(x: dict[str, int]) -> bool:
+    return x["id"] % 7 != 0
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_torch_layer_steps_from_a_copys_state_dict(workers: int) -> None:
+    """`chute.torch.IterableDataset` read by torchdata's StatefulDataLoader: the steps of two
+    epochs, its workers taking turns, named from one worker copy's state."""
+    pytest.importorskip("torch")
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    from chute.torch import IterableDataset
+
+    src = chute.MapDataset.range(50).map(odd_record).shuffle(seed=3).filter(not_seventh)
+    tds = IterableDataset(src, batch_size=4, shard_options=ShardOptions(1, 2))
+    loader = stateful.StatefulDataLoader(tds, batch_size=None, num_workers=workers)
+    steps = []
+    for epoch in range(2):
+        tds.set_epoch(epoch)
+        steps += [b["id"].tolist() for b in loader]
+    snapshot = loader.state_dict()
+    if workers:
+        state = snapshot["_snapshot"]["_worker_snapshots"]["worker_1"]["dataset_state"]
+    else:
+        state = snapshot["dataset_state"]
+    found = provenance(state, range(len(steps)), dataset=tds)
+    assert [[r["index"] for r in s] for s in found] == steps
+    assert {r["epoch"] for s in found[-3:] for r in s} == {1}
+    other_rank = IterableDataset(src, batch_size=4, shard_options=ShardOptions(0, 2))
+    with pytest.raises(chute.CheckpointError, match="rank 1 of 2"):
+        provenance(state, [0], dataset=other_rank)

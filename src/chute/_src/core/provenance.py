@@ -140,6 +140,25 @@ class Tracer:
             s.close()
 
 
+def length_of(node: Any, tracer: Tracer, beyond: int | None = None) -> int:
+    """The number of elements of `node` (finite), found by asking whether it has an element
+    at a position: O(log n) asks, each as costly as `node`'s own `_origins`. `beyond`: a
+    position known to be past its end."""
+    hi = beyond
+    if hi is None:
+        hi = 1
+        while tracer.exists(node, hi - 1):
+            hi *= 2
+    lo = 0  # an element at lo - 1 (or lo == 0), none at hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tracer.exists(node, mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def not_declared(node: Any) -> ProvenanceError:
     """The error for a stage that cannot say where its elements came from."""
     what = "an order-dependent stage"

@@ -85,7 +85,9 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
     `it_or_state`: a live iterator (of an `IterDataset` or a `DataLoader`), or a state
     (`get_state()`, a JSON checkpoint, the state restored from Orbax, a `state_dict()`),
     which needs `dataset=` (the pipeline it came from; a state of another pipeline raises
-    `CheckpointError`).
+    `CheckpointError`). For `chute.torch.IterableDataset`, give the `state_dict()` of one
+    of its copies and the dataset: the steps are those torch's `DataLoader` hands out on
+    that rank, its workers taking turns.
 
     >>> import chute
     >>> ds = chute.MapDataset.range(100).seed(0).shuffle().batch(2).to_iter_dataset()
@@ -109,6 +111,10 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
             "pipeline it came from, provenance(state, steps, dataset=ds) (the IterDataset or "
             "DataLoader, built as for the run that saved it)."
         )
+    own = getattr(dataset, "_provenance", None)
+    if callable(own) and not hasattr(dataset, "_origins"):
+        # Not a pipeline but an object that knows its steps (chute.torch.IterableDataset).
+        return own(_state_of(it_or_state), wanted)
     pipeline = _pipeline_of(dataset)
     _check_state(_state_of(it_or_state), dataset if hasattr(dataset, "dataset") else pipeline)
     return trace_steps(pipeline, wanted)

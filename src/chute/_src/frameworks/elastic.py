@@ -79,6 +79,20 @@ class _HostIndicesMapDataset(MapDataset[Any]):
     def _fingerprint_params(self) -> str:
         return f"pending={len(self._pending)}, next={self._next}, stride={self._stride}"
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The index of `R_j` at `position` (provenance: the element carries it)."""
+        from chute._src.core.provenance import EndOfStream, same_position
+
+        if position >= self._len:
+            raise EndOfStream
+        k = len(self._pending)
+        index = (
+            int(self._pending[position])
+            if position < k
+            else self._next + (position - k) * self._stride
+        )
+        return same_position(index)
+
 
 def _stack_tagged(xs: list[tuple[int, Any]]) -> tuple[int, Any]:
     """A batch of `(position, element)`: the last position and the stacked elements."""

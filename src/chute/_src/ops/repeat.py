@@ -59,7 +59,7 @@ class RepeatIterDataset(IterDataset[T]):
             return [provenance.Origin(0, position)]
         memo = tracer.memo(self)
         if "length" not in memo:
-            memo["length"] = _length(parent, position, tracer)
+            memo["length"] = provenance.length_of(parent, tracer, position)
         n = memo["length"]
         epoch, pos = divmod(position, n) if n else (0, 0)
         if n == 0 or (self._epochs is not None and epoch >= self._epochs):
@@ -187,15 +187,3 @@ class RepeatMapDataset(MapDataset[T]):
             if n:
                 position %= n
         return provenance.same_position(position)
-
-
-def _length(parent: Any, beyond: int, tracer: Any) -> int:
-    """The number of elements of `parent`, which has none at `beyond`."""
-    lo, hi = 0, beyond  # an element at lo - 1 (or lo == 0), none at hi
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if tracer.exists(parent, mid):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
