@@ -183,3 +183,19 @@ def test_a_filter_of_the_mapdataset_is_read_not_counted_as_indices(workers: int)
         assert next(it).tolist() == expected[9]
     finally:
         it.close()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_skip_past_the_end_of_a_finite_stream_stops_there(batch: int) -> None:
+    """A move of the index past the end used to make set_state raise CheckpointError."""
+    ds = chute.MapDataset.range(5).seed(1).shuffle().batch(batch).to_iter_dataset()
+    steps = len(list(ds))
+    it = iter(ds)
+    next(it)
+    assert skip(it, steps + 3) == steps - 1
+    with pytest.raises(StopIteration):
+        next(it)
+    state = skip_state(iter(ds).get_state(), steps + 3, dataset=ds)
+    it = iter(ds)
+    it.set_state(state)
+    assert list(it) == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._src.core.errors import CheckpointError
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.next_index import NoNextIndexError, _reader_path, moved, next_index_of
 from chute._src.core.state_checks import check_bounds, verify
@@ -74,13 +75,23 @@ def skip(ds_iter: DatasetIterator[Any], n: int) -> int:
         start = _index_arithmetic(state, "skip")
         target = moved(state, start + n, "skip")
     except NoNextIndexError:
-        for done in range(n):  # a stage between must read to know where step n begins
-            try:
-                next(ds_iter)
-            except StopIteration:
-                return done
-        return n
-    ds_iter.set_state(target)
+        return _read(ds_iter, n)  # a stage between must read to know where step n begins
+    try:
+        ds_iter.set_state(target)
+    except CheckpointError:
+        # Past the end of a finite stream (the state names an index past it, and the
+        # iterator is left where it was): read to the end, counting.
+        return _read(ds_iter, n)
+    return n
+
+
+def _read(ds_iter: DatasetIterator[Any], n: int) -> int:
+    """Reads and drops up to `n` steps; how many there were."""
+    for done in range(n):
+        try:
+            next(ds_iter)
+        except StopIteration:
+            return done
     return n
 
 
@@ -89,7 +100,8 @@ def skip_state(state: Any, n: int, dataset: Any = None) -> Any:
     steps on: what the iterator would give after consuming those steps.
 
     Where the position is index arithmetic the state is edited in O(1) and `dataset` is not
-    needed. Otherwise give the pipeline (`dataset`, the `IterDataset` or `DataLoader` the
+    needed (past the end of a finite stream, such a state names an index past it, which
+    `set_state` refuses; with `dataset=` the move stops at the end). Otherwise give the pipeline (`dataset`, the `IterDataset` or `DataLoader` the
     state came from): an iterator is made, restored, moved by `skip` and its state
     returned, so a state from another pipeline raises `CheckpointError` as `set_state`
     does.
