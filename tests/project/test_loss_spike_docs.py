@@ -19,14 +19,15 @@ DOC = ROOT / "docs" / "loss_spike.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 
-def test_the_doc_has_its_five_examples() -> None:
-    assert len(BLOCKS) == 5
+def test_the_doc_has_its_six_examples() -> None:
+    assert len(BLOCKS) == 6
 
 
 def test_the_examples_of_loss_spike_md_run_and_chute_explain_agrees(tmp_path: Path) -> None:
     pytest.importorskip("orbax.checkpoint")
     pytest.importorskip("jax")
     pytest.importorskip("torch")
+    pytest.importorskip("torchdata")
     namespace: dict[str, Any] = {"__name__": "loss_spike_md"}
     for block in BLOCKS:
         exec(compile(block, str(DOC), "exec"), namespace)
