@@ -300,3 +300,29 @@ def test_record_files_name_the_file_shard_and_record(tmp_path: Path) -> None:
         ids = [100 * r["shard"] + r["record"] for r in records]
         assert ids == step["id"].tolist()
         assert all(r["file"] == paths[r["shard"]] for r in records)
+
+
+def test_crec_and_array_record_files_name_the_file_shard_and_record(tmp_path: Path) -> None:
+    from chute.records import RecordWriter
+    from chute.sources import ArrayRecordDataSource, RecordFileDataSource
+
+    crec, arrays = [], []
+    for k in range(3):
+        crec.append(str(tmp_path / f"part-{k}.crec"))
+        with RecordWriter(crec[-1]) as w:
+            for i in range(3 + k):
+                w.write(b"%d" % (100 * k + i))
+        pytest.importorskip("array_record")
+        from array_record.python import array_record_module
+
+        arrays.append(str(tmp_path / f"part-{k}.array_record"))
+        writer = array_record_module.ArrayRecordWriter(arrays[-1], "group_size:1")
+        for i in range(3 + k):
+            writer.write(b"%d" % (100 * k + i))
+        writer.close()
+    for src in (RecordFileDataSource(crec), ArrayRecordDataSource(arrays)):
+        ds = chute.MapDataset.source(src).seed(2).shuffle().to_iter_dataset()
+        steps = _run(ds)
+        for (r,), value in zip(provenance(iter(ds), range(len(steps))), steps):
+            assert int(value) == 100 * r["shard"] + r["record"]
+            assert r["file"] in (crec if src.__class__ is RecordFileDataSource else arrays)
