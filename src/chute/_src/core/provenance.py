@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from chute._src.core.contract import StageRole, role
+from chute._src.core.contract import StageRole, origins, role
 
 Label = str | int | None
 
@@ -195,8 +195,7 @@ def records_of(node: Any, position: int, tracer: Tracer) -> list[dict[str, Any]]
     stack: list[tuple[Any, int, Path]] = [(node, position, ((), (), ()))]
     while stack:
         n, pos, (labels, offset, fields) = stack.pop()
-        origins = n._origins(pos, tracer)
-        for o in reversed(origins):
+        for o in reversed(origins(n, pos, tracer)):
             label = labels if o.source is None else (*labels, o.source)
             if o.parent is None:
                 out.append(_record(o, label, offset, fields))

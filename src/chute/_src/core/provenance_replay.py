@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import contract
 from chute._src.core.dataset import IterDataset
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.provenance import EndOfStream, Origin, Stream, Tracer
@@ -132,7 +133,9 @@ def by_identity(element: Any, parents: list[PositionedParent]) -> list[Origin]:
 def reordered_origins(stage: Any, position: int, tracer: Tracer) -> list[Origin]:
     """The origin of the element at `position` of a stage that hands out its parents'
     elements in another order: its twin run on its parents' elements, known by identity."""
-    return replayed_origins(stage, position, tracer, stage._with_parents, by_identity)
+    return replayed_origins(
+        stage, position, tracer, lambda ps: contract.with_parents(stage, ps), by_identity
+    )
 
 
 def tokens_as_positions(paths: list[Any]) -> Callable[[Any, int], Any]:
@@ -185,7 +188,7 @@ def packed_origins(stage: Any, spec: Any, position: int, tracer: Tracer) -> list
         stage,
         position,
         tracer,
-        stage._with_parents,
+        lambda ps: contract.with_parents(stage, ps),
         segments_of_row(seq[0]),
         tokens_as_positions(list(spec.keys)),
     )
