@@ -83,6 +83,15 @@ def ids_named(records: list[dict[str, Any]]) -> list[int]:
     return out
 
 
+def traced(ds: Any, steps: Any) -> list[list[dict[str, Any]]]:
+    """`provenance` from a fresh iterator of `ds`, closed after."""
+    it = iter(ds)
+    try:
+        return provenance(it, steps)
+    finally:
+        it.close()
+
+
 PIPELINES: dict[str, Callable[[], chute.IterDataset[Any]]] = {
     "shuffle_repeat_batch": lambda: source(0, 30).seed(1).shuffle().repeat(2).map(ids_only).batch(4).to_iter_dataset(),
     "slice_window_shuffle": lambda: ex.WindowShuffleMapDataset(source(0, 40)[3:37:2], window_size=5, seed=2)
@@ -128,10 +137,10 @@ def _run(ds: chute.IterDataset[Any]) -> list[Any]:
 def test_provenance_names_exactly_the_records_each_step_holds(name: str) -> None:
     ds = PIPELINES[name]()
     steps = _run(ds)
-    found = provenance(iter(ds), range(len(steps)))
+    found = traced(ds, range(len(steps)))
     assert [ids_named(r) for r in found] == [ids_in(s) for s in steps]
     with pytest.raises(ProvenanceError, match=rf"step {len(steps)} is beyond the end"):
-        provenance(iter(ds), [len(steps)])
+        traced(ds, [len(steps)])
 
 
 @pytest.mark.parametrize("name", ["iter_filter_batch", "first_fit", "interleave_repeat_limit"])
@@ -150,11 +159,11 @@ def test_the_same_with_two_worker_processes(name: str) -> None:
 
 def test_records_show_the_epoch_and_the_offset_in_the_step() -> None:
     ds = source(0, 10).seed(0).shuffle().repeat(3).map(ids_only).batch(4).to_iter_dataset()
-    (records,) = provenance(iter(ds), [5])  # elements 20..23: epoch 2
+    (records,) = traced(ds, [5])  # elements 20..23: epoch 2
     assert [r["epoch"] for r in records] == [2, 2, 2, 2]
     assert [r["offset"] for r in records] == [(0,), (1,), (2,), (3,)]
     assert {r["source"] for r in records} == {None}
-    packed = provenance(iter(PIPELINES["concat_then_split"]()), [3])[0]
+    packed = traced(PIPELINES["concat_then_split"](), [3])[0]
     assert [r["offset"][0] for r in packed] == sorted(r["offset"][0] for r in packed)
 
 
@@ -175,12 +184,12 @@ def test_an_index_pipeline_runs_none_of_the_users_functions() -> None:
         .to_iter_dataset()
         .map(counted)
     )
-    records = provenance(iter(ds), [10**6, 10**6 + 1])
+    records = traced(ds, [10**6, 10**6 + 1])
     assert calls == []
     assert [len(r) for r in records] == [64, 64]
-    it = iter(ds)
-    skip(it, 10**6)
-    assert [r["index"] for r in records[0]] == next(it).tolist()
+    with iter(ds) as it:
+        skip(it, 10**6)
+        assert [r["index"] for r in records[0]] == next(it).tolist()
 
 
 def test_a_filter_computes_what_is_below_it_and_nothing_above() -> None:
@@ -197,7 +206,7 @@ def test_a_filter_computes_what_is_below_it_and_nothing_above() -> None:
 
     ds: chute.IterDataset[Any] = chute.MapDataset.range(100).map(seen_below).to_iter_dataset()
     ds = ds.filter(lambda x: x % 2).map(seen_above).batch(5)
-    (records,) = provenance(iter(ds), [3])
+    (records,) = traced(ds, [3])
     assert [r["index"] for r in records] == [31, 33, 35, 37, 39]
     # The maps above the filter never run; below it, the elements up to the step's last
     # (the reader may compute a chunk ahead, as it does in a run).
@@ -206,30 +215,31 @@ def test_a_filter_computes_what_is_below_it_and_nothing_above() -> None:
 
 def test_steps_count_from_the_start_whatever_the_position() -> None:
     ds = PIPELINES["iter_filter_batch"]()
-    it = iter(ds)
-    for _ in range(4):
-        next(it)
-    assert provenance(it, range(6)) == provenance(iter(ds), range(6))
-    assert provenance(it.get_state(), 2, dataset=ds) == provenance(iter(ds), [2])
+    with iter(ds) as it:
+        for _ in range(4):
+            next(it)
+        assert provenance(it, range(6)) == traced(ds, range(6))
+        assert provenance(it.get_state(), 2, dataset=ds) == traced(ds, [2])
 
 
 def test_from_a_state_a_checkpoint_file_and_a_state_dict(tmp_path: Path) -> None:
     ds = PIPELINES["shuffle_repeat_batch"]()
-    expected = provenance(iter(ds), range(3, 6))
-    it = iter(ds)
-    next(it)
-    path = tmp_path / "data.json"
-    chute.checkpoint.save(path, it)
-    state = json.loads(path.read_text())["state"]
-    assert provenance(state, range(3, 6), dataset=ds) == expected
-    assert provenance(it.state_dict(), range(3, 6), dataset=ds) == expected
-    assert provenance(it.get_state(), range(3, 6), dataset=ds) == expected
+    expected = traced(ds, range(3, 6))
+    with iter(ds) as it:
+        next(it)
+        path = tmp_path / "data.json"
+        chute.checkpoint.save(path, it)
+        state = json.loads(path.read_text())["state"]
+        assert provenance(state, range(3, 6), dataset=ds) == expected
+        assert provenance(it.state_dict(), range(3, 6), dataset=ds) == expected
+        assert provenance(it.get_state(), range(3, 6), dataset=ds) == expected
 
 
 def test_a_state_of_another_pipeline_is_refused() -> None:
     ds = PIPELINES["shuffle_repeat_batch"]()
     other = source(0, 30).seed(2).shuffle().repeat(2).map(ids_only).batch(4).to_iter_dataset()
-    state = iter(ds).get_state()
+    with iter(ds) as it:
+        state = it.get_state()
     with pytest.raises(chute.CheckpointError, match=r"seed|params|pipeline"):
         provenance(state, [0], dataset=other)
     with pytest.raises(ValueError, match=r"give the pipeline it came from.*dataset=ds"):
@@ -240,7 +250,7 @@ def test_a_state_of_another_pipeline_is_refused() -> None:
 def test_a_bad_step_is_refused_naming_the_rule(bad: Any) -> None:
     ds = PIPELINES["map_mix"]()
     with pytest.raises((ValueError, TypeError), match=r"steps are ints >= 0|step \(an int\)"):
-        provenance(iter(ds), bad)
+        traced(ds, bad)
 
 
 class RunningSum(chute.DatasetIterator[int]):
@@ -282,9 +292,9 @@ def test_a_user_stage_that_cannot_say_where_its_elements_came_from_is_named() ->
     with pytest.raises(
         ProvenanceError, match=r"RunningSumDataset.*cannot say.*declare `_origins\(self, position"
     ):
-        provenance(iter(ds), [1])
+        traced(ds, [1])
     declared = PairsDataset(chute.MapDataset.range(10).to_iter_dataset())
-    assert [r["index"] for r in provenance(iter(declared), [3])[0]] == [0, 1, 2, 3]
+    assert [r["index"] for r in traced(declared, [3])[0]] == [0, 1, 2, 3]
 
 
 def test_record_files_name_the_file_shard_and_record(tmp_path: Path) -> None:
@@ -296,7 +306,7 @@ def test_record_files_name_the_file_shard_and_record(tmp_path: Path) -> None:
     records_ds = chute.MapDataset.source(chute.sources.JsonlDataSource(paths)).seed(1).shuffle()
     ds = records_ds.to_iter_dataset().batch(3)
     steps = _run(ds)
-    for records, step in zip(provenance(iter(ds), range(len(steps))), steps):
+    for records, step in zip(traced(ds, range(len(steps))), steps):
         ids = [100 * r["shard"] + r["record"] for r in records]
         assert ids == step["id"].tolist()
         assert all(r["file"] == paths[r["shard"]] for r in records)
@@ -323,6 +333,6 @@ def test_crec_and_array_record_files_name_the_file_shard_and_record(tmp_path: Pa
     for src in (RecordFileDataSource(crec), ArrayRecordDataSource(arrays)):
         ds = chute.MapDataset.source(src).seed(2).shuffle().to_iter_dataset()
         steps = _run(ds)
-        for (r,), value in zip(provenance(iter(ds), range(len(steps))), steps):
+        for (r,), value in zip(traced(ds, range(len(steps))), steps):
             assert int(value) == 100 * r["shard"] + r["record"]
             assert r["file"] in (crec if src.__class__ is RecordFileDataSource else arrays)

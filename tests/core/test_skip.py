@@ -174,7 +174,9 @@ def test_a_filter_of_the_mapdataset_is_read_not_counted_as_indices(workers: int)
         assert next(it).tolist() == expected[9]
     finally:
         it.close()
-    start = iter(build()).get_state()
+    fresh = iter(build())
+    start = fresh.get_state()
+    fresh.close()
     with pytest.raises(ValueError, match=r"filters elements out.*dataset=ds"):
         skip_state(start, 9)
     it = iter(build())

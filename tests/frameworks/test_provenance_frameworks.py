@@ -50,6 +50,15 @@ def batches(source: Any) -> list[list[int]]:
         it.close()
 
 
+def traced(ds: Any, steps: Any) -> list[list[dict[str, Any]]]:
+    """`provenance` from a fresh iterator of `ds`, closed after."""
+    it = iter(ds)
+    try:
+        return provenance(it, steps)
+    finally:
+        it.close()
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("filtered", [False, True])
 def test_dataloader_steps_name_their_records_and_skip_lands_on_them(
@@ -81,7 +90,7 @@ def test_dataloader_steps_name_their_records_and_skip_lands_on_them(
 
 
 def test_every_hosts_shard_together_is_the_whole_data_once_per_epoch() -> None:
-    per_host = [provenance(iter(loader(h, 3)), range(15)) for h in range(3)]
+    per_host = [traced(loader(h, 3), range(15)) for h in range(3)]
     seen = sorted(r["index"] for host in per_host for step in host for r in step)
     assert seen == sorted(list(range(90)) * 2)
 

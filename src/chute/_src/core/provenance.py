@@ -108,6 +108,7 @@ class Tracer:
         self._streams: dict[int, Stream] = {}
         self._memos: dict[int, dict[str, Any]] = {}
         self._keep: list[Any] = []  # the nodes memoized by id, alive for the call
+        self._open: list[Any] = []  # iterators to close with the call
 
     def stream(self, node: Any) -> Stream:
         s = self._streams.get(id(node))
@@ -135,9 +136,18 @@ class Tracer:
         except EndOfStream:
             return False
 
+    def closing(self, it: Any) -> Any:
+        """`it`, an iterator a stage made (a replay's), closed when the call ends."""
+        self._open.append(it)
+        return it
+
     def close(self) -> None:
         for s in self._streams.values():
             s.close()
+        for it in self._open:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
 
 
 def length_of(node: Any, tracer: Tracer, beyond: int | None = None) -> int:

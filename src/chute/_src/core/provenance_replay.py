@@ -100,7 +100,7 @@ def replayed_origins(
             raise EndOfStream
         it = memo.get("it")
         if it is None:
-            it = memo["it"] = iter(memo["twin"])
+            it = memo["it"] = tracer.closing(iter(memo["twin"]))
         try:
             element = next(it)
         except StopIteration:
