@@ -33,8 +33,8 @@ class Origin(NamedTuple):
     `parent`: which of the stage's parents (None: this stage is the source, and
     `position` is the record's index in it); `position`: the position in that parent (an
     index of a `MapDataset`, a step of an `IterDataset`); `offset`: where this part sits in
-    the stage's own element (a row of a batch, `(row, start)` in a packed row), empty for
-    a stage that does not group; `source`: the name of the parent as the records should
+    the stage's own element (its row in a batch, the token a sequence starts at in a packed
+    row, its part of a zipped tuple), empty for a stage that does not group; `source`: the name of the parent as the records should
     show it (a mixture's component); `fields`: for a source, more about the record (its
     epoch, file, shard, record number); for a stage, what it adds to the records below
     (a shard's number; `epoch`: the passes of a repeated stream, added to the source's)."""
