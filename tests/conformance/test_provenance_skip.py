@@ -86,7 +86,7 @@ def usable(case: Case, *invariants: str) -> None:
     assume(not any(broken(i) for i in invariants))
 
 
-@budget(ci=30, long=600)
+@budget(ci=50, long=600)
 @given(p=cst.pipelines(), workers=st.sampled_from([0, 0, 0, 2]))
 def test_provenance_of_step_k_names_exactly_the_records_it_holds(
     p: Pipeline, workers: int, env: Env
@@ -102,7 +102,7 @@ def test_provenance_of_step_k_names_exactly_the_records_it_holds(
         assert named == pl.ids_of(step), f"step {k}: {records}"
 
 
-@budget(ci=20, long=400)
+@budget(ci=30, long=400)
 @given(p=cst.pipelines(), n=st.integers(0, 30), workers=st.sampled_from([0, 2]))
 def test_skip_n_then_next_is_step_n_of_an_uninterrupted_run(
     p: Pipeline, n: int, workers: int, env: Env
