@@ -164,8 +164,8 @@ def test_a_filter_of_the_mapdataset_is_read_not_counted_as_indices(workers: int)
 
     def build() -> chute.IterDataset[Any]:
         ds = chute.MapDataset.range(200).seed(2).shuffle().filter(keep).to_iter_dataset()
-        ds = ds.batch(4)
-        return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+        options = chute.MultiprocessingOptions(num_workers=workers)
+        return ds.batch(4).mp_prefetch(options)
 
     expected = [b.tolist() for b in build()]
     it = iter(build())
