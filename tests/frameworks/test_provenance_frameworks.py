@@ -209,3 +209,26 @@ def test_the_torch_layer_steps_from_a_copys_state_dict(workers: int) -> None:
     other_rank = IterableDataset(src, batch_size=4, shard_options=ShardOptions(0, 2))
     with pytest.raises(chute.CheckpointError, match="rank 1 of 2"):
         provenance(state, [0], dataset=other_rank)
+
+
+def not_third(x: int) -> bool:
+    return x % 3 != 0
+
+
+def test_elastic_iterator_hosts_name_their_records_and_the_check_moves_nothing() -> None:
+    from chute.experimental import ElasticIterator
+
+    ds = chute.MapDataset.range(40).seed(1).shuffle().filter(not_third).repeat(2)
+    seen = []
+    for host in range(2):
+        expected = [b.tolist() for b in ElasticIterator(ds, 6, ShardOptions(host, 2))]
+        elastic = ElasticIterator(ds, 6, ShardOptions(host, 2))
+        next(elastic)
+        found = provenance(elastic.get_state(), range(len(expected)), dataset=elastic)
+        assert [[r["index"] for r in step] for step in found] == expected
+        assert provenance(iter(elastic), [1]) == [found[1]]
+        assert next(elastic).tolist() == expected[1]  # the state's check left it there
+        elastic.close()
+        seen += [(r["index"], r["epoch"]) for step in found for r in step]
+    # The hosts' shares are disjoint (each host drops its last partial batch).
+    assert len(seen) == len(set(seen)) and all(i % 3 for i, _ in seen)

@@ -199,19 +199,37 @@ def default_origins(node: Any, position: int, tracer: Tracer) -> list[Origin]:
 
 
 def records_of(node: Any, position: int, tracer: Tracer) -> list[dict[str, Any]]:
-    """The source records of `node`'s element at `position` (empty: filtered out)."""
+    """The source records of `node`'s element at `position` (empty: filtered out), in the
+    order of its parts, depth first."""
     out: list[dict[str, Any]] = []
     Path = tuple[tuple[Label, ...], tuple[int, ...], tuple[tuple[str, Any], ...]]
-    stack: list[tuple[Any, int, Path]] = [(node, position, ((), (), ()))]
+    # Each entry: a node and position to ask, or a record found (node None).
+    stack: list[tuple[Any, Any, Path]] = [(node, position, ((), (), ()))]
     while stack:
         n, pos, (labels, offset, fields) = stack.pop()
-        for o in reversed(origins(n, pos, tracer)):
+        if n is None:
+            out.append(pos)
+            continue
+        found: list[tuple[Any, Any, Path]] = []
+        for o in origins(n, pos, tracer):
             label = labels if o.source is None else (*labels, o.source)
             if o.parent is None:
-                out.append(_record(o, label, offset, fields))
+                found.append((None, _record(o, label, offset + o.offset, fields), ((), (), ())))
             else:
                 path = (label, offset + o.offset, fields + o.fields)
-                stack.append((n.parents[o.parent], o.position, path))
+                found.append((n.parents[o.parent], o.position, path))
+        stack.extend(reversed(found))
+    return out
+
+
+def as_records(node: Any, position: int, tracer: Tracer) -> list[Origin]:
+    """The records of `node`'s element at `position` as a source's origins (`parent`
+    None, with their offsets, sources and fields): what a stage returns that reads a
+    pipeline it does not declare as a parent (`ElasticIterator`)."""
+    out = []
+    for r in records_of(node, position, tracer):
+        fields = tuple((k, v) for k, v in r.items() if k not in ("source", "index", "offset"))
+        out.append(Origin(None, r["index"], tuple(r["offset"]), r["source"], fields))
     return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from chute._src.core.iterator import DatasetIterator
+from chute._src.core.iterator import DatasetIterator, ThreadGuardedIterator
 from chute._src.core.provenance import ProvenanceError, trace_steps
 
 
@@ -62,7 +62,10 @@ def _state_of(state: Any) -> Any:
 def _check_state(state: Any, dataset: Any) -> None:
     """Raises CheckpointError where `state` is not of `dataset`'s pipeline (as `set_state`
     would); the check needs no element."""
-    it = iter(dataset)
+    # A fresh iterator: `iter(ds)` of a stage that is its own iterator (ElasticIterator)
+    # would be the user's, moved by the check.
+    fresh = getattr(dataset, "_iter", None)
+    it = ThreadGuardedIterator(fresh()) if fresh is not None else iter(dataset)
     try:
         it.set_state(state)
     finally:
