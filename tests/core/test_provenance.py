@@ -336,3 +336,36 @@ def test_crec_and_array_record_files_name_the_file_shard_and_record(tmp_path: Pa
         for (r,), value in zip(traced(ds, range(len(steps))), steps):
             assert int(value) == 100 * r["shard"] + r["record"]
             assert r["file"] in (crec if src.__class__ is RecordFileDataSource else arrays)
+
+
+def mixture() -> chute.IterDataset[Any]:
+    a = source(0, 100).to_iter_dataset()
+    b = source(1000, 200).to_iter_dataset()
+    return chute.IterDataset.mix({"a": a, "b": b}, {"a": 1, "b": 1}).map(ids_only).batch(2)
+
+
+def test_weights_set_at_run_time_are_drawn_with_from_the_iterator_or_its_state() -> None:
+    ds = mixture()
+    with iter(ds) as it:
+        steps = []
+        for k in range(30):
+            if k in (5, 12, 20):
+                weights = {5: {"a": 1, "b": 3}, 12: {"a": 0, "b": 1}, 20: {"a": 2, "b": 1}}[k]
+                ex.set_mix_weights(it, weights)
+            steps.append(ids_in(next(it)))
+        found = provenance(it, range(30))
+        state = it.get_state()
+    assert [ids_named(r) for r in found] == steps
+    assert provenance(state, range(30), dataset=mixture()) == found
+    assert {r["source"] for r in found[15]} == {"b"}  # a's weight was 0 from step 12
+
+
+def test_weights_set_at_run_time_under_two_mixtures_are_refused() -> None:
+    inner = chute.IterDataset.mix([source(0, 50).to_iter_dataset()] * 2)
+    ds = chute.IterDataset.mix([inner, source(1000, 50).to_iter_dataset()])
+    with iter(ds) as it:
+        assert provenance(it, [0]) == traced(ds, [0])  # no weights set: the built ones
+        (outer,) = it.children()  # the outer mixture's own iterator
+        outer.set_weights([1, 2])  # type: ignore[attr-defined]
+        with pytest.raises(ProvenanceError, match="has 2 mixtures and weights were set"):
+            provenance(it, [0])

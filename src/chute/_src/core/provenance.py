@@ -104,7 +104,10 @@ class Tracer:
     memo that lives for one `provenance` call (`memo(stage)`), and whether a parent has an
     element at a position (`exists`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mix_changes: list[tuple[int, Any]] | None = None) -> None:
+        self.mix_changes = mix_changes
+        """The weights an `IterDataset.mix` was given at run time, by position (the one
+        mixture of the iterator or state asked about), or None."""
         self._streams: dict[int, Stream] = {}
         self._memos: dict[int, dict[str, Any]] = {}
         self._keep: list[Any] = []  # the nodes memoized by id, alive for the call
@@ -262,10 +265,14 @@ def _record(
 
 
 def trace_steps(
-    ds: Any, steps: Sequence[int], on_step: Callable[[int], None] | None = None
+    ds: Any,
+    steps: Sequence[int],
+    on_step: Callable[[int], None] | None = None,
+    mix_changes: list[tuple[int, Any]] | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """The records of each of `steps` of `ds` (an IterDataset); ProvenanceError past its end."""
-    tracer = Tracer()
+    """The records of each of `steps` of `ds` (an IterDataset); ProvenanceError past its end.
+    `mix_changes`: the weights its mixture was given at run time (`Tracer`)."""
+    tracer = Tracer(mix_changes)
     try:
         out = []
         for k in steps:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from chute._src.core.iterator import DatasetIterator, ThreadGuardedIterator
+from chute._src.core.iterator import DatasetIterator, ThreadGuardedIterator, walk_iterators
 from chute._src.core.provenance import ProvenanceError, trace_steps
 
 
@@ -59,15 +59,41 @@ def _state_of(state: Any) -> Any:
     return state
 
 
-def _check_state(state: Any, dataset: Any) -> None:
-    """Raises CheckpointError where `state` is not of `dataset`'s pipeline (as `set_state`
-    would); the check needs no element."""
+def _mix_changes(it: DatasetIterator[Any]) -> list[tuple[int, Any]] | None:
+    """The weights given at run time to the mixture of `it`'s pipeline (`set_weights`), by
+    position; None where none were. Found as `set_mix_weights` finds the mixture: the
+    iterator that declares them."""
+    mixes = [n for n in walk_iterators(it) if callable(getattr(type(n), "weight_changes", None))]
+    logs = [n.weight_changes() for n in mixes]  # type: ignore[attr-defined]
+    given = [(changes, forgotten) for changes, forgotten in logs if changes or forgotten >= 0]
+    if not given:
+        return None
+    if len(mixes) > 1:
+        raise ProvenanceError(
+            f"provenance: the pipeline has {len(mixes)} mixtures and weights were set at run "
+            "time (set_weights): which draws each mixture made cannot be told apart; ask "
+            "about a pipeline with one IterDataset.mix."
+        )
+    changes, forgotten = given[0]
+    if forgotten >= 0:
+        raise ProvenanceError(
+            f"provenance: the mixture's weights were set at run time more often than its "
+            f"schedule keeps (the change at draw {forgotten} was dropped), so its draws "
+            "before the oldest change kept are not known; ask with a state saved earlier."
+        )
+    return changes
+
+
+def _restored(state: Any, dataset: Any) -> list[tuple[int, Any]] | None:
+    """Restores `state` into a fresh iterator of `dataset` (CheckpointError where it is not
+    of that pipeline, as `set_state` would) and returns its mixture's weight changes."""
     # A fresh iterator: `iter(ds)` of a stage that is its own iterator (ElasticIterator)
     # would be the user's, moved by the check.
     fresh = getattr(dataset, "_iter", None)
     it = ThreadGuardedIterator(fresh()) if fresh is not None else iter(dataset)
     try:
         it.set_state(state)
+        return _mix_changes(it)
     finally:
         close = getattr(it, "close", None)
         if close is not None:
@@ -107,7 +133,7 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
                 f"provenance: the iterator {it_or_state!r} was not made by iter() of a "
                 "dataset, so its pipeline is unknown: give it, dataset=ds."
             )
-        return trace_steps(_pipeline_of(source), wanted)
+        return trace_steps(_pipeline_of(source), wanted, mix_changes=_mix_changes(it_or_state))
     if dataset is None:
         raise ValueError(
             "provenance: a state holds positions, not the pipeline's functions: give the "
@@ -119,8 +145,10 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
         # Not a pipeline but an object that knows its steps (chute.torch.IterableDataset).
         return own(_state_of(it_or_state), wanted)
     pipeline = _pipeline_of(dataset)
-    _check_state(_state_of(it_or_state), dataset if hasattr(dataset, "dataset") else pipeline)
-    return trace_steps(pipeline, wanted)
+    changes = _restored(
+        _state_of(it_or_state), dataset if hasattr(dataset, "dataset") else pipeline
+    )
+    return trace_steps(pipeline, wanted, mix_changes=changes)
 
 
 __all__ = ["ProvenanceError", "provenance"]

@@ -111,14 +111,27 @@ class MixedIterDataset(IterDataset[Any]):
 
     def _origins(self, position: int, tracer: Any) -> list[Any]:
         """The input drawn at `position` and its rank among that input's draws, by the
-        weights the mixture was built with (weights set at run time, `set_weights`, are
-        not seen); the mixture ends where an input drawn from has ended."""
+        weights in force at each draw: those the mixture was built with, and those set at
+        run time (`set_weights`) from the position each was set at, as the iterator or
+        state provenance was given records them (`tracer.mix_changes`); the mixture ends
+        where an input drawn from has ended."""
         w = self._weights
         counts = tracer.memo(self).setdefault(
             "counts", StepCounts(w, [INFINITE] * len(self._parents))
         )
         upto = np.arange(position + 1, dtype=np.int64)
         which, keys = counts.locate(upto)
+        changes = tracer.mix_changes
+        if changes:
+            positions = [p for p, _ in changes]
+            for (start, weights), end in zip(changes, [*positions[1:], position + 1]):
+                schedule = w.schedule_of(weights, allow_zero=True)
+                seg = upto[start:end]
+                which[start:end] = schedule.which[seg % schedule.period]
+            keys = np.empty_like(which)
+            for i in np.unique(which).tolist():
+                sel = which == i
+                keys[sel] = np.arange(int(sel.sum()), dtype=np.int64)
         for i in np.unique(which).tolist():  # each input's last draw up to here exists
             last = int(keys[which == i].max())
             if not tracer.exists(self._parents[i], last):

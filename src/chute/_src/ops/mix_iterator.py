@@ -82,6 +82,14 @@ class MixIterator(DatasetIterator[Any]):
             self._make(recorded)
             self._due = NEVER  # later changes the log held are replaced by this one
 
+    def weight_changes(self) -> tuple[list[tuple[int, Any]], int]:
+        """The weights given at run time, each with the position from which it holds, and
+        the position of the latest change the bounded schedule forgot (-1: none): what
+        `chute.experimental.provenance` draws with."""
+        with self._lock:
+            log = self._log
+            return list(zip(log.positions, log.weights)), log.forgotten
+
     def _make(self, recorded: Any) -> None:
         """Puts the weights `recorded` (checked) in force."""
         self._set = (recorded, self._weights.schedule_of(recorded, allow_zero=True))
