@@ -72,8 +72,9 @@ def source_record(index: int, length: int, **fields: Any) -> list[Origin]:
 class Stream:
     """The elements of one `IterDataset`, read in order from its start, as far as asked."""
 
-    def __init__(self, ds: Any) -> None:
+    def __init__(self, ds: Any, prepare: Callable[[Any], None] = lambda it: None) -> None:
         self._ds = ds
+        self._prepare = prepare  # called with the iterator once made
         self._it: Iterator[Any] | None = None
         self._items: list[Any] = []
         self._ended = False
@@ -85,6 +86,7 @@ class Stream:
                 raise EndOfStream
             if self._it is None:
                 self._it = iter(self._ds)
+                self._prepare(self._it)
             try:
                 self._items.append(next(self._it))
             except StopIteration:
@@ -116,9 +118,20 @@ class Tracer:
     def stream(self, node: Any) -> Stream:
         s = self._streams.get(id(node))
         if s is None:
-            s = self._streams[id(node)] = Stream(node)
+            s = self._streams[id(node)] = Stream(node, self._replay_changes)
             self._keep.append(node)
         return s
+
+    def _replay_changes(self, it: Any) -> None:
+        """Has the mixture a stream reads through draw with the weights the run set."""
+        if not self.mix_changes:
+            return
+        from chute._src.core.iterator import walk_iterators
+
+        for n in walk_iterators(it):
+            replay = getattr(type(n), "schedule_weight_changes", None)
+            if callable(replay):
+                replay(n, self.mix_changes)
 
     def element(self, node: Any, index: int) -> Any:
         import numpy as np
