@@ -93,6 +93,9 @@ def test_provenance_of_step_k_names_exactly_the_records_it_holds(
     p: Pipeline, workers: int, env: Env
 ) -> None:
     usable(Case(p, (Run(), Run(workers))), "workers")
+    # sequential_slice copies the pipeline once per worker, mixture included: weights are
+    # then set on each copy's own iterator, not through set_mix_weights.
+    assume(not (p.weight_changes and p.sequential_slice() and workers > 1))
     try:
         ds = pl.build(p, Run(workers), env)
         with closing(iter(ds)) as it:
