@@ -96,6 +96,12 @@ def test_provenance_of_step_k_names_exactly_the_records_it_holds(
     # sequential_slice copies the pipeline once per worker, mixture included: weights are
     # then set on each copy's own iterator, not through set_mix_weights.
     assume(not (p.weight_changes and p.sequential_slice() and workers > 1))
+    # A stage that groups or reads ahead hides a mixture's end (an input ran out) inside a
+    # short group; weights set after it make the mixture draw again, a stream that ended
+    # and went on, which provenance does not model (docs/loss_spike.md): such cases run
+    # without weight changes here.
+    if any(o[0] in (*pl.GROUPING, *pl.WINDOWED, "prefetch", "even_batches") for o in p.iter_ops):
+        p = Pipeline(p.source, p.map_ops, p.iter_ops)
     try:
         ds = pl.build(p, Run(workers), env)
         with closing(iter(ds)) as it:
