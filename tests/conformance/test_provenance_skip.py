@@ -107,7 +107,7 @@ def test_provenance_of_step_k_names_exactly_the_records_it_holds(
         with closing(iter(ds)) as it:
             # The run, its mixture's weights changed between steps as the case says; the
             # live iterator then names every step's records (its mixture logs the changes).
-            steps = []
+            steps: list[Any] = []
             while True:
                 for at, weights in p.weight_changes:
                     if at == len(steps):
