@@ -1,4 +1,4 @@
-"""The `chute` command line: `chute convert`, `inspect`, `verify`, `bench`.
+"""The `chute` command line: `chute convert`, `inspect`, `verify`, `bench`, `explain`.
 
 Each subcommand is a `Command`: a name, a help line, a function that adds its arguments
 to an argparse parser and a function that runs it and returns the exit status. A new
@@ -305,6 +305,18 @@ def _run_bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _explain_args(p: argparse.ArgumentParser) -> None:
+    from chute._src.debug.explain_cli import add_arguments
+
+    add_arguments(p)
+
+
+def _run_explain(args: argparse.Namespace) -> int:
+    from chute._src.debug.explain_cli import run
+
+    return run(args)
+
+
 COMMANDS: list[Command] = [
     Command(
         "convert",
@@ -330,6 +342,12 @@ COMMANDS: list[Command] = [
         "time a pipeline: first batch, elements/s, per-stage summary with advice",
         _bench_args,
         _run_bench,
+    ),
+    Command(
+        "explain",
+        "print the records behind steps of a checkpointed run (a table, or --json)",
+        _explain_args,
+        _run_explain,
     ),
 ]
 

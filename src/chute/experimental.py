@@ -1,5 +1,9 @@
 """Stages whose API may still change: prefetching, packing, mixing, interleaving, caching,
-and the `ElasticIterator` (global batches resumable with another host count)."""
+the `ElasticIterator` (global batches resumable with another host count), and after a
+loss spike, `provenance` (the source records behind steps, from an iterator or a saved
+state), `skip`/`skip_state` (move past steps without reading them where positions are
+index arithmetic) and `Origin`, what a stage's `_origins` returns (docs/loss_spike.md,
+docs/extending.md)."""
 
 from chute._src.core.dataset_options import DatasetOptions as DatasetOptions
 from chute._src.core.dataset_options import ExecutionTrackingMode as ExecutionTrackingMode
@@ -9,6 +13,9 @@ from chute._src.core.element_spec import ShapeDtypeStructProtocol as ShapeDtypeS
 from chute._src.core.element_spec import get_element_spec as get_element_spec
 from chute._src.core.next_index import get_next_index as get_next_index
 from chute._src.core.next_index import set_next_index as set_next_index
+from chute._src.core.provenance import Origin as Origin
+from chute._src.core.provenance import ProvenanceError as ProvenanceError
+from chute._src.core.provenance_api import provenance as provenance
 from chute._src.core.skip import skip as skip
 from chute._src.core.skip import skip_state as skip_state
 from chute._src.core.transforms import MapWithIndex as MapWithIndexTransform
@@ -86,8 +93,10 @@ __all__ = [
     "JsonlIterDataset",
     "LimitIterDataset",
     "MapWithIndexTransform",
+    "Origin",
     "PackAndBatchOperation",
     "ParquetIterDataset",
+    "ProvenanceError",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ShapeDtypeStruct",
@@ -110,6 +119,7 @@ __all__ = [
     "index_shuffle",
     "make_global_arrays",
     "multithread_prefetch",
+    "provenance",
     "set_mix_weights",
     "set_next_index",
     "skip",

@@ -204,6 +204,10 @@ class Stamp(chute.IterDataset[Any]):
     def __iter__(self) -> StampIterator:
         return StampIterator(iter(self._parent))
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """One element for one (docs/extending.md, `_origins`): provenance passes through."""
+        return [chute.experimental.Origin(0, position)]
+
 
 class Records(chute.MapDataset[dict]):
     """A random-access source of its own (`__len__` + `__getitem__`, docs/extending.md)."""

@@ -155,3 +155,49 @@ def test_bad_input_names_the_rule_and_the_fix() -> None:
     other = chute.MapDataset.range(301).seed(7).shuffle().to_iter_dataset()
     with pytest.raises(chute.CheckpointError):
         skip_state(filtered().__iter__().get_state(), 1, dataset=other)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_filter_of_the_mapdataset_is_read_not_counted_as_indices(workers: int) -> None:
+    """The reader skips the holes a MapDataset filter leaves: a step is then no known
+    number of indices, so skip reads (it moved by indices before, landing early)."""
+
+    def build() -> chute.IterDataset[Any]:
+        ds = chute.MapDataset.range(200).seed(2).shuffle().filter(keep).to_iter_dataset()
+        options = chute.MultiprocessingOptions(num_workers=workers)
+        return ds.batch(4).mp_prefetch(options)
+
+    expected = [b.tolist() for b in build()]
+    it = iter(build())
+    try:
+        assert skip(it, 9) == 9
+        assert next(it).tolist() == expected[9]
+    finally:
+        it.close()
+    fresh = iter(build())
+    start = fresh.get_state()
+    fresh.close()
+    with pytest.raises(ValueError, match=r"filters elements out.*dataset=ds"):
+        skip_state(start, 9)
+    it = iter(build())
+    try:
+        it.set_state(skip_state(start, 9, dataset=build()))
+        assert next(it).tolist() == expected[9]
+    finally:
+        it.close()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_skip_past_the_end_of_a_finite_stream_stops_there(batch: int) -> None:
+    """A move of the index past the end used to make set_state raise CheckpointError."""
+    ds = chute.MapDataset.range(5).seed(1).shuffle().batch(batch).to_iter_dataset()
+    steps = len(list(ds))
+    it = iter(ds)
+    next(it)
+    assert skip(it, steps + 3) == steps - 1
+    with pytest.raises(StopIteration):
+        next(it)
+    state = skip_state(iter(ds).get_state(), steps + 3, dataset=ds)
+    it = iter(ds)
+    it.set_state(state)
+    assert list(it) == []

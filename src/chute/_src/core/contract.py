@@ -11,7 +11,8 @@ out of the way of the user operations on `MapDataset` and `IterDataset` (`map`,
   (`_reads_shards`), whether it computes on other threads or processes (`_concurrent`),
   how it is rebuilt on other parents (`_with_parents`), how worker processes receive it
   (`_for_workers`), what decides its elements (`_cache_identity`) and their positions
-  (`_fingerprint_params`, and the pipeline's `_identity` and `_fingerprint`);
+  (`_fingerprint_params`, and the pipeline's `_identity` and `_fingerprint`), where the
+  element at a position came from (`_origins`, for `provenance`);
 - by role, what that role promises on top (`ElementWise`, `Reader`, `Source`), checked
   where the engine relies on it, with an error naming the stage and what it lacks.
 
@@ -80,6 +81,8 @@ class Node(Protocol):
     def _cache_identity(self) -> dict[str, Any]: ...
 
     def _fingerprint_params(self) -> str: ...
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]: ...
 
     @property
     def _identity(self) -> tuple[str, ...]: ...
@@ -154,6 +157,13 @@ def position_params(node: Any) -> str:
     return str(node._fingerprint_params())
 
 
+def origins(node: Any, position: int, tracer: Any) -> list[Any]:
+    """Where `node`'s element at `position` came from: `Origin`s in its parents, or for a
+    source its record (`core/provenance.py`)."""
+    found: list[Any] = node._origins(position, tracer)
+    return found
+
+
 def identity(node: Any) -> tuple[str, ...]:
     """The stages that fix the positions of `node`'s elements, which a state records."""
     entries: tuple[str, ...] = node._identity
@@ -205,6 +215,7 @@ __all__ = [
     "for_workers",
     "identity",
     "is_concurrent",
+    "origins",
     "is_internal",
     "position_params",
     "reader",

@@ -63,7 +63,9 @@ class IterDataset(_Node, Generic[T]):
 
     def __iter__(self) -> DatasetIterator[T]:
         """A fresh iterator, positioned at the start, for one thread at a time."""
-        return ThreadGuardedIterator(self._iter())
+        it = ThreadGuardedIterator(self._iter())
+        it.iterated = self
+        return it
 
     def _iter(self) -> DatasetIterator[T]:
         """`iter(self)` without the thread guard: what stages iterate their parents with."""

@@ -73,6 +73,10 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
     seed), recorded as the state's "params" and checked on restore; set by
     `IterDataset` from the stage's `_fingerprint_params()`."""
 
+    iterated: Any = None
+    """The dataset (or `DataLoader`) whose `iter()` made this iterator, set there: what
+    `chute.experimental.provenance` reads a live iterator's pipeline from."""
+
     _keeps_own_state: ClassVar[bool] = False
     """True for an iterator written as in Grain, overriding `set_state` with a state of its
     own shape (set once, when its class is made: `__init_subclass__`)."""

@@ -156,6 +156,15 @@ class _Node(abc.ABC):  # noqa: B024 (its abstract methods are the core types')
         new._parents = tuple(parents)
         return new
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """Where this stage's element at `position` came from (`core/provenance.py`): a
+        list of `Origin`s in its parents (for a source: the record). The default, by role:
+        element-wise and prefetching stages hand on the position, a node without parents
+        is a source read by position; others raise, naming what to declare."""
+        from chute._src.core.provenance import default_origins
+
+        return default_origins(self, position, tracer)
+
     @property
     def _concurrent(self) -> bool:
         """True when this stage computes its inputs on other threads or processes."""

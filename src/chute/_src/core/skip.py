@@ -2,12 +2,13 @@
 steps had been consumed (after a loss spike: restart earlier, skip the bad range).
 
 Where the position is index arithmetic (a `MapDataset` chain of shuffles, slices,
-repeats, mixes and maps read by `to_iter_dataset`, then maps, batches, prefetching and
+repeats, mixes and maps, without a filter, read by `to_iter_dataset`, then maps, batches, prefetching and
 worker processes), a step is a known number of the reader's indices, so the move is O(1):
 the state's `next_index` (and the counters of `random_map`, `limit`) are set as
 `set_next_index` sets them, and nothing is read. Any other stage between (a filter of an
 `IterDataset`, packing, batching by tokens, a mixture drawing at random) cannot say where
-step `n` begins without reading, so the iterator reads the `n` steps and drops them:
+step `n` begins without reading, nor can a filter of the `MapDataset` (the reader skips
+the elements it drops), so the iterator reads the `n` steps and drops them:
 every stage computes what it must, user maps included.
 """
 
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._src.core.errors import CheckpointError
 from chute._src.core.iterator import DatasetIterator
-from chute._src.core.next_index import NoNextIndexError, moved, next_index_of
+from chute._src.core.next_index import NoNextIndexError, _reader_path, moved, next_index_of
 from chute._src.core.state_checks import check_bounds, verify
 
 
@@ -28,6 +30,25 @@ def _check_steps(n: object, where: str) -> int:
             "saved before it)."
         )
     return n
+
+
+# The MapDataset stages that leave holes (None) where they drop an element, as a state's
+# "pipeline" names them: the reader skips the holes, so it hands out fewer elements than
+# it reads indices, and a step is no known number of indices.
+_LEAVE_HOLES = ("Filter(", "FlatMap(")
+
+
+def _index_arithmetic(state: Any, where: str) -> int:
+    """The next index of the state's top stage, where a step is a known number of the
+    reader's indices; `NoNextIndexError` where it is not."""
+    path = _reader_path(state, where)
+    entries = path[-1].get("pipeline", [])
+    if any(str(e).startswith(_LEAVE_HOLES) for e in entries):
+        raise NoNextIndexError(
+            f"{where}: the MapDataset read filters elements out ({[str(e) for e in entries]}), "
+            "so a step is no known number of its indices: the steps are read."
+        )
+    return next_index_of(state, where)
 
 
 def skip(ds_iter: DatasetIterator[Any], n: int) -> int:
@@ -51,16 +72,26 @@ def skip(ds_iter: DatasetIterator[Any], n: int) -> int:
         return 0
     state = ds_iter.get_state()
     try:
-        start = next_index_of(state, "skip")
+        start = _index_arithmetic(state, "skip")
         target = moved(state, start + n, "skip")
     except NoNextIndexError:
-        for done in range(n):  # a stage between must read to know where step n begins
-            try:
-                next(ds_iter)
-            except StopIteration:
-                return done
-        return n
-    ds_iter.set_state(target)
+        return _read(ds_iter, n)  # a stage between must read to know where step n begins
+    try:
+        ds_iter.set_state(target)
+    except CheckpointError:
+        # Past the end of a finite stream (the state names an index past it, and the
+        # iterator is left where it was): read to the end, counting.
+        return _read(ds_iter, n)
+    return n
+
+
+def _read(ds_iter: DatasetIterator[Any], n: int) -> int:
+    """Reads and drops up to `n` steps; how many there were."""
+    for done in range(n):
+        try:
+            next(ds_iter)
+        except StopIteration:
+            return done
     return n
 
 
@@ -69,7 +100,8 @@ def skip_state(state: Any, n: int, dataset: Any = None) -> Any:
     steps on: what the iterator would give after consuming those steps.
 
     Where the position is index arithmetic the state is edited in O(1) and `dataset` is not
-    needed. Otherwise give the pipeline (`dataset`, the `IterDataset` or `DataLoader` the
+    needed (past the end of a finite stream, such a state names an index past it, which
+    `set_state` refuses; with `dataset=` the move stops at the end). Otherwise give the pipeline (`dataset`, the `IterDataset` or `DataLoader` the
     state came from): an iterator is made, restored, moved by `skip` and its state
     returned, so a state from another pipeline raises `CheckpointError` as `set_state`
     does.
@@ -88,7 +120,7 @@ def skip_state(state: Any, n: int, dataset: Any = None) -> Any:
     check_bounds(state, "skip_state")
     verify(state, "skip_state")  # never seal anew a state changed since it was saved
     try:
-        return moved(state, next_index_of(state, "skip_state") + n, "skip_state")
+        return moved(state, _index_arithmetic(state, "skip_state") + n, "skip_state")
     except NoNextIndexError as e:
         raise NoNextIndexError(
             f"{e} skip_state cannot move this state without reading: give the pipeline "

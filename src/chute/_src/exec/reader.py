@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar
 
-from chute._src.core import contract, observe
+from chute._src.core import contract, observe, provenance
 from chute._src.core.columns import Columns
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
@@ -137,6 +137,27 @@ class PrefetchIterDataset(IterDataset[T]):
     @property
     def _fingerprint(self) -> str:
         return contract.fingerprint(self.map_parent)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """Step `position` is element `position` of the MapDataset; where a filter there
+        leaves holes, the `position`-th element kept, found by running the filters' part
+        of the MapDataset (not the stages above them) up to it."""
+        parent = self.map_parent
+        n = len(parent)
+        if self._allow_nones or not parent._may_be_none:
+            if position >= n:
+                raise provenance.EndOfStream
+            return provenance.same_position(position)
+        memo = tracer.memo(self)
+        kept: list[int] = memo.setdefault("kept", [])
+        while len(kept) <= position:
+            i = memo.get("next", 0)
+            if i >= n:
+                raise provenance.EndOfStream
+            memo["next"] = i + 1
+            if provenance.records_of(parent, i, tracer):
+                kept.append(i)
+        return provenance.same_position(kept[position])
 
 
 class PrefetchDatasetIterator(DatasetIterator[T]):

@@ -185,7 +185,9 @@ class DataLoader:
         return it.mp_prefetch(self._worker_options, self._worker_init_fn)
 
     def __iter__(self) -> DataLoaderIterator:
-        return DataLoaderIterator(self._dataset._iter())
+        it = DataLoaderIterator(self._dataset._iter())
+        it.iterated = self
+        return it
 
     def __repr__(self) -> str:
         return (

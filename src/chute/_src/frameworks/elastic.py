@@ -79,6 +79,20 @@ class _HostIndicesMapDataset(MapDataset[Any]):
     def _fingerprint_params(self) -> str:
         return f"pending={len(self._pending)}, next={self._next}, stride={self._stride}"
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The index of `R_j` at `position` (provenance: the element carries it)."""
+        from chute._src.core.provenance import EndOfStream, same_position
+
+        if position >= self._len:
+            raise EndOfStream
+        k = len(self._pending)
+        index = (
+            int(self._pending[position])
+            if position < k
+            else self._next + (position - k) * self._stride
+        )
+        return same_position(index)
+
 
 def _stack_tagged(xs: list[tuple[int, Any]]) -> tuple[int, Any]:
     """A batch of `(position, element)`: the last position and the stacked elements."""
@@ -515,6 +529,7 @@ class ElasticIterator(IterDataset[Any]):
         """The one iterator of this object (as in Grain, it is its own iterator)."""
         if self._default is None:
             self._default = ThreadGuardedIterator(self._iter())
+            self._default.iterated = self  # what provenance reads the pipeline from
         return self._default
 
     def __next__(self) -> Any:
@@ -532,6 +547,19 @@ class ElasticIterator(IterDataset[Any]):
     def close(self) -> None:
         if self._default is not None:
             self._default.close()
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """This host's batch `position` of a run from the start: the elements of its share
+        of `ds`'s index order (`shard_index::shard_count`, filtered ones skipped), in
+        batches of `global_batch_size // shard_count` (provenance, from positions)."""
+        from chute._src.core.provenance import as_records
+
+        memo = tracer.memo(self)
+        if "host" not in memo:
+            j, m = self._shard.shard_index, self._shard.shard_count
+            share = tagged_share(self._ds, [], j, m).to_iter_dataset()
+            memo["host"] = share.batch(self._host_batch_size, drop_remainder=True)
+        return as_records(memo["host"], position, tracer)
 
     def __repr__(self) -> str:
         return (

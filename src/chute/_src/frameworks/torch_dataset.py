@@ -265,9 +265,10 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         part = _Part(p["pending"], p["next_index"], p["stride"], p["stop"])
         return part, state["iterator"], state["read"]
 
-    def _pipeline(self, part: _Part) -> Any:
-        """The share's elements (batched), each as `(position in the share, element)`."""
-        n, e = len(self._dataset), self._epoch
+    def _pipeline(self, part: _Part, epoch: int | None = None) -> Any:
+        """The share's elements (batched), each as `(position in the share, element)`, of
+        this iteration's epoch (or of `epoch`)."""
+        n, e = len(self._dataset), self._epoch if epoch is None else epoch
         one_epoch = self._dataset.repeat(e + 1)[e * n : (e + 1) * n][: part.stop]
         share = tagged_share(one_epoch, part.pending, part.next_index, part.stride)
         ds = share.to_iter_dataset(self._read_options)
@@ -307,6 +308,14 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             "restores its own state (torchdata's StatefulDataLoader does this); resume with "
             f"the world size and num_workers of the run that saved it, or, {MERGE_FIX}."
         )
+
+    def _provenance(self, state: Any, steps: list[int]) -> list[list[dict[str, Any]]]:
+        """`chute.experimental.provenance` of this dataset's steps, the state of one of its
+        copies (`state_dict()`) naming the rank and the number of torch workers
+        (`frameworks/torch_provenance.py`)."""
+        from chute._src.frameworks.torch_provenance import steps_of
+
+        return steps_of(self, state, steps)
 
     # -- state -------------------------------------------------------------------------------
 

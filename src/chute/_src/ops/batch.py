@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.core import tree
+from chute._src.core import provenance, tree
 from chute._src.core.columns import Columns
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.element_spec import batch_spec
@@ -87,6 +87,24 @@ class BatchMapDataset(MapDataset[Any]):
     def _element_spec(self) -> Any:
         return batch_spec(self, self._size, self._drop, self._batch_fn, tree.stack)
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The parent's elements of batch `position` (epoch by epoch, as read), each with
+        its row; a filtered element leaves its batch, so the rows after it move up."""
+        size, n, nb = self._size, self._parent_len, self._len
+        if nb == 0:
+            raise provenance.EndOfStream
+        epoch, b = divmod(position, nb) if n < INFINITE else (0, position)
+        start = b * size
+        count = min(size, n - start) if n < INFINITE else size
+        first = start + epoch * n if n < INFINITE else start
+        parent = self._parents[0]
+        kept = [
+            i
+            for i in range(first, first + count)
+            if not self._may_be_none or provenance.records_of(parent, i, tracer)
+        ]
+        return [provenance.Origin(0, i, (row,)) for row, i in enumerate(kept)]
+
 
 class BatchIterDataset(IterDataset[Any]):
     def __init__(
@@ -121,6 +139,22 @@ class BatchIterDataset(IterDataset[Any]):
     @property
     def _element_spec(self) -> Any:
         return batch_spec(self, self._size, self._drop, self._batch_fn, tree.stack)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """Batch `position` holds the parent's steps from `position * batch_size`: as many
+        as there are (all of them with `drop_remainder`)."""
+        start = position * self._size
+        parent = self._parents[0]
+        if not tracer.exists(parent, start):
+            raise provenance.EndOfStream
+        out = []
+        for row in range(self._size):
+            if row and not tracer.exists(parent, start + row):
+                if self._drop:
+                    raise provenance.EndOfStream
+                break
+            out.append(provenance.Origin(0, start + row, (row,)))
+        return out
 
 
 class _BatchIterator(DatasetIterator[Any]):

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance_replay as replay
 from chute._src.core.dataset import IterDataset
 from chute._src.core.errors import CheckpointError, add_stage_note
 from chute._src.core.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int
@@ -155,6 +156,19 @@ class BucketBySequenceLengthIterDataset(IterDataset[Any]):
             f"bucket_boundaries={self._bounds}, bucket_batch_sizes={self._sizes}, "
             f"drop_remainder={self._drop}, window_size={self._max_wait}"
         )
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The elements of batch `position` with their rows: this stage's rule run again on
+        its parent's elements, with a padder that returns their positions
+        (`core/provenance_replay.py`); the parent's elements are computed, nothing else."""
+
+        def twin(parents: list[replay.PositionedParent]) -> Any:
+            new = self._with_parents(parents)
+            # Called as the padder is, `(elements, pad)`: it hands out their positions.
+            new._padder = lambda elements, pad: replay.positions_of(elements, parents[0])  # type: ignore[assignment]
+            return new
+
+        return replay.replayed_origins(self, position, tracer, twin, replay.as_rows)
 
 
 class _BucketIterator(DatasetIterator[Any]):

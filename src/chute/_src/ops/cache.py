@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from chute._src.core import tree
+from chute._src.core import provenance, tree
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
 from chute._src.core.machine import memory_budget
@@ -237,6 +237,9 @@ class CacheMapDataset(MapDataset[T]):
     def __repr__(self) -> str:
         return f"CacheMapDataset(max_elements={self._max_elements}, max_bytes={self._max_bytes})"
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.same_position(position)  # the same elements, kept
+
 
 class CacheIterDataset(IterDataset[T]):
     """Caches the stream in memory; repeating it replays the cache.
@@ -258,6 +261,9 @@ class CacheIterDataset(IterDataset[T]):
 
     def __repr__(self) -> str:
         return "CacheIterDataset()"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.same_position(position)  # the same elements, kept
 
 
 class _MemoryCacheIterator(DatasetIterator[T]):

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import INFINITE, MapDataset
 from chute._src.ops.mix import check_parents, gather
 
@@ -51,3 +52,13 @@ class ConcatenateMapDataset(MapDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"sizes={self._sizes.tolist()}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The dataset and position read, shown as the dataset's number."""
+        if self._len == 0:
+            raise provenance.EndOfStream
+        epoch, pos = divmod(position, self._len)
+        which = int(np.searchsorted(self._ends, pos, side="right"))
+        size = int(self._sizes[which])
+        key = pos - (int(self._ends[which]) - size) + epoch * size
+        return [provenance.Origin(which, key, source=which)]

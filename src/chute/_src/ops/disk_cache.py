@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chute._src.core import contract
+from chute._src.core import contract, provenance
 from chute._src.core.dataset import IterDataset
 from chute._src.core.errors import DataError
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
@@ -190,6 +190,9 @@ class DiskCacheIterDataset(IterDataset[T]):
 
     def __repr__(self) -> str:
         return f"DiskCacheIterDataset(key={self._key})"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.same_position(position)  # the same elements, kept
 
 
 class _DiskCacheIterator(DatasetIterator[T]):

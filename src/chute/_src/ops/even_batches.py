@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.core import tree
+from chute._src.core import provenance, tree
 from chute._src.core.dataset import IterDataset
 from chute._src.core.errors import CheckpointError
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
@@ -122,6 +122,17 @@ class EvenBatchesIterDataset(IterDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"num_batches={self._count}, pad={self._pad is not None}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The parent's batch at `position`; a batch of padding holds no record."""
+        if position >= self._count:
+            raise provenance.EndOfStream
+        parent = self._parents[0]
+        if tracer.exists(parent, position):
+            return provenance.same_position(position)
+        if self._pad is None or not tracer.exists(parent, 0):
+            raise provenance.EndOfStream  # the run raises there: the count was not the smallest
+        return []
 
 
 class _EvenIterator(DatasetIterator[Any]):

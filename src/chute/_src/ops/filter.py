@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.errors import add_stage_note
@@ -40,6 +41,20 @@ class FilterIterDataset(IterDataset[T]):
 
     def __repr__(self) -> str:
         return f"FilterIterDataset(transform={describe(self._fn)})"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The parent's step of the `position`-th kept element: the predicate runs on the
+        parent's elements up to it (computed once per `provenance` call)."""
+        memo = tracer.memo(self)
+        kept: list[int] = memo.setdefault("kept", [])
+        stream = tracer.stream(self._parents[0])
+        while len(kept) <= position:
+            j = memo.get("next", 0)
+            x = stream.get(j)  # EndOfStream past the parent's end
+            memo["next"] = j + 1
+            if self._fn(x):
+                kept.append(j)
+        return provenance.same_position(kept[position])
 
 
 def _name(fn: Any) -> str:
@@ -129,3 +144,9 @@ class FilterMapDataset(MapDataset[T]):
 
     def __repr__(self) -> str:
         return f"FilterMapDataset(transform={describe(self._fn)})"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The parent's element, if the predicate keeps it: the predicate runs on the
+        parent's element (and nothing above this stage runs)."""
+        x = tracer.element(self._parents[0], position)
+        return provenance.same_position(position) if x is not None and self._fn(x) else []

@@ -26,6 +26,7 @@ import concurrent.futures
 from collections.abc import Sequence
 from typing import Any
 
+from chute._src.core import provenance_replay as replay
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.errors import CheckpointError
 from chute._src.core.iterator import (
@@ -133,6 +134,8 @@ class InterleaveIterDataset(IterDataset[Any]):
                 f"{type(self).__name__}.set_slice: sl={sl!r} is not a slice: pass one, "
                 "e.g. slice(0, 2) for the first two inputs."
             )
+        numbers = self.__dict__.get("_shard_numbers", range(len(self._parents)))
+        self._shard_numbers = list(numbers)[sl]  # what provenance shows (`_origins`)
         self._parents = self._parents[sl]
         self._cycle = max(1, min(self._cycle, len(self._parents)))
         reset_memos(self)
@@ -151,6 +154,16 @@ class InterleaveIterDataset(IterDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"cycle_length={self._cycle}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The shard and its position: this stage's rule run again on its shards' elements,
+        each known by its identity (`core/provenance_replay.py`), the shards read as far
+        as the rule reaches; the record shows the shard's number (in the list the stage
+        was made with, before a `set_slice`)."""
+        o = replay.reordered_origins(self, position, tracer)[0]
+        assert o.parent is not None
+        numbers = self.__dict__.get("_shard_numbers", range(len(self._parents)))
+        return [o._replace(fields=(("shard", numbers[o.parent]),))]
 
 
 _EXHAUSTED = object()

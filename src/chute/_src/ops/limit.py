@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from chute._src.core import provenance
 from chute._src.core.dataset import IterDataset
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, int_at
 from chute._src.ops.repeat import check_count
@@ -33,6 +34,11 @@ class LimitIterDataset(IterDataset[T]):
 
     def _fingerprint_params(self) -> str:
         return f"count={self._count}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        if position >= self._count:
+            raise provenance.EndOfStream
+        return provenance.same_position(position)
 
 
 class _LimitIterator(DatasetIterator[T]):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.element_spec import transform_output_spec
@@ -99,6 +100,9 @@ class MapWithIndexIterDataset(IterDataset[Any]):
     @property
     def _element_spec(self) -> Any:
         return transform_output_spec(self, self._fn)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.same_position(position)  # element-wise: never run
 
 
 class IndexedIterator(DatasetIterator[Any]):
@@ -194,6 +198,9 @@ class MapMapDataset(MapDataset[Any]):
     def _element_spec(self) -> Any:
         return transform_output_spec(self, self._fn)
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.same_position(position)  # element-wise: never run
+
 
 class MapWithIndexMapDataset(MapDataset[Any]):
     """Applies `fn(index, element)`; the index counts epochs too (`i + epoch * len`)."""
@@ -221,3 +228,6 @@ class MapWithIndexMapDataset(MapDataset[Any]):
     @property
     def _element_spec(self) -> Any:
         return transform_output_spec(self, self._fn)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.same_position(position)  # element-wise: never run

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.iterator import (
     DatasetIterator,
@@ -107,6 +108,37 @@ class MixedIterDataset(IterDataset[Any]):
         if w.fn is not None:
             return f"MixedIterDataset(weights={describe(w.fn)}, step_size={w.step_size})"
         return f"MixedIterDataset(proportions={list(w.at_step(0).proportions)})"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The input drawn at `position` and its rank among that input's draws, by the
+        weights in force at each draw: those the mixture was built with, and those set at
+        run time (`set_weights`) from the position each was set at, as the iterator or
+        state provenance was given records them (`tracer.mix_changes`); the mixture ends
+        where an input drawn from has ended."""
+        w = self._weights
+        counts = tracer.memo(self).setdefault(
+            "counts", StepCounts(w, [INFINITE] * len(self._parents))
+        )
+        upto = np.arange(position + 1, dtype=np.int64)
+        which, keys = counts.locate(upto)
+        changes = tracer.mix_changes
+        if changes:
+            positions = [p for p, _ in changes]
+            for (start, weights), end in zip(changes, [*positions[1:], position + 1]):
+                schedule = w.schedule_of(weights, allow_zero=True)
+                seg = upto[start:end]
+                which[start:end] = schedule.which[seg % schedule.period]
+            keys = np.empty_like(which)
+            for i in np.unique(which).tolist():
+                sel = which == i
+                keys[sel] = np.arange(int(sel.sum()), dtype=np.int64)
+        for i in np.unique(which).tolist():  # each input's last draw up to here exists
+            last = int(keys[which == i].max())
+            if not tracer.exists(self._parents[i], last):
+                raise provenance.EndOfStream
+        i = int(which[-1])
+        name = self._names[i] if self._names is not None else i
+        return [provenance.Origin(i, int(keys[-1]), source=name)]
 
 
 def set_mix_weights(
@@ -248,6 +280,14 @@ class MixedMapDataset(MapDataset[Any]):
             # before the restored position, which decided where each input is.
             return f"weights=function, step_size={self._dynamic.weights.step_size}"
         return str(self._schedule.proportions)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The input and its position, by the schedule it reads with (indices past the end
+        are later epochs, as when read)."""
+        at = np.asarray([position], dtype=np.int64)
+        locate = self._dynamic.locate if self._dynamic is not None else self._schedule.locate
+        which, keys = locate(at)
+        return [provenance.Origin(int(which[0]), int(keys[0]), source=int(which[0]))]
 
 
 class StepCounts:

@@ -82,6 +82,28 @@ class MixIterator(DatasetIterator[Any]):
             self._make(recorded)
             self._due = NEVER  # later changes the log held are replaced by this one
 
+    def weight_changes(self) -> tuple[list[tuple[int, Any]], int]:
+        """The weights given at run time, each with the position from which it holds, and
+        the position of the latest change the bounded schedule forgot (-1: none): what
+        `chute.experimental.provenance` draws with."""
+        with self._lock:
+            log = self._log
+            return list(zip(log.positions, log.weights)), log.forgotten
+
+    def schedule_weight_changes(self, changes: list[tuple[int, Any]]) -> None:
+        """Makes the weight changes of another run of this mixture (its `weight_changes()`),
+        each at its position, as a restored schedule does: what provenance does to the
+        iterators it reads a mixture through, so that they draw as the run did."""
+        log = ChangeLog()
+        for position, weights in changes:
+            log.record(position, weights)
+        with self._lock:
+            recorded = log.in_force(self._index)
+            if recorded is not None:
+                self._make(recorded)
+            self._log = log
+            self._due = log.due_after(self._index)
+
     def _make(self, recorded: Any) -> None:
         """Puts the weights `recorded` (checked) in force."""
         self._set = (recorded, self._weights.schedule_of(recorded, allow_zero=True))

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
 from chute._src.core.element_rngs import IndexRngs
 from chute._src.core.element_spec import transform_output_spec
@@ -71,6 +72,9 @@ class RandomMapMapDataset(MapDataset[Any]):
     def _element_spec(self) -> Any:
         return transform_output_spec(self, self._fn)
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.same_position(position)  # element-wise: never run
+
 
 class RandomMapIterDataset(IterDataset[Any]):
     """Applies `fn(element, rng)`; `rng` is Grain's for (seed, position in the stream)."""
@@ -94,3 +98,6 @@ class RandomMapIterDataset(IterDataset[Any]):
     @property
     def _element_spec(self) -> Any:
         return transform_output_spec(self, self._fn)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.same_position(position)  # element-wise: never run

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int
 
@@ -48,6 +49,22 @@ class RepeatIterDataset(IterDataset[T]):
 
     def _fingerprint_params(self) -> str:
         return f"num_epochs={self._epochs}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """Pass `position // n` of the parent's `n` elements, at `position % n`; `n` is
+        found by asking whether the parent has an element at a position (O(log n) asks,
+        each as costly as the parent's own `_origins`)."""
+        parent = self._parents[0]
+        if tracer.exists(parent, position):
+            return [provenance.Origin(0, position)]
+        memo = tracer.memo(self)
+        if "length" not in memo:
+            memo["length"] = provenance.length_of(parent, tracer, position)
+        n = memo["length"]
+        epoch, pos = divmod(position, n) if n else (0, 0)
+        if n == 0 or (self._epochs is not None and epoch >= self._epochs):
+            raise provenance.EndOfStream
+        return [provenance.Origin(0, pos, fields=(("epoch", epoch),))]
 
 
 class _RepeatIterator(DatasetIterator[T]):
@@ -163,3 +180,10 @@ class RepeatMapDataset(MapDataset[T]):
         if not self._reseed:
             return f"num_epochs={self._num_epochs}, reseed_each_epoch=False"
         return f"num_epochs={self._num_epochs}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        if not self._reseed:
+            n = len(self._parents[0])
+            if n:
+                position %= n
+        return provenance.same_position(position)

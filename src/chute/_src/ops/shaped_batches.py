@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance_replay as replay
 from chute._src.core.dataset import IterDataset
 from chute._src.core.errors import CheckpointError, add_stage_note
 from chute._src.core.iterator import MAX_POSITION, DatasetIterator, check_int
@@ -129,6 +130,19 @@ class WindowBatchIterDataset(IterDataset[Any]):
     @abc.abstractmethod
     def lengths(self, items: list[Any], first_index: int) -> np.ndarray:
         """The lengths of a window's elements (`first_index`: the first one's input index)."""
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The elements of batch `position` with their rows: this stage's rule run again on
+        its parent's elements, with a padder that returns their positions
+        (`core/provenance_replay.py`); the parent's elements are computed, nothing else."""
+
+        def twin(parents: list[replay.PositionedParent]) -> Any:
+            new = self._with_parents(parents)
+            # Called as the padder is, `(elements, pad)`: it hands out their positions.
+            new._padder = lambda elements, pad: replay.positions_of(elements, parents[0])  # type: ignore[assignment]
+            return new
+
+        return replay.replayed_origins(self, position, tracer, twin, replay.as_rows)
 
 
 class WindowBatchIterator(DatasetIterator[Any]):

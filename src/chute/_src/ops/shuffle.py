@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import INFINITE, SEED_TAG_SHUFFLE, MapDataset
 from chute._src.core.seeding import derive_seed, seed_param, shown_seed, validate_seed
 from chute._src.ops.index_shuffle import IndexShuffle
@@ -82,3 +83,11 @@ class ShuffleMapDataset(MapDataset[T]):
 
     def _fingerprint_params(self) -> str:
         return seed_param(self._seed_shown, self._seed)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The parent's position: this epoch's permutation of the position, as read."""
+        if self._n == 0:
+            return provenance.same_position(position)
+        epoch, pos = divmod(position, self._n)
+        moved = int(self._perm(epoch)(np.asarray([pos], dtype=np.int64))[0])
+        return provenance.same_position(moved + epoch * self._n)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import INFINITE, MapDataset
 
 T = TypeVar("T")
@@ -58,3 +59,12 @@ class SliceMapDataset(MapDataset[T]):
 
     def _fingerprint_params(self) -> str:
         return f"{self._start}:{self._stop}:{self._step}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The parent's position, as read."""
+        if self._len == 0:
+            raise provenance.EndOfStream
+        if self._parent_len >= INFINITE or position < self._len:
+            return provenance.same_position(position * self._step + self._start)
+        epoch, pos = divmod(position, self._len)
+        return provenance.same_position(epoch * self._parent_len + pos * self._step + self._start)

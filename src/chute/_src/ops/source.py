@@ -6,6 +6,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.contract import StageRole
 from chute._src.core.data_source import getitems
 from chute._src.core.dataset import MapDataset
@@ -102,6 +103,16 @@ class SourceMapDataset(MapDataset[Any]):
     def _fingerprint_params(self) -> str:
         return f"len={self._len}"
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The record: its index and epoch, and where a record source declares it
+        (`record_location(index)`), its file, shard and record number."""
+        origins = provenance.source_record(position, self._len)
+        locate = getattr(self._source, "record_location", None)
+        if locate is None:
+            return origins
+        o = origins[0]
+        return [o._replace(fields=(*o.fields, *dict(locate(o.position)).items()))]
+
 
 def _first_failing(source: Any, keys: list[int]) -> int | None:
     """The first index whose single read fails, to name it in the error; None if none does."""
@@ -171,3 +182,6 @@ class RangeMapDataset(MapDataset[int]):
     @property
     def _element_spec(self) -> Any:
         return ShapeDtypeStruct(shape=(), dtype=np.dtype(np.int64))
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        return provenance.source_record(position, len(self._range))

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._src.core import provenance
+from chute._src.core import provenance_replay as replay
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.iterator import MAX_POSITION, DatasetIterator, check_int
 from chute._src.core.seeding import derive_seed, seed_param, shown_seed
@@ -61,6 +63,11 @@ class WindowShuffleIterDataset(IterDataset[T]):
 
     def _fingerprint_params(self) -> str:
         return f"window_size={self._w}, {seed_param(self._seed_shown, self._seed)}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The parent's position: the window's shuffle run again on the parent's elements,
+        each known by its identity (`core/provenance_replay.py`)."""
+        return replay.reordered_origins(self, position, tracer)
 
 
 class _WindowShuffleIterator(DatasetIterator[T]):
@@ -224,3 +231,14 @@ class WindowShuffleMapDataset(MapDataset[T]):
 
     def _fingerprint_params(self) -> str:
         return f"window_size={self._w}, {seed_param(self._seed_shown, self._seed)}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The parent's position, by the window's permutation, as read."""
+        n, w = self._n, self._w
+        if n == 0:
+            return provenance.same_position(position)
+        epoch, pos = (0, position) if n >= INFINITE else divmod(position, n)
+        window, within = divmod(pos, w)
+        size = min(w, n - window * w) if n < INFINITE else w
+        moved = int(self._perm(epoch, window, size)(np.asarray([within], dtype=np.int64))[0])
+        return provenance.same_position(moved + window * w + epoch * n)

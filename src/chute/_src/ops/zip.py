@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import IterDataset, MapDataset
 from chute._src.core.element_spec import parent_spec
 from chute._src.core.iterator import DatasetIterator
@@ -51,6 +52,14 @@ class ZipIterDataset(IterDataset[tuple[Any, ...]]):
     @property
     def _element_spec(self) -> Any:
         return tuple(parent_spec(p) for p in self._parents)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """One element of each parent, at the same position; a tuple's part `i` has offset
+        `(i,)`."""
+        for parent in self._parents:
+            if not tracer.exists(parent, position):
+                raise provenance.EndOfStream
+        return [provenance.Origin(i, position, (i,), source=i) for i in range(len(self._parents))]
 
 
 def _strict_error(i: int, why: str) -> ValueError:
@@ -140,3 +149,13 @@ class ZipMapDataset(MapDataset[tuple[Any, ...]]):
     @property
     def _element_spec(self) -> Any:
         return tuple(parent_spec(p) for p in self._parents)
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """One record of each parent, at the same position of the same epoch; a tuple's
+        part `i` has offset `(i,)`."""
+        if self._len == 0:
+            raise provenance.EndOfStream
+        epoch, pos = divmod(position, self._len)
+        return [
+            provenance.Origin(i, epoch * n + pos, (i,), source=i) for i, n in enumerate(self._lens)
+        ]

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance_replay as replay
 from chute._src.core.columns import Columns
 from chute._src.core.dataset import IterDataset
 from chute._src.core.iterator import MAX_POSITION, DatasetIterator, bad_value, check_int
@@ -104,6 +105,12 @@ class PackIterDataset(IterDataset[dict[str, Any]]):
             f"{s.keys}, {s.caps}, {sorted(s.meta)}, {s.pads}, {s.aligns}, {self._bins}, "
             f"{self._max_seqs}, {self._shuffle}, {self._group_by}, {self._split}, {self._seed}"
         )
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The sequences of row `position`, each with the token it starts at: this stage's
+        rule run again on its parent's elements whose packed features hold their position
+        (`core/provenance_replay.py`); the parent's elements are computed, nothing else."""
+        return replay.packed_origins(self, self._spec, position, tracer)
 
 
 class _PackIterator(DatasetIterator[dict[str, Any]]):

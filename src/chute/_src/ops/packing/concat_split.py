@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance_replay as replay
 from chute._src.core.dataset import IterDataset
 from chute._src.core.iterator import (
     MAX_POSITION,
@@ -131,6 +132,12 @@ class ConcatThenSplitIterDataset(IterDataset[dict[str, Any]]):
         return (
             f"{s.keys}, {s.caps}, {sorted(s.meta)}, {self._split_full}, {self._bos}, {self._bos_id}"
         )
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The sequences of row `position`, each with the token it starts at: this stage's
+        rule run again on its parent's elements whose packed features hold their position
+        (`core/provenance_replay.py`); the parent's elements are computed, nothing else."""
+        return replay.packed_origins(self, self._spec, position, tracer)
 
 
 class _Piece:

@@ -157,6 +157,13 @@ class MultiFileSource(abc.ABC, Generic[F]):
         k, i = self._concat.locate(index, self)
         return files[k], i
 
+    def record_location(self, index: int) -> dict[str, Any]:
+        """Where record `index` is stored: its file, the file's number (shard) and the
+        record's number in it (what `chute.experimental.provenance` shows)."""
+        self._files or self._open()
+        k, i = self._concat.locate(index, self)
+        return {"file": self._paths[k], "shard": k, "record": i}
+
     def _shown_paths(self) -> str:
         p = self._paths
         return repr(p[0]) if len(p) == 1 else f"<{len(p)} files: {p[0]!r}, ...>"

@@ -315,6 +315,12 @@ class ArrayRecordDataSource:
         except ValueError as e:
             raise self._error(k, i, e) from None
 
+    def record_location(self, index: int) -> dict[str, Any]:
+        """Where record `index` is stored: its file, the file's number (shard) and the
+        record's number in it (what `chute.experimental.provenance` shows)."""
+        k, i = (self._concat or self._open()).locate(index, self)
+        return {"file": self._paths[k], "shard": k, "record": i}
+
     def __len__(self) -> int:
         return len(self._concat or self._open())
 

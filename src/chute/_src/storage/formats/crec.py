@@ -206,6 +206,13 @@ class RecordFileDataSource:
             self._open()
         return self._len
 
+    def record_location(self, index: int) -> dict[str, Any]:
+        """Where record `index` is stored: its file, the file's number (shard) and the
+        record's number in it (what `chute.experimental.provenance` shows)."""
+        _, i = self._locate(index)
+        k = bisect.bisect_right(self._starts, index) - 1
+        return {"file": self.paths[k], "shard": k, "record": i}
+
     def _locate(self, index: int) -> tuple[CrecFile, int]:
         files = self._files or self._open()
         n = self._len

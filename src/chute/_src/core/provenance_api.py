@@ -1,0 +1,154 @@
+"""`chute.experimental.provenance`: the records behind steps, from an iterator or a state.
+
+Steps count from the pipeline's start (step `k` is the `k`-th thing it yields), whatever
+position the iterator or state is at: the state only says which pipeline it belongs to,
+checked as `set_state` checks it. The records are found from positions and seeds by each
+stage's `_origins` (`core/provenance.py`); nothing is read but what a filtering or
+length-grouping stage must see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from chute._src.core.iterator import DatasetIterator, ThreadGuardedIterator, walk_iterators
+from chute._src.core.provenance import ProvenanceError, trace_steps
+
+
+def _steps(steps: object) -> list[int]:
+    """`steps` as a list of ints >= 0 (an int, a range, any iterable of ints)."""
+    items: Iterable[Any] = [steps] if isinstance(steps, int) else steps  # type: ignore[assignment]
+    if isinstance(steps, str | bytes) or not isinstance(items, Iterable):
+        raise TypeError(
+            f"provenance: steps={steps!r} is invalid: give a step (an int), a range of steps "
+            "(range(100, 110)) or a list of them."
+        )
+    out = []
+    for k in items:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(
+                f"provenance: step {k!r} is invalid: steps are ints >= 0, counted from the "
+                "pipeline's start (step 0 is the first thing it yields)."
+            )
+        out.append(int(k))
+    return out
+
+
+def _pipeline_of(dataset: Any) -> Any:
+    """The IterDataset a dataset or a `DataLoader` (its `dataset`) iterates."""
+    inner = getattr(dataset, "dataset", None)
+    if inner is not None and hasattr(inner, "_origins"):
+        return inner
+    if not hasattr(dataset, "_origins"):
+        raise TypeError(
+            f"provenance: dataset={dataset!r} is not a chute pipeline: give the IterDataset "
+            "(or DataLoader) the iterator or state came from."
+        )
+    if not hasattr(dataset, "_make_iterator"):  # a MapDataset: steps are its indices
+        return dataset.to_iter_dataset()
+    return dataset
+
+
+def _state_of(state: Any) -> Any:
+    """A state as `get_state()` gives it, from itself or a `state_dict()`."""
+    if isinstance(state, Mapping) and set(state) == {"chute_state"}:
+        from chute._src.core.checkpointing import from_state_dict
+
+        return from_state_dict(dict(state))
+    return state
+
+
+def _mix_changes(it: DatasetIterator[Any]) -> list[tuple[int, Any]] | None:
+    """The weights given at run time to the mixture of `it`'s pipeline (`set_weights`), by
+    position; None where none were. Found as `set_mix_weights` finds the mixture: the
+    iterator that declares them."""
+    mixes = [n for n in walk_iterators(it) if callable(getattr(type(n), "weight_changes", None))]
+    logs = [n.weight_changes() for n in mixes]  # type: ignore[attr-defined]
+    given = [(changes, forgotten) for changes, forgotten in logs if changes or forgotten >= 0]
+    if not given:
+        return None
+    if len(mixes) > 1:
+        raise ProvenanceError(
+            f"provenance: the pipeline has {len(mixes)} mixtures and weights were set at run "
+            "time (set_weights): which draws each mixture made cannot be told apart; ask "
+            "about a pipeline with one IterDataset.mix."
+        )
+    changes, forgotten = given[0]
+    if forgotten >= 0:
+        raise ProvenanceError(
+            f"provenance: the mixture's weights were set at run time more often than its "
+            f"schedule keeps (the change at draw {forgotten} was dropped), so its draws "
+            "before the oldest change kept are not known; ask with a state saved earlier."
+        )
+    return changes
+
+
+def _restored(state: Any, dataset: Any) -> list[tuple[int, Any]] | None:
+    """Restores `state` into a fresh iterator of `dataset` (CheckpointError where it is not
+    of that pipeline, as `set_state` would) and returns its mixture's weight changes."""
+    # A fresh iterator: `iter(ds)` of a stage that is its own iterator (ElasticIterator)
+    # would be the user's, moved by the check.
+    fresh = getattr(dataset, "_iter", None)
+    it = ThreadGuardedIterator(fresh()) if fresh is not None else iter(dataset)
+    try:
+        it.set_state(state)
+        return _mix_changes(it)
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[dict[str, Any]]]:
+    """The source records behind each of `steps`: one list per step, of one mapping per
+    record, in the order the step holds them.
+
+    Each record has `source` (the component's name under a mix, its position under an
+    unnamed mix or a concatenation, None for a single source), `index` (the record's index
+    in that source), `epoch`, `offset` (where it sits in the step: its row in a batch,
+    its row and first token in a packed row; empty for an element) and, for record files
+    (`record_location`), `file`, `shard` and `record`. Step `k` is the `k`-th thing the
+    pipeline yields from its start, whatever position `it_or_state` is at.
+
+    `it_or_state`: a live iterator (of an `IterDataset` or a `DataLoader`), or a state
+    (`get_state()`, a JSON checkpoint, the state restored from Orbax, a `state_dict()`),
+    which needs `dataset=` (the pipeline it came from; a state of another pipeline raises
+    `CheckpointError`). For `chute.torch.IterableDataset`, give the `state_dict()` of one
+    of its copies and the dataset: the steps are those torch's `DataLoader` hands out on
+    that rank, its workers taking turns.
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(100).seed(0).shuffle().batch(2).to_iter_dataset()
+    >>> [r["index"] for r in provenance(iter(ds), 3)[0]]
+    [99, 67]
+    >>> list(ds)[3].tolist()
+    [99, 67]
+    """
+    wanted = _steps(steps)
+    if isinstance(it_or_state, DatasetIterator):
+        source = dataset if dataset is not None else it_or_state.iterated
+        if source is None:
+            raise ValueError(
+                f"provenance: the iterator {it_or_state!r} was not made by iter() of a "
+                "dataset, so its pipeline is unknown: give it, dataset=ds."
+            )
+        return trace_steps(_pipeline_of(source), wanted, mix_changes=_mix_changes(it_or_state))
+    if dataset is None:
+        raise ValueError(
+            "provenance: a state holds positions, not the pipeline's functions: give the "
+            "pipeline it came from, provenance(state, steps, dataset=ds) (the IterDataset or "
+            "DataLoader, built as for the run that saved it)."
+        )
+    own = getattr(dataset, "_provenance", None)
+    if callable(own) and not hasattr(dataset, "_origins"):
+        # Not a pipeline but an object that knows its steps (chute.torch.IterableDataset).
+        return own(_state_of(it_or_state), wanted)
+    pipeline = _pipeline_of(dataset)
+    changes = _restored(
+        _state_of(it_or_state), dataset if hasattr(dataset, "dataset") else pipeline
+    )
+    return trace_steps(pipeline, wanted, mix_changes=changes)
+
+
+__all__ = ["ProvenanceError", "provenance"]

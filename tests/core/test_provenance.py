@@ -1,0 +1,371 @@
+"""`chute.experimental.provenance`: the records behind a step, found from positions and
+seeds. Every element here carries the identity of its source record, so the records that
+provenance names are compared with what the step holds."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute import experimental as ex
+from chute.experimental import ProvenanceError, provenance, skip
+
+# -- elements that carry their source record's identity ---------------------------------------
+
+
+def record(base: int, i: int) -> dict[str, Any]:
+    return {"id": base + int(i), "t": np.arange(1 + int(i) % 4, dtype=np.int64)}
+
+
+def source(base: int, n: int) -> chute.MapDataset[Any]:
+    return chute.MapDataset.range(n).map(functools.partial(record, base))
+
+
+def keep(x: Any) -> bool:
+    return int(np.asarray(x["id"]).ravel()[0]) % 3 != 0
+
+
+def add_one(x: dict[str, Any]) -> dict[str, Any]:
+    return {**x, "t": x["t"] + 1}
+
+
+def ids_only(x: dict[str, Any]) -> dict[str, Any]:
+    return {"id": x["id"]}
+
+
+def length(x: dict[str, Any]) -> int:
+    return len(x["t"])
+
+
+def as_sequence(x: dict[str, Any]) -> dict[str, Any]:
+    return {"id": np.full(len(x["t"]), x["id"]), "t": x["t"]}
+
+
+def shard_reader(k: int) -> Any:
+    for i in range(4 + k):
+        yield {"id": 100 * k + i, "t": np.arange(1 + i % 3)}
+
+
+def ids_in(element: Any) -> list[int]:
+    """The record ids a step holds: an element, a batch, a packed row."""
+    if isinstance(element, dict) and "id_segment_ids" in element:
+        out = []
+        for ids, seg in zip(np.atleast_2d(element["id"]), np.atleast_2d(element["id_segment_ids"])):
+            out += [int(ids[seg == s][0]) for s in dict.fromkeys(seg[seg != 0].tolist())]
+        return out
+    if isinstance(element, tuple):
+        return [i for part in element for i in ids_in(part)]
+    return [int(i) for i in np.asarray(element["id"]).ravel()]
+
+
+BASES: dict[Any, int] = {None: 0, 0: 0, 1: 1000, "a": 0, "b": 1000}
+# A zip of (a concatenation of two, a third): sources "0/0", "0/1" and 1.
+ZIP_BASES: dict[Any, int] = {"0/0": 0, "0/1": 1000, 1: 2000}
+
+
+def ids_named(records: list[dict[str, Any]]) -> list[int]:
+    """The ids the records name: the source's base (by its name) plus the index; for a
+    stream of shards, the shard's base."""
+    out = []
+    for r in records:
+        bases = ZIP_BASES if isinstance(r["source"], str) and "/" in r["source"] else BASES
+        if r["source"] == 1 and r["offset"] == (1,):
+            bases = ZIP_BASES
+        base = 100 * r["shard"] if "shard" in r else bases[r["source"]]
+        out.append(base + r["index"])
+    return out
+
+
+def traced(ds: Any, steps: Any) -> list[list[dict[str, Any]]]:
+    """`provenance` from a fresh iterator of `ds`, closed after."""
+    it = iter(ds)
+    try:
+        return provenance(it, steps)
+    finally:
+        it.close()
+
+
+PIPELINES: dict[str, Callable[[], chute.IterDataset[Any]]] = {
+    "shuffle_repeat_batch": lambda: source(0, 30).seed(1).shuffle().repeat(2).map(ids_only).batch(4).to_iter_dataset(),
+    "slice_window_shuffle": lambda: ex.WindowShuffleMapDataset(source(0, 40)[3:37:2], window_size=5, seed=2)
+    .to_iter_dataset(),
+    "map_filter_batch": lambda: source(0, 40).seed(2).shuffle().filter(keep).map(ids_only).batch(3).to_iter_dataset(),
+    "iter_filter_batch": lambda: source(0, 40).seed(3).shuffle().to_iter_dataset().filter(keep).map(ids_only).batch(3),
+    "map_mix": lambda: chute.MapDataset.mix([source(0, 20), source(1000, 30)], [1, 2]).to_iter_dataset(),
+    "iter_mix_named": lambda: chute.IterDataset.mix(
+        {"a": source(0, 12).to_iter_dataset(), "b": source(1000, 40).to_iter_dataset()}, {"a": 1, "b": 3}
+    ).map(ids_only).batch(2),
+    "concat_zip": lambda: ex.ZipMapDataset(
+        [chute.MapDataset.concatenate([source(0, 5), source(1000, 6)]), source(2000, 20)]
+    ).to_iter_dataset(),
+    "interleave_repeat_limit": lambda: ex.InterleaveIterDataset(
+        [chute.IterDataset.source(functools.partial(shard_reader, k)) for k in range(3)], cycle_length=2
+    ).repeat(2).limit(25),
+    "batch_by_tokens": lambda: source(0, 40).seed(4).shuffle().to_iter_dataset()
+    .batch_by_tokens(8, length_fn=length, window_size=6, sort=True, seed=1),
+    "bucket": lambda: source(0, 40).to_iter_dataset()
+    .bucket_by_sequence_length(length, [2, 3], [2, 3, 2], drop_remainder=False),
+    "first_fit": lambda: ex.FirstFitPackIterDataset(
+        source(0, 40).to_iter_dataset().map(as_sequence), length_struct={"id": 6, "t": 6},
+        num_packing_bins=3, shuffle_bins=True, seed=1,
+    ).batch(2),
+    "concat_then_split": lambda: ex.ConcatThenSplitIterDataset(
+        source(0, 30).to_iter_dataset().map(as_sequence), length_struct={"id": 5, "t": 5}
+    ),
+    "window_shuffle_iter_prefetch": lambda: ex.WindowShuffleIterDataset(
+        source(0, 30).to_iter_dataset(), window_size=7, seed=3
+    ).prefetch(4),
+}  # fmt: skip
+
+
+def _run(ds: chute.IterDataset[Any]) -> list[Any]:
+    it = iter(ds)
+    try:
+        return list(it)
+    finally:
+        it.close()
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_provenance_names_exactly_the_records_each_step_holds(name: str) -> None:
+    ds = PIPELINES[name]()
+    steps = _run(ds)
+    found = traced(ds, range(len(steps)))
+    assert [ids_named(r) for r in found] == [ids_in(s) for s in steps]
+    with pytest.raises(ProvenanceError, match=rf"step {len(steps)} is beyond the end"):
+        traced(ds, [len(steps)])
+
+
+@pytest.mark.parametrize("name", ["iter_filter_batch", "first_fit", "interleave_repeat_limit"])
+def test_the_same_with_two_worker_processes(name: str) -> None:
+    ds = PIPELINES[name]().mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+    steps = _run(ds)
+    it = iter(ds)
+    try:
+        next(it)
+        assert [ids_named(r) for r in provenance(it, range(len(steps)))] == [
+            ids_in(s) for s in steps
+        ]
+    finally:
+        it.close()
+
+
+def test_records_show_the_epoch_and_the_offset_in_the_step() -> None:
+    ds = source(0, 10).seed(0).shuffle().repeat(3).map(ids_only).batch(4).to_iter_dataset()
+    (records,) = traced(ds, [5])  # elements 20..23: epoch 2
+    assert [r["epoch"] for r in records] == [2, 2, 2, 2]
+    assert [r["offset"] for r in records] == [(0,), (1,), (2,), (3,)]
+    assert {r["source"] for r in records} == {None}
+    packed = traced(PIPELINES["concat_then_split"](), [3])[0]
+    assert [r["offset"][0] for r in packed] == sorted(r["offset"][0] for r in packed)
+
+
+def test_an_index_pipeline_runs_none_of_the_users_functions() -> None:
+    calls: list[Any] = []
+
+    def counted(x: Any) -> Any:
+        calls.append(x)
+        return x
+
+    ds = (
+        chute.MapDataset.range(10**9)
+        .map(counted)
+        .seed(5)
+        .shuffle()
+        .repeat()
+        .batch(64)
+        .to_iter_dataset()
+        .map(counted)
+    )
+    records = traced(ds, [10**6, 10**6 + 1])
+    assert calls == []
+    assert [len(r) for r in records] == [64, 64]
+    with iter(ds) as it:
+        skip(it, 10**6)
+        assert [r["index"] for r in records[0]] == next(it).tolist()
+
+
+def test_a_filter_computes_what_is_below_it_and_nothing_above() -> None:
+    below: list[Any] = []
+    above: list[Any] = []
+
+    def seen_below(x: Any) -> Any:
+        below.append(x)
+        return x
+
+    def seen_above(x: Any) -> Any:
+        above.append(x)
+        return x
+
+    ds: chute.IterDataset[Any] = chute.MapDataset.range(100).map(seen_below).to_iter_dataset()
+    ds = ds.filter(lambda x: x % 2).map(seen_above).batch(5)
+    (records,) = traced(ds, [3])
+    assert [r["index"] for r in records] == [31, 33, 35, 37, 39]
+    # The maps above the filter never run; below it, the elements up to the step's last
+    # (the reader may compute a chunk ahead, as it does in a run).
+    assert above == [] and set(range(40)) <= set(below)
+
+
+def test_steps_count_from_the_start_whatever_the_position() -> None:
+    ds = PIPELINES["iter_filter_batch"]()
+    with iter(ds) as it:
+        for _ in range(4):
+            next(it)
+        assert provenance(it, range(6)) == traced(ds, range(6))
+        assert provenance(it.get_state(), 2, dataset=ds) == traced(ds, [2])
+
+
+def test_from_a_state_a_checkpoint_file_and_a_state_dict(tmp_path: Path) -> None:
+    ds = PIPELINES["shuffle_repeat_batch"]()
+    expected = traced(ds, range(3, 6))
+    with iter(ds) as it:
+        next(it)
+        path = tmp_path / "data.json"
+        chute.checkpoint.save(path, it)
+        state = json.loads(path.read_text())["state"]
+        assert provenance(state, range(3, 6), dataset=ds) == expected
+        assert provenance(it.state_dict(), range(3, 6), dataset=ds) == expected
+        assert provenance(it.get_state(), range(3, 6), dataset=ds) == expected
+
+
+def test_a_state_of_another_pipeline_is_refused() -> None:
+    ds = PIPELINES["shuffle_repeat_batch"]()
+    other = source(0, 30).seed(2).shuffle().repeat(2).map(ids_only).batch(4).to_iter_dataset()
+    with iter(ds) as it:
+        state = it.get_state()
+    with pytest.raises(chute.CheckpointError, match=r"seed|params|pipeline"):
+        provenance(state, [0], dataset=other)
+    with pytest.raises(ValueError, match=r"give the pipeline it came from.*dataset=ds"):
+        provenance(state, [0])
+
+
+@pytest.mark.parametrize("bad", [-1, [3, -2], True, 1.5])
+def test_a_bad_step_is_refused_naming_the_rule(bad: Any) -> None:
+    ds = PIPELINES["map_mix"]()
+    with pytest.raises((ValueError, TypeError), match=r"steps are ints >= 0|step \(an int\)"):
+        traced(ds, bad)
+
+
+class RunningSum(chute.DatasetIterator[int]):
+    def __init__(self, parent: chute.DatasetIterator[int]) -> None:
+        super().__init__(parent)
+        self._parent = parent
+        self._total = 0
+
+    def __next__(self) -> int:
+        self._total += next(self._parent)
+        return self._total
+
+    def get_state(self) -> dict[str, Any]:
+        return {"total": self._total, "parent": self._parent.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._parent.set_state(state["parent"])
+        self._total = state["total"]
+
+
+class RunningSumDataset(chute.IterDataset[int]):
+    def __init__(self, parent: chute.IterDataset[int]) -> None:
+        super().__init__([parent])
+        self._parent = parent
+
+    def __iter__(self) -> RunningSum:
+        return RunningSum(iter(self._parent))
+
+
+class PairsDataset(RunningSumDataset):
+    """Declares where its elements come from: element k sums parent elements 0..k."""
+
+    def _origins(self, position: int, tracer: Any) -> list[ex.Origin]:
+        return [ex.Origin(0, j, (j,)) for j in range(position + 1)]
+
+
+def test_a_user_stage_that_cannot_say_where_its_elements_came_from_is_named() -> None:
+    ds = RunningSumDataset(chute.MapDataset.range(10).to_iter_dataset()).batch(2)
+    with pytest.raises(
+        ProvenanceError, match=r"RunningSumDataset.*cannot say.*declare `_origins\(self, position"
+    ):
+        traced(ds, [1])
+    declared = PairsDataset(chute.MapDataset.range(10).to_iter_dataset())
+    assert [r["index"] for r in traced(declared, [3])[0]] == [0, 1, 2, 3]
+
+
+def test_record_files_name_the_file_shard_and_record(tmp_path: Path) -> None:
+    paths = []
+    for k in range(3):
+        p = tmp_path / f"part-{k}.jsonl"
+        p.write_text("".join(json.dumps({"id": 100 * k + i}) + "\n" for i in range(4)))
+        paths.append(str(p))
+    records_ds = chute.MapDataset.source(chute.sources.JsonlDataSource(paths)).seed(1).shuffle()
+    ds = records_ds.to_iter_dataset().batch(3)
+    steps = _run(ds)
+    for records, step in zip(traced(ds, range(len(steps))), steps):
+        ids = [100 * r["shard"] + r["record"] for r in records]
+        assert ids == step["id"].tolist()
+        assert all(r["file"] == paths[r["shard"]] for r in records)
+
+
+def test_crec_and_array_record_files_name_the_file_shard_and_record(tmp_path: Path) -> None:
+    from chute.records import RecordWriter
+    from chute.sources import ArrayRecordDataSource, RecordFileDataSource
+
+    crec, arrays = [], []
+    for k in range(3):
+        crec.append(str(tmp_path / f"part-{k}.crec"))
+        with RecordWriter(crec[-1]) as w:
+            for i in range(3 + k):
+                w.write(b"%d" % (100 * k + i))
+        pytest.importorskip("array_record")
+        from array_record.python import array_record_module
+
+        arrays.append(str(tmp_path / f"part-{k}.array_record"))
+        writer = array_record_module.ArrayRecordWriter(arrays[-1], "group_size:1")
+        for i in range(3 + k):
+            writer.write(b"%d" % (100 * k + i))
+        writer.close()
+    for src in (RecordFileDataSource(crec), ArrayRecordDataSource(arrays)):
+        ds = chute.MapDataset.source(src).seed(2).shuffle().to_iter_dataset()
+        steps = _run(ds)
+        for (r,), value in zip(traced(ds, range(len(steps))), steps):
+            assert int(value) == 100 * r["shard"] + r["record"]
+            assert r["file"] in (crec if src.__class__ is RecordFileDataSource else arrays)
+
+
+def mixture() -> chute.IterDataset[Any]:
+    a = source(0, 100).to_iter_dataset()
+    b = source(1000, 200).to_iter_dataset()
+    return chute.IterDataset.mix({"a": a, "b": b}, {"a": 1, "b": 1}).map(ids_only).batch(2)
+
+
+def test_weights_set_at_run_time_are_drawn_with_from_the_iterator_or_its_state() -> None:
+    ds = mixture()
+    with iter(ds) as it:
+        steps = []
+        for k in range(30):
+            if k in (5, 12, 20):
+                weights = {5: {"a": 1, "b": 3}, 12: {"a": 0, "b": 1}, 20: {"a": 2, "b": 1}}[k]
+                ex.set_mix_weights(it, weights)
+            steps.append(ids_in(next(it)))
+        found = provenance(it, range(30))
+        state = it.get_state()
+    assert [ids_named(r) for r in found] == steps
+    assert provenance(state, range(30), dataset=mixture()) == found
+    assert {r["source"] for r in found[15]} == {"b"}  # a's weight was 0 from step 12
+
+
+def test_weights_set_at_run_time_under_two_mixtures_are_refused() -> None:
+    inner = chute.IterDataset.mix([source(0, 50).to_iter_dataset()] * 2)
+    ds = chute.IterDataset.mix([inner, source(1000, 50).to_iter_dataset()])
+    with iter(ds) as it:
+        assert provenance(it, [0]) == traced(ds, [0])  # no weights set: the built ones
+        (outer,) = it.children()  # the outer mixture's own iterator
+        outer.set_weights([1, 2])  # type: ignore[attr-defined]
+        with pytest.raises(ProvenanceError, match="has 2 mixtures and weights were set"):
+            provenance(it, [0])
