@@ -69,19 +69,9 @@ def run_all(p: Pipeline, run: Run, env: Env) -> tuple[Any, list[Any]]:
         raise
 
 
-def fewer_shards_than_workers(p: Pipeline, workers: int) -> bool:
-    """sequential_slice over a stream of fewer shards than workers: a worker's copy then
-    interleaves no shard, and iterating raises IndexError in the interleave's get_state
-    (found here, on main too; not a defect of provenance or skip)."""
-    sequential = any(o[0] == "mp" and o[1] for o in p.iter_ops)
-    shards = p.source[1] if p.source[0] in ("interleave", "jsonl") else workers
-    return sequential and workers > 1 and shards < workers
-
-
 def usable(case: Case, *invariants: str) -> None:
     """Assumes away the cases a known defect breaks (`known_defects.py`)."""
     assert isinstance(case.pipeline, Pipeline)
-    assume(not any(fewer_shards_than_workers(case.pipeline, r.workers) for r in case.all_runs()))
     assume(not blocked(case))
     broken = skip_for(case)
     assume(not any(broken(i) for i in invariants))

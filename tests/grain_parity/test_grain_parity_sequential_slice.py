@@ -51,6 +51,25 @@ def test_an_interleave_gives_each_share_every_nth_input() -> None:
     assert list(_mp(ds, 2)) == [0, 10, 1, 11, 20, 30, 21, 31]  # inputs 0, 2 and 1, 3
 
 
+def test_an_interleave_of_fewer_inputs_than_workers_leaves_a_share_empty() -> None:
+    # A share with no input at all is an empty stream, whose state restores as any other
+    # (its empty slots record no input's state).
+    inputs = [chute.MapDataset.range(10 * i, 10 * i + 3) for i in range(2)]
+    ds = InterleaveIterDataset(inputs, cycle_length=1)
+    assert list(_mp(ds, 3)) == [0, 10, 1, 11, 2, 12]
+    for k in range(7):
+        it = iter(_mp(ds, 3))
+        head = [next(it) for _ in range(k)]
+        state = it.get_state()
+        again = iter(_mp(ds, 3))
+        again.set_state(state)
+        assert head + list(again) == [0, 10, 1, 11, 2, 12]
+        it.close()
+        again.close()
+    threads = multithread_prefetch(ds, 3, 1, sequential_slice=True)
+    assert list(threads) == [0, 10, 1, 11, 2, 12]
+
+
 def test_a_stream_that_cannot_be_divided_raises() -> None:
     stream = chute.IterDataset.source([1, 2, 3]).map(lambda x: x + 1)
     with pytest.raises(ValueError, match="Cannot slice `IterDataset` source"):

@@ -365,11 +365,16 @@ class _InterleaveIterator(DatasetIterator[Any]):
 
     # -- state -----------------------------------------------------------------------------
 
+    def _empty_slot_state(self, next_input: int) -> Any:
+        """The state an empty slot records: that of the input it would open next (None
+        over no inputs at all, as a copy of `sequential_slice` with no shard has)."""
+        return self._initial[min(next_input, self._n - 1)] if self._n else None
+
     def get_state(self) -> dict[str, Any]:
         slots: list[Any] = []
         for j in self._slots:
             if j is None:
-                empty = self._initial[min(self._next_input, self._n - 1)]
+                empty = self._empty_slot_state(self._next_input)
                 slots.append({"input": -1, "skip": 0, "parent": empty})
                 continue
             feed = self._feeds[j]
@@ -428,7 +433,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
             )
             if j == -1:
                 # An empty slot: nothing taken, and the state the next input starts from.
-                empty = self._initial[min(next_input, self._n - 1)]
+                empty = self._empty_slot_state(next_input)
                 try:
                     check_int(slot, "skip", where, 0, 0, "an empty slot has taken nothing")
                     _check_same(slot["parent"], empty, f"{where}['parent']")
