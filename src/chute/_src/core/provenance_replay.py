@@ -192,3 +192,17 @@ def packed_origins(stage: Any, spec: Any, position: int, tracer: Tracer) -> list
         segments_of_row(seq[0]),
         tokens_as_positions(list(spec.keys)),
     )
+
+
+def padded_origins(stage: Any, position: int, tracer: Any) -> list[Any]:
+    """The elements of a padded batch `position` of `stage` (buckets, batches shaped by
+    the data) with their rows: the stage's rule run again on its parent's elements, with a
+    padder that returns their positions; the parent's elements are computed, nothing else.
+    The stage pads through its `_padder`, called as `(elements, pad)`."""
+
+    def twin(parents: list[PositionedParent]) -> Any:
+        new = stage._with_parents(parents)
+        new._padder = lambda elements, pad: positions_of(elements, parents[0])
+        return new
+
+    return replayed_origins(stage, position, tracer, twin, as_rows)

@@ -158,17 +158,8 @@ class BucketBySequenceLengthIterDataset(IterDataset[Any]):
         )
 
     def _origins(self, position: int, tracer: Any) -> list[Any]:
-        """The elements of batch `position` with their rows: this stage's rule run again on
-        its parent's elements, with a padder that returns their positions
-        (`core/provenance_replay.py`); the parent's elements are computed, nothing else."""
-
-        def twin(parents: list[replay.PositionedParent]) -> Any:
-            new = self._with_parents(parents)
-            # Called as the padder is, `(elements, pad)`: it hands out their positions.
-            new._padder = lambda elements, pad: replay.positions_of(elements, parents[0])  # type: ignore[assignment]
-            return new
-
-        return replay.replayed_origins(self, position, tracer, twin, replay.as_rows)
+        """The elements of batch `position` with their rows (`replay.padded_origins`)."""
+        return replay.padded_origins(self, position, tracer)
 
 
 class _BucketIterator(DatasetIterator[Any]):
