@@ -44,6 +44,7 @@ from chute._src.ops.packing.common import (
     replay_error,
     restore_parent,
     upstream_count,
+    window_chunk,
 )
 from chute._src.ops.shaped_batches import Padder, check_callable, positive_int
 
@@ -170,7 +171,7 @@ class _BucketIterator(DatasetIterator[Any]):
     def __init__(self, parent: DatasetIterator[Any], ds: BucketBySequenceLengthIterDataset):
         super().__init__(parent)
         self._ds = ds
-        self._reader = ReplayReader(parent)
+        self._reader = ReplayReader(parent, window_chunk(ds._max_wait))
         self._buckets: list[list[Any]] = [[] for _ in ds._sizes]
         # For each open bucket, the input index and upstream position of its oldest element.
         self._firsts: list[tuple[int, Mark] | None] = [None for _ in ds._sizes]

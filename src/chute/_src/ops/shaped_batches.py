@@ -37,6 +37,7 @@ from chute._src.ops.packing.common import (
     mark_state,
     replay_to_piece,
     restore_window_start,
+    window_chunk,
 )
 from chute._src.ops.pad_batch import PadStack
 
@@ -144,7 +145,7 @@ class WindowBatchIterator(DatasetIterator[Any]):
         super().__init__(parent)
         self._ds = ds
         self._size = ds._window
-        self._reader = ReplayReader(parent)
+        self._reader = ReplayReader(parent, window_chunk(self._size))
         self._batches: list[tuple[list[Any], int | None]] = []
         self._pos = 0
         self._window = 0  # the number of the window in `_batches` (or of the next one)

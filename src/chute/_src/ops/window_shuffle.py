@@ -31,6 +31,7 @@ from chute._src.ops.packing.common import (
     mark_state,
     replay_to_piece,
     restore_window_start,
+    window_chunk,
 )
 
 T = TypeVar("T")
@@ -76,7 +77,7 @@ class _WindowShuffleIterator(DatasetIterator[T]):
     def __init__(self, parent: DatasetIterator[T], window: int, seed: int) -> None:
         super().__init__(parent)
         self._size, self._seed = window, seed
-        self._reader = ReplayReader(parent)
+        self._reader = ReplayReader(parent, window_chunk(window))
         self._buf: list[T] = []
         self._pos = 0
         self._window = 0  # number of the current window

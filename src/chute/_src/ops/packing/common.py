@@ -84,6 +84,7 @@ class ReplayReader:
         "_chunk",
         "_chunk_state",
         "_limit",
+        "_max",
         "_parent",
         "_pending",
         "_pos",
@@ -91,8 +92,9 @@ class ReplayReader:
         "_sought",
     )
 
-    def __init__(self, parent: DatasetIterator[Any]) -> None:
+    def __init__(self, parent: DatasetIterator[Any], max_chunk: int = CHUNK) -> None:
         self._parent = parent
+        self._max = max(1, min(CHUNK, max_chunk))  # the largest read (`window_chunk`)
         self._buf: list[Any] = []
         self._pos = 0
         self._chunk_state: dict[str, Any] | None = None
@@ -127,7 +129,7 @@ class ReplayReader:
         # A short read is the parent's end: the reader asks no more (`_chunk` 0), so a state
         # taken after it restores to a reader that has ended too, even if something upstream
         # changed since (a mixture given new weights after it ran dry).
-        self._chunk = min(CHUNK, n * 2) if len(self._buf) == n else 0
+        self._chunk = min(self._max, n * 2) if len(self._buf) == n else 0
         self._pos = 0
 
     def next(self) -> Any:
@@ -208,6 +210,14 @@ class ReplayReader:
             self._read += len(got)
             if len(got) < rest:  # the parent ended sooner than it did when the state was taken
                 self._chunk = 0
+
+
+def window_chunk(window: int | None) -> int:
+    """The largest read of the reader under a stage that holds `window` elements (None: no
+    bound): an eighth of the window, at most `CHUNK`. What the reader has read past the
+    stage's window is what a change made upstream between steps (a mixture's new weights)
+    waits behind on top of the window: at most `window / 8` elements, not `CHUNK`."""
+    return CHUNK if window is None else max(1, min(CHUNK, window // 8))
 
 
 def mark_state(stage: str, mark: Mark, reader: ReplayReader, **extra: int) -> dict[str, Any]:
