@@ -151,8 +151,17 @@ def _new4(case: Case) -> bool:
 
 
 def _new5(case: Case) -> bool:
-    """A user stage (`stamp`) below a windowed stage, over a mixture whose weights change."""
-    return _new4(case) and "stamp" in _names(case)
+    """A user stage (`stamp`) over a mixture whose weights change, restored."""
+    return _weights_then_restore(case) and "stamp" in _names(case)
+
+
+def _new6(case: Case) -> bool:
+    """An IterDataset.cache() above a chunk-reading stage over a mixture whose weights
+    change, restored."""
+    names = _names(case)
+    if not (_weights_then_restore(case) and "cache" in names):
+        return False
+    return any(n in WINDOWED for n in names[: names.index("cache")])
 
 
 def _new3(case: Case) -> bool:
@@ -477,9 +486,9 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(
         "new-5",
         "a user stage written as docs/extending.md shows (its parent's state under a key of "
-        "its own) between a mixture and a windowed stage: the mixture's weight changes were "
-        "left out of the state the window held, so the restored run kept the old weights "
-        "(long profile, seed 1796671694)",
+        "its own) over a mixture, under a windowed stage or a prefetch: the mixture's weight "
+        "changes were left out of the state handed out, so the restored run kept the old "
+        "weights (long profile, seeds 1796671694 and 1796673403)",
         frozenset({"resume"}),
         _new5,
         (
@@ -493,22 +502,40 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 runs=(Run(), Run()),
                 restore=(2, Run(), Run()),
             ),
+            # Under a prefetch thread: chute's own wrappers keep states of their own shape
+            # too (their parent's whole), so the user stage's part was never looked at.
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 5, 5, (1.0, 1.0), 0),
+                    (),
+                    (("stamp",), ("prefetch", 1)),
+                    ((1, (0.0, 1.0)),),
+                ),
+                runs=(Run(), Run()),
+                restore=(2, Run(), Run()),
+            ),
         ),
         fixed=True,
     ),
+    KnownDefect(
+        "new-6",
+        "an IterDataset.cache() above a packer over a mixture: a weight change made after a "
+        "restore, once the mixture had run dry in the uninterrupted run, still draws in the "
+        "restored run (not diagnosed yet; a suspect: the cache's re-read of its pass after "
+        "a restore meets the mixture's end later; long profile, seed 1796673403)",
+        frozenset({"resume"}),
+        _new6,
+        (
+            Case(
+                Pipeline(
+                    ("mix_iter", "dict", 5, 5, "fn", 0),
+                    (),
+                    (("pack", "first", 1), ("map",), ("cache",), ("repeat", 2), ("map",)),
+                    ((4, (0.0, 1.0)),),
+                ),
+                runs=(Run(), Run()),
+                restore=(1, Run(), Run()),
+            ),
+        ),
+    ),
 )
-
-
-def open_defects() -> list[KnownDefect]:
-    return [d for d in KNOWN_DEFECTS if not d.fixed]
-
-
-def blocked(case: Case) -> bool:
-    """Whether a known defect stops the whole case (the generative tests assume it away)."""
-    return any(ALL in d.invariants and d.applies(case) for d in open_defects())
-
-
-def skip_for(case: Case) -> Callable[[str], bool]:
-    """The invariants known defects break for `case` (left out by the generative tests)."""
-    broken = {i for d in open_defects() if d.applies(case) for i in d.invariants}
-    return lambda invariant: invariant in broken

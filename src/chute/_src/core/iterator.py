@@ -172,10 +172,13 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         if not children or not isinstance(state, dict):
             return state
         if self._keeps_own_state:
-            # A state of the user's own shape (docs/extending.md): its parent's state is
-            # under a key of theirs. With several parents, only the stage knows which is
-            # whose: it overrides this method.
-            return _catch_up_inside(children[0], state) if len(children) == 1 else state
+            # A state of its own shape (docs/extending.md): either its parent's whole (a
+            # wrapper's), or the parent's state is under a key of the user's. With several
+            # parents, only the stage knows which is whose: it overrides this method.
+            if len(children) != 1:
+                return state
+            new = children[0]._catch_up(state)
+            return new if new is not state else _catch_up_inside(children[0], state)
         if len(children) == 1 and (self.transparent or state.get("stage") != self.stage):
             return children[0]._catch_up(state)
         if len(children) == 1:
