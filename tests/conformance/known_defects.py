@@ -539,3 +539,18 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         ),
     ),
 )
+
+
+def open_defects() -> list[KnownDefect]:
+    return [d for d in KNOWN_DEFECTS if not d.fixed]
+
+
+def blocked(case: Case) -> bool:
+    """Whether a known defect stops the whole case (the generative tests assume it away)."""
+    return any(ALL in d.invariants and d.applies(case) for d in open_defects())
+
+
+def skip_for(case: Case) -> Callable[[str], bool]:
+    """The invariants known defects break for `case` (left out by the generative tests)."""
+    broken = {i for d in open_defects() if d.applies(case) for i in d.invariants}
+    return lambda invariant: invariant in broken
