@@ -35,6 +35,24 @@ def actors_import_the_tests() -> Iterator[None]:
             os.environ["PYTHONPATH"] = old
 
 
+def local_cluster() -> Iterator[Any]:
+    """A module fixture's body: a local Ray cluster of 2 CPUs whose actors import this
+    checkout, shut down after the module (skipped where Ray is not installed)."""
+    import logging
+
+    import pytest
+
+    ray = pytest.importorskip("ray", reason=SKIP_REASON)
+    with actors_import_the_tests():
+        ray.init(
+            num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False
+        )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
 def workers(n: int, **kw: Any) -> Any:
     """`RayWorkers(n)` that fit a 2-CPU test cluster (a quarter of a CPU each)."""
     from chute.ray import RayWorkers

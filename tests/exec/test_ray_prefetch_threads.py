@@ -5,7 +5,6 @@ one-node Ray cluster (`ray.init(num_cpus=2)`), as test_ray_workers.py."""
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,15 +26,7 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(scope="module")
 def ray() -> Iterator[Any]:
-    ray = pytest.importorskip("ray", reason=rh.SKIP_REASON)
-    with rh.actors_import_the_tests():
-        ray.init(
-            num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False
-        )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    yield from rh.local_cluster()
 
 
 @pytest.mark.parametrize("case", ["mix", "zip"])

@@ -5,7 +5,6 @@ added and removed mid-epoch. Two-node faults are in test_ray_cluster.py."""
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
@@ -29,15 +28,7 @@ from chute.testing import assert_equal_output_after_checkpoint, assert_trees_equ
 
 @pytest.fixture(scope="module")
 def ray() -> Iterator[Any]:
-    ray = pytest.importorskip("ray", reason=rh.SKIP_REASON)
-    with rh.actors_import_the_tests():
-        ray.init(
-            num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False
-        )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    yield from rh.local_cluster()
 
 
 # -- the options, without a cluster --------------------------------------------------------

@@ -4,7 +4,6 @@ host's shard), Ray workers, and `chute explain` on every host's checkpoint file.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -145,15 +144,7 @@ def test_chute_explain_reads_every_hosts_file(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def ray() -> Iterator[Any]:
-    ray = pytest.importorskip("ray", reason=rh.SKIP_REASON)
-    with rh.actors_import_the_tests():
-        ray.init(
-            num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False
-        )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    yield from rh.local_cluster()
 
 
 def test_ray_workers(ray: Any) -> None:
