@@ -120,7 +120,8 @@ class RangeServer:
     limit (moto closes every connection after one answer and runs a thread per request).
     An asyncio protocol on one thread, so thousands of delayed answers wait at once.
 
-    Failures, as S3 answers them: `fail_first` GETs get 503 SlowDown; with `expire`, a
+    Failures, as S3 answers them: `fail_first` GETs get 503 SlowDown (500 InternalError
+    with `fail_status=500`); with `expire`, a
     presigned URL past its expiry (`Expires=` or `X-Amz-Date` + `X-Amz-Expires`) gets 403;
     `revoke()` refuses (403) every presigned URL seen so far; `deny` refuses every GET.
     With `listings`, a GET of a folder (`/dir/`) answers an HTML index of links."""
@@ -131,6 +132,7 @@ class RangeServer:
         *,
         delay_s: float = 0.0,
         fail_first: int = 0,
+        fail_status: int = 503,
         expire: bool = False,
         deny: bool = False,
         listings: bool = False,
@@ -139,6 +141,7 @@ class RangeServer:
         self.listings = listings
         self.delay_s = delay_s
         self.fail_remaining = fail_first
+        self.fail_status = fail_status
         self.expire = expire
         self.deny = deny
         self.port = 0
@@ -261,8 +264,13 @@ class RangeServer:
             return _reply(b"404 Not Found", b"Content-Type: application/xml\r\n", body)
         if method == b"GET" and self.fail_remaining > 0:
             self.fail_remaining -= 1
-            body = b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>"
-            return _reply(b"503 Slow Down", b"Content-Type: application/xml\r\n", body)
+            status, code, message = (
+                (b"503 Slow Down", b"SlowDown", b"slow down")
+                if self.fail_status == 503
+                else (b"500 Internal Server Error", b"InternalError", b"an internal error")
+            )
+            body = b"<Error><Code>%s</Code><Message>%s</Message></Error>" % (code, message)
+            return _reply(status, b"Content-Type: application/xml\r\n", body)
         refusal = self._refusal(query) if method == b"GET" else None
         if refusal is not None:
             self.refused += 1

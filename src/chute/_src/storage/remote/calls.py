@@ -1,66 +1,35 @@
-"""Calls to a remote store: bounded retries of transient failures, and clear errors.
+"""Calls to a remote store: one retry policy (the client library's, configured), and
+clear errors.
 
-`obstore_failure` names what a request obstore gave up on ended with (obstore retries on
-its own, within the deadline); the rest of this module serves fsspec's calls:
+chute retries nothing itself. Each client retries a transient failure (a connection
+refused or reset, a timeout, a 5xx or 429 answer) its own way, `max_retries()` times
+(`CHUTE_REMOTE_RETRIES`, default 3): obstore through its `retry_config`
+(`stores.py`), s3fs through botocore's `retries` config (`urls.py`; s3fs also tries a
+call 5 times on its own when botocore's answer is SlowDown or a broken connection).
+fsspec's HTTP file system (aiohttp) has no retries: an http(s) URL read through it
+(`CHUTE_REMOTE_HTTP=fsspec`, a URL with a query string) fails at the first failure;
+obstore, which reads http(s) URLs by default, retries as above.
 
-A transient failure (a connection refused or reset, a timeout, a 5xx or 429 answer) is retried
-`CHUTE_REMOTE_RETRIES` times (default 3) with exponential backoff from 0.1 s, each retry
-logged as a warning on the `chute` logger; then `DataError` names the URL, the attempts and
-the last error. fsspec file systems may retry on their own first (s3fs tries 5 times):
-chute's retries come on top, for what those let through. A missing object raises
-`MissingFileError` (a `DataError` and a `FileNotFoundError`), an access refusal a
-`DataError` naming the credentials; other errors are re-raised as `DataError` naming the URL.
+What the client gives up on becomes a `DataError` naming the URL: `MissingFileError` (also a
+`FileNotFoundError`) for a missing object, a `DataError` naming the credentials for an
+access refusal, and the client's own error for the rest (`failure`, `obstore_failure`).
 """
 
 from __future__ import annotations
 
-import errno
-import logging
 import os
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from chute._src.core.errors import DataError, MissingFileError
 
-__all__ = ["call", "failure", "is_transient", "max_retries"]
+__all__ = ["call", "failure", "max_retries", "obstore_failure"]
 
-logger = logging.getLogger("chute")
 R = TypeVar("R")
-_BACKOFF_S = 0.1
-_TRANSIENT_ERRNOS = {
-    errno.ECONNRESET,
-    errno.ECONNREFUSED,
-    errno.ECONNABORTED,
-    errno.EPIPE,
-    errno.ETIMEDOUT,
-    errno.EHOSTUNREACH,
-    errno.ENETUNREACH,
-    errno.EAGAIN,
-}
-# Exception classes, by name, that mean "try again" in the clients fsspec uses (botocore,
-# aiohttp, requests, google-auth); matched by name so none of them is imported here.
-_TRANSIENT_NAMES = {
-    "EndpointConnectionError",
-    "ConnectionClosedError",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-    "HTTPClientError",
-    "ClientConnectionError",
-    "ClientConnectorError",
-    "ServerDisconnectedError",
-    "ClientPayloadError",
-    "ServerTimeoutError",
-    "IncompleteRead",
-    "ResponseParserError",
-    "FSTimeoutError",
-    "TransportError",
-    "RetryError",
-}
 
 
 def max_retries() -> int:
-    """`CHUTE_REMOTE_RETRIES` (default 3): retries after a transient failure."""
+    """`CHUTE_REMOTE_RETRIES` (default 3): the client's retries after a transient failure."""
     raw = os.environ.get("CHUTE_REMOTE_RETRIES", "3")
     try:
         n = int(raw)
@@ -74,15 +43,6 @@ def max_retries() -> int:
     return n
 
 
-def _status(e: BaseException) -> int:
-    response = getattr(e, "response", None)
-    if isinstance(response, dict):
-        meta = response.get("ResponseMetadata") or {}
-        return int(meta.get("HTTPStatusCode") or 0)
-    code = getattr(e, "status", None) or getattr(e, "code", None)
-    return code if isinstance(code, int) else 0
-
-
 def _chain(e: BaseException) -> list[BaseException]:
     out: list[BaseException] = []
     cur: BaseException | None = e
@@ -92,24 +52,8 @@ def _chain(e: BaseException) -> list[BaseException]:
     return out
 
 
-def is_transient(e: BaseException) -> bool:
-    """Whether `e` (or what caused it) is a failure worth trying again."""
-    for x in _chain(e):
-        if isinstance(x, FileNotFoundError | PermissionError | IsADirectoryError):
-            return False
-        if isinstance(x, ConnectionError | TimeoutError):
-            return True
-        if isinstance(x, OSError) and x.errno in _TRANSIENT_ERRNOS:
-            return True
-        if type(x).__name__ in _TRANSIENT_NAMES or 500 <= _status(x) < 600 or _status(x) == 429:
-            return True
-        if any(f" {c} " in f" {x} " or f"({c})" in str(x) for c in ("500", "502", "503", "504")):
-            return True
-    return False
-
-
 def failure(url: str, e: BaseException, what: str) -> DataError:
-    """The DataError for a failed (non-transient, or out of retries) call on `url`."""
+    """The DataError for a call on `url` that fsspec's client failed (after its retries)."""
     if any(isinstance(x, FileNotFoundError) for x in _chain(e)):
         err: DataError = MissingFileError(
             f"{url}: no such object: cannot {what}; check the URL (bucket and key), or "
@@ -129,44 +73,24 @@ def failure(url: str, e: BaseException, what: str) -> DataError:
             "permissions (storage_options=, or the file system's environment variables)"
         )
     else:
-        err = DataError(f"{url}: cannot {what} ({type(e).__name__}: {e}); check the URL")
+        err = DataError(
+            f"{url}: cannot {what} ({type(e).__name__}: {e}); check the URL, the endpoint "
+            "(storage_options=) and the network. A transient failure was retried by the "
+            f"client (CHUTE_REMOTE_RETRIES={max_retries()})"
+        )
     err.__cause__ = e
     return err
 
 
 def call(url: str, what: str, fn: Callable[[], R]) -> R:
-    """`fn()`, retried on transient failures; other failures become `DataError`."""
-    retries = max_retries()
-    attempt = 0
-    while True:
-        try:
-            return fn()
-        except DataError:
-            raise
-        except Exception as e:
-            if not is_transient(e):
-                raise failure(url, e, what) from e
-            attempt += 1
-            if attempt > retries:
-                err = DataError(
-                    f"{url}: cannot {what}: {attempt} attempts failed, the last with "
-                    f"{type(e).__name__}: {e}; the storage endpoint is unreachable or "
-                    "failing: check the endpoint (storage_options=), the network and the "
-                    "service, or raise CHUTE_REMOTE_RETRIES"
-                )
-                raise err from e
-            delay = _BACKOFF_S * 2 ** (attempt - 1)
-            logger.warning(
-                "chute: %s: %s failed (%s: %s); retry %d of %d in %.2f s",
-                url,
-                what,
-                type(e).__name__,
-                e,
-                attempt,
-                retries,
-                delay,
-            )
-            time.sleep(delay)
+    """`fn()` (a call of fsspec's client, which retries on its own); a failure becomes a
+    `DataError` naming `url` (`failure`)."""
+    try:
+        return fn()
+    except DataError:
+        raise
+    except Exception as e:
+        raise failure(url, e, what) from e
 
 
 def obstore_failure(url: str, e: BaseException, what: str) -> DataError:

@@ -18,19 +18,12 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from chute._src.core.errors import DataError
 from chute._src.storage.remote import blocks
-from chute._src.storage.remote.calls import (
-    failure,
-    is_transient,
-    logger,
-    max_retries,
-    obstore_failure,
-)
+from chute._src.storage.remote.calls import failure, obstore_failure
 
 if TYPE_CHECKING:
     from chute._src.storage.remote.file import RemoteFile
@@ -318,20 +311,16 @@ def _fetch_runs(
 
 
 def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
-    """Each `(file, start, end)` request's bytes, all in flight at once. obstore retries
-    its own requests within the deadline; fsspec's transient failures are retried here
-    (`CHUTE_REMOTE_RETRIES`), each retry logged."""
+    """Each `(file, start, end)` request's bytes, all in flight at once. The clients retry
+    their own requests (`calls.py`); a range a server refused is asked again, of the whole
+    object."""
     from chute._src.storage.remote import fetch
 
     results: list[bytes | None] = [None] * len(requests)
     pending = list(range(len(requests)))
-    retries = max_retries()
-    attempt = 0
     while pending:
         got = _fetch_once([requests[k] for k in pending])
-        failed: list[int] = []
         refused: list[int] = []  # ranges refused: asked again, of the whole object
-        last: BaseException | None = None
         for k, data in zip(pending, got):
             f, a, b = requests[k]
             if f.ranges and isinstance(data, BaseException) and fetch.refuses_ranges(data):
@@ -343,17 +332,12 @@ def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
             if isinstance(data, DataError):
                 raise f.explain(data)
             if isinstance(data, BaseException):
-                if f.loc is not None:
-                    err = obstore_failure(f.url, data, f"read it as {f.what}")
-                    if isinstance(data, TimeoutError):
-                        raise err from data  # a silent server: asking it again waits too
-                    raise f.explain(err) from data
-                if not is_transient(data):
-                    err = failure(f.url, data, f"read it as {f.what}")
-                    raise f.explain(err) from data
-                failed.append(k)
-                last = data
-                continue
+                if f.loc is None:
+                    raise f.explain(failure(f.url, data, f"read it as {f.what}")) from data
+                err = obstore_failure(f.url, data, f"read it as {f.what}")
+                if isinstance(data, TimeoutError):
+                    raise err from data  # a silent server: asking it again waits too
+                raise f.explain(err) from data
             if len(data) != b - a:
                 raise f.explain(
                     DataError(
@@ -363,34 +347,7 @@ def _fetch(requests: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
                     )
                 )
             results[k] = data
-        if not failed:
-            pending = refused
-            continue
-        assert last is not None
-        attempt += 1
-        urls = sorted({requests[k][0].url for k in failed})
-        shown = urls[0] if len(urls) == 1 else f"{urls[0]} (and {len(urls) - 1} more)"
-        if attempt > retries:
-            raise DataError(
-                f"{shown}: cannot read it as {requests[failed[0]][0].what}: {attempt} "
-                f"attempts failed, the last with {type(last).__name__}: {last}; the storage "
-                "endpoint is unreachable or failing: check the endpoint "
-                "(storage_options=), the network and the service, or raise "
-                "CHUTE_REMOTE_RETRIES"
-            ) from last
-        delay = 0.1 * 2 ** (attempt - 1)
-        logger.warning(
-            "chute: %s: %d range reads failed (%s: %s); retry %d of %d in %.2f s",
-            shown,
-            len(failed),
-            type(last).__name__,
-            last,
-            attempt,
-            retries,
-            delay,
-        )
-        time.sleep(delay)
-        pending = failed + refused
+        pending = refused
     return [r if r is not None else b"" for r in results]  # all set by now
 
 

@@ -32,9 +32,10 @@ from datetime import timedelta
 from typing import Any
 
 from chute._src import process_effects
+from chute._src.storage.remote.calls import max_retries
 from chute._src.storage.remote.urls import StorageOptions, display_url, options_key
 
-__all__ = ["Located", "deadline_s", "display_url", "located", "max_retries_for_store"]
+__all__ = ["Located", "deadline_s", "display_url", "located"]
 
 logger = logging.getLogger("chute")
 _DEADLINE_S = 60.0
@@ -100,12 +101,6 @@ def deadline_s() -> float:
     return s
 
 
-def max_retries_for_store() -> int:
-    from chute._src.storage.remote.calls import max_retries
-
-    return max_retries()
-
-
 _warned = False
 _stores: dict[tuple[str, str, str, float, int], Any] = {}  # (kind, base, options, ...)
 _lock = threading.Lock()
@@ -148,7 +143,7 @@ def located(url: str, storage_options: StorageOptions) -> Located | None:
         base, auth, key_base = f"{scheme}://{bucket}", None, f"{kind}://{bucket}"
     if _obstore() is None:
         return None
-    deadline, retries = deadline_s(), max_retries_for_store()
+    deadline, retries = deadline_s(), max_retries()
     proxies = tuple(os.environ.get(name) for name in _PROXY_ENV)  # read when a store is made
     cache_key = (kind, key_base, options_key(opts) + repr(auth) + repr(proxies), deadline, retries)
     with _lock:

@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from chute._src.storage.remote.calls import max_retries
+
 __all__ = ["StorageOptions", "display_url", "filesystem", "is_url", "local_path", "options_key"]
 
 StorageOptions = Mapping[str, Any] | None
@@ -93,6 +95,9 @@ def _with_defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
     if protocol in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("max_pool_connections", _S3_POOL)
+        # botocore's "standard" retries: 5xx, 429, throttling and broken connections, with
+        # backoff; the one retry policy (`calls.py`).
+        config.setdefault("retries", {"total_max_attempts": max_retries() + 1, "mode": "standard"})
         options["config_kwargs"] = config
     return options
 
