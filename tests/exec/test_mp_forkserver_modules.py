@@ -15,7 +15,7 @@ import numpy as np
 import chute
 import mp_pipelines as mpp
 from chute._src.exec.workers import pipeline_pickle
-from chute._src.exec.workers.stage import _worker_modules
+from chute._src.exec.workers.service import worker_modules as _worker_modules
 from process_helpers import run_python
 
 # A module of the user's: its top level says which process imports it.

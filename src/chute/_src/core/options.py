@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from chute._src.core.tuning import AUTOTUNE, Autotune
+
+if TYPE_CHECKING:
+    from chute._src.core.dataset import IterDataset, MapDataset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,3 +113,19 @@ class MultiprocessingOptions:
                     f"number of seconds > 0, or None to turn it off; e.g. "
                     f"MultiprocessingOptions({name}=600)."
                 )
+
+    def start_service(
+        self,
+        leaves: list[MapDataset[Any]],
+        streams: list[Any],
+        worker_init_fn: Callable[[int, int], None] | None,
+        pipeline: IterDataset[Any],
+    ) -> Any:
+        """Starts the workers that compute `leaves` and `streams` (what `mp_prefetch` moves
+        out of `pipeline`) and returns the service that feeds them tasks (a
+        `ChunkBackend`, `_src/exec/workers/backend.py`): here, worker processes on this
+        machine. Each kind of workers is a subclass that overrides this
+        (`chute.ray.RayWorkers`: Ray actors)."""
+        from chute._src.exec.workers.service import start_processes
+
+        return start_processes(self, leaves, streams, worker_init_fn, pipeline)

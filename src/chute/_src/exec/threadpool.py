@@ -15,16 +15,29 @@ need the same things of a pool, and get them here:
 The threads are `concurrent.futures.ThreadPoolExecutor`'s: an element being computed
 when the interpreter exits is finished (work not started is cancelled by the release).
 
-The other threads of chute are kept apart, each for a reason of its own:
+chute has one other pool, `storage/remote/pool.py`, the process's for blocking remote
+I/O (opens, fsspec reads). It is not this one: its threads are daemons joined by an
+`atexit` hook within 2 s (a read stalled on a silent server must not hold up the exit),
+while these are joined before it (a daemon thread coming back from native code, a Rust
+tokenizer say, after finalization began is ended by `pthread_exit`, which aborts through
+Rust or C++ frames); it is shared by the whole process and reset
+in a forked child, this one belongs to an iterator; and storage does not import `exec/`.
 
-- `exec/thread_prefetch.py`: one thread that runs a parent iterator, which cannot be
-  split across threads (each element needs the previous one's state); a loop pushing to
-  a bounded queue costs one queue hand-over per element, not a future.
-- `exec/workers/startup.py`: one daemon thread that a hung element may be abandoned on
-  (the workers compute it instead): a pool's thread would hold up the interpreter's exit.
-- `storage/remote/pool.py`: blocking remote I/O (opens, range reads), shared by the whole
-  process, on daemon threads (a read stalled on a silent server must not hold up the
-  exit), reset in a forked child; the storage layer does not import `exec/`.
+The other threads of chute are one each, for a reason of its own:
+
+- `exec/thread_prefetch.py`: runs a parent iterator, which cannot be split across threads
+  (each element needs the previous one's state); one queue hand-over per element.
+- `exec/workers/startup.py`: the first element, and the runs of elements computed while
+  the first workers start, on daemon threads an element that hangs may be abandoned on
+  (the workers compute it instead): a pool's thread would hold up the exit.
+- `exec/workers/service.py`: starts the worker processes (`iter()` does not wait for the
+  forkserver's imports).
+- `exec/mp/_worker.py`: in each worker, receives tasks while the worker computes.
+- `exec/ray/fetch.py`: pulls finished results from Ray's object store ahead of the reader.
+- `storage/remote/loop.py`: the event loop on which obstore's futures complete.
+- `storage/formats/_file_guard.py`: with `CHUTE_FILE_LEASES=1`, waits for the signal that
+  another process is about to write or truncate a mapped file.
+- `debug/instrument.py`: the debug layer's GIL sampler (only in debug mode).
 """
 
 from __future__ import annotations

@@ -1,14 +1,20 @@
-"""`RayWorkers`: `mp_prefetch`'s workers as Ray actors. This module imports no Ray, so
-`mp_prefetch` can tell the options apart without the extra installed."""
+"""`RayWorkers`: `mp_prefetch`'s workers as Ray actors. This module imports no Ray (the
+service, `start_service`, imports it when the workers start), so the options can be
+built and checked without the extra installed."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from chute._src.core.options import MultiprocessingOptions
 from chute._src.core.tuning import AUTOTUNE, Autotune
+
+if TYPE_CHECKING:
+    from chute._src.core.dataset import IterDataset, MapDataset
+    from chute._src.exec.workers.backend import ChunkBackend
+    from chute._src.exec.workers.shards import ShardStream
 
 _RESOURCE_NAMES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
 _OWN_ACTOR_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources", "lifetime", "max_restarts")
@@ -98,6 +104,19 @@ class RayWorkers(MultiprocessingOptions):
                 "detached (they end with this process's Ray job) and a lost actor is "
                 "replaced by chute, not restarted by Ray (max_chunk_retries)."
             )
+
+    def start_service(
+        self,
+        leaves: list[MapDataset[Any]],
+        streams: list[ShardStream],
+        worker_init_fn: Callable[[int, int], None] | None,
+        pipeline: IterDataset[Any],
+    ) -> ChunkBackend:
+        """The actors computing `leaves` and `streams`, and the service feeding them
+        (`MultiprocessingOptions.start_service`)."""
+        from chute._src.exec.ray.service import RayService
+
+        return RayService(leaves, streams, self, worker_init_fn)
 
     def cpus_per_worker(self) -> float:
         return float((self.resources_per_worker or {"CPU": 1}).get("CPU", 0))

@@ -1,8 +1,11 @@
 """`ChunkBackend`: what the readers (`feeding.WorkerChunks`) and shard streams
 (`shards.WorkerShard`) fed by `mp_prefetch` ask of the service that runs their tasks.
 
-`service.ChunkService` runs them in worker processes on this machine;
-`chute._src.exec.ray.service.RayService` on the actors of a Ray cluster. Tasks and results
+The options object given to `mp_prefetch` builds its service: `options.start_service(
+leaves, streams, worker_init_fn, pipeline)`, so a new kind of workers is one more options
+class and service, with no edit in the stage or the rewrite. `MultiprocessingOptions`
+starts `service.ChunkService` (worker processes on this machine), `RayWorkers`
+`chute._src.exec.ray.service.RayService` (the actors of a Ray cluster). Tasks and results
 are `tasks.py`'s, computed by `worker.ChunkWorker` in either.
 """
 

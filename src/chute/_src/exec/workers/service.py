@@ -19,21 +19,21 @@ more from this process, so the wait ends (or the watchdog ends it).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from chute._src.core import contract, machine, observe, shm_files
-from chute._src.core.dataset import MapDataset, rewrite, walk
+from chute._src.core.dataset import IterDataset, MapDataset, rewrite, walk
 from chute._src.core.options import MultiprocessingOptions
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
 from chute._src.exec.mp.errors import WorkerDiedError
-from chute._src.exec.mp.forkserver import forkserver_cold, forkserver_starting_s
+from chute._src.exec.mp.forkserver import forkserver_cold, forkserver_starting_s, prewarm
 from chute._src.exec.mp.pool import WorkerPool
-from chute._src.exec.workers import pipeline_pickle
-from chute._src.exec.workers.backend import ChunkBackend
+from chute._src.exec.workers import pipeline_pickle, worker
 from chute._src.exec.workers.shards import ShardStream
 from chute._src.exec.workers.startup import StartupHelper
 from chute._src.exec.workers.tasks import ChunkResult, ChunkTask, ShardResult, ShardTask, Task
@@ -76,10 +76,27 @@ class Ticket:
         self.cold = False  # its worker's first result (imports, lazy loads, fresh memory)
 
 
-class ServiceBox:
-    """Where the rewritten readers find the chunk service, made once all leaves are known."""
+def start_processes(
+    options: MultiprocessingOptions,
+    leaves: list[MapDataset[Any]],
+    streams: list[ShardStream],
+    worker_init_fn: Callable[[int, int], None] | None,
+    pipeline: IterDataset[Any],
+) -> ChunkService:
+    """`MultiprocessingOptions.start_service`: worker processes on this machine. Building
+    the dataset started nothing: the process that forks the workers starts here, at the
+    first iter(), and imports the modules `pipeline`'s tasks name."""
+    prewarm(functools.partial(worker_modules, pipeline, worker_init_fn is None))
+    return ChunkService(leaves, streams, options, worker_init_fn)
 
-    service: ChunkBackend | None = None
+
+def worker_modules(pipeline: IterDataset[Any], users_too: bool) -> list[str]:
+    """The modules a worker imports to unpickle its tasks: the worker's (`ChunkWorker`) and
+    those `pipeline`'s pickle refers to, which the forkserver then imports once for every
+    worker. The user's modules only with no `worker_init_fn`: with one, they are imported
+    after it ran, in each worker, as before."""
+    names = [worker.__name__, *pipeline_pickle.referenced_modules(pipeline)]
+    return [n for n in names if users_too or n.startswith("chute.")]
 
 
 class ChunkService:

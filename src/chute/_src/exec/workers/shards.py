@@ -35,7 +35,7 @@ from chute._src.exec.workers.tasks import ShardResult, ShardTask
 
 if TYPE_CHECKING:
     from chute._src.exec.workers.backend import ChunkBackend
-    from chute._src.exec.workers.service import ServiceBox, Ticket
+    from chute._src.exec.workers.service import Ticket
 
 _DEPTH = 2  # requests in flight per open shard
 _TARGET_S = 0.02  # a request should take a worker about this long
@@ -170,12 +170,14 @@ class WorkerShard(IterDataset[Any]):
     _role = StageRole.SOURCE
     _internal = True
 
-    def __init__(self, shard: IterDataset[Any], stream: int, index: int, box: ServiceBox) -> None:
+    def __init__(
+        self, shard: IterDataset[Any], stream: int, index: int, service: ChunkBackend
+    ) -> None:
         super().__init__()
         self._shard = shard
         self._stream = stream
         self._index = index
-        self._box = box
+        self._service = service
 
     def _make_iterator(self) -> DatasetIterator[Any]:
         return _WorkerShardIterator(self)
@@ -211,15 +213,10 @@ class _WorkerShardIterator(DatasetIterator[Any]):
         self._ended = False  # the last step has been received
         self._failure: BaseException | None = None
 
-    def _service(self) -> ChunkBackend:
-        service = self._ds._box.service
-        assert service is not None, "a worker-fed shard iterated before the service"
-        return service
-
     def _restart(self, n: int, start: Any = None) -> None:
         """Drops what was asked ahead; the next request starts from `start`, or from the
         current state."""
-        service = self._service()
+        service = self._ds._service
         for ticket in self._pending:
             service.discard(ticket)
         self._pending.clear()
@@ -231,7 +228,7 @@ class _WorkerShardIterator(DatasetIterator[Any]):
         self._n, self._ended, self._failure = n, False, None
 
     def _request(self) -> None:
-        service = self._service()
+        service = self._ds._service
         while not self._ended and len(self._pending) < _DEPTH:
             task = ShardTask(self._ds._stream, self._ds._index, self._start, self._n, self._steps)
             self._pending.append(service.submit_stream(task))
@@ -239,7 +236,7 @@ class _WorkerShardIterator(DatasetIterator[Any]):
 
     def _receive(self) -> None:
         ticket = self._pending.popleft()
-        result, failure = self._service().stream_result(ticket)
+        result, failure = self._ds._service.stream_result(ticket)
         elapsed, ended = result.seconds, result.ended
         self._ready.extend(result.steps)
         if failure is not None:
@@ -247,7 +244,7 @@ class _WorkerShardIterator(DatasetIterator[Any]):
         if ended:
             self._ended = True
             for t in self._pending:
-                self._service().discard(t)
+                self._ds._service.discard(t)
             self._pending.clear()
         elif elapsed < _TARGET_S / 2 and self._steps < _MAX_STEPS:
             self._steps *= 2

@@ -14,8 +14,10 @@ exception, raised when the consumer reaches that element, as without workers. Wh
 consumer waits for a worker, `MultiprocessingOptions.stall_warning_s` and `timeout_s`
 bound the wait (a warning with the worker's stack, then an error).
 
-With `chute.ray.RayWorkers` (a `MultiprocessingOptions`), the workers are the actors of a
-Ray cluster (`_src/exec/ray/`): the same rewrite, readers and tasks, another service.
+The options object starts the workers (`options.start_service`, `workers/backend.py`):
+`MultiprocessingOptions` worker processes, `chute.ray.RayWorkers` (a
+`MultiprocessingOptions`) the actors of a Ray cluster (`_src/exec/ray/`): the same rewrite,
+readers and tasks, another service.
 
 An `mp_prefetch` inside another's input (`ds.mp_prefetch(a).batch(8).mp_prefetch(b)`)
 hands its input on: the outermost one with workers runs the whole pipeline below it in
@@ -27,7 +29,6 @@ inner `worker_init_fn`, which then never runs, is named in a warning when it is 
 
 from __future__ import annotations
 
-import functools
 import warnings
 import weakref
 from collections.abc import Callable
@@ -35,21 +36,16 @@ from typing import Any, TypeVar
 
 from chute._src.core import config
 from chute._src.core.contract import StageRole
-from chute._src.core.dataset import IterDataset, MapDataset, walk
+from chute._src.core.dataset import IterDataset, walk
 from chute._src.core.iterator import DatasetIterator
 from chute._src.core.node import rewrite
 from chute._src.core.options import MultiprocessingOptions
 from chute._src.core.tuning import Parallelism
 from chute._src.exec import autotune
 from chute._src.exec.autotune import AUTOTUNE
-from chute._src.exec.mp.forkserver import prewarm
-from chute._src.exec.ray.options import RayWorkers
 from chute._src.exec.sequential_slice import sequential_shares
-from chute._src.exec.workers import pipeline_pickle, worker
 from chute._src.exec.workers.backend import ChunkBackend
-from chute._src.exec.workers.rewrite import substitute
-from chute._src.exec.workers.service import ChunkService, ServiceBox
-from chute._src.exec.workers.shards import ShardStream
+from chute._src.exec.workers.rewrite import WorkerPlan
 
 T = TypeVar("T")
 
@@ -117,11 +113,8 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
         parent: IterDataset[T] = self._parents[0]  # type: ignore[assignment]
         if self._options.num_workers == 0:
             return _MultiprocessIterator(parent._iter(), None)
-        leaves: list[MapDataset[Any]] = []
-        streams: list[ShardStream] = []
-        box = ServiceBox()
-        main_chain = substitute(_inner_ones_handed_on(parent), leaves, streams, box)
-        if not leaves and not streams:
+        plan = WorkerPlan(_inner_ones_handed_on(parent))
+        if not plan.leaves and not plan.streams:
             warnings.warn(
                 f"mp_prefetch: {parent!r} is one stream that cannot be split: it has no "
                 "random-access part (a MapDataset turned into an IterDataset with "
@@ -133,19 +126,10 @@ class MultiprocessPrefetchIterDataset(IterDataset[T]):
                 stacklevel=2,
             )
             return _MultiprocessIterator(parent._iter(), None)
-        service: ChunkBackend
-        if isinstance(self._options, RayWorkers):
-            from chute._src.exec.ray.service import RayService
-
-            service = RayService(leaves, streams, self._options, self._worker_init_fn)
-        else:
-            # Building the dataset started nothing: the process that forks the workers
-            # starts here, at the first iter(), and imports the modules the tasks name.
-            users_too = self._worker_init_fn is None
-            prewarm(functools.partial(_worker_modules, parent, users_too))
-            service = ChunkService(leaves, streams, self._options, self._worker_init_fn)
-        box.service = service
-        return _MultiprocessIterator(main_chain._iter(), service)
+        service: ChunkBackend = self._options.start_service(
+            plan.leaves, plan.streams, self._worker_init_fn, parent
+        )
+        return _MultiprocessIterator(plan.build(service)._iter(), service)
 
     def __repr__(self) -> str:
         return f"MultiprocessPrefetchIterDataset(num_workers={self._options.num_workers})"
@@ -174,15 +158,6 @@ def _warn_of_inner_init_fns(parent: IterDataset[Any]) -> None:
                 "one.",
                 stacklevel=5,  # this, __init__, its wrapper, mp_prefetch, the user's
             )
-
-
-def _worker_modules(parent: IterDataset[Any], users_too: bool) -> list[str]:
-    """The modules a worker imports to unpickle its tasks: the worker's (`ChunkWorker`) and
-    those `parent`'s pickle refers to, which the forkserver then imports once for every
-    worker. The user's modules only with no `worker_init_fn`: with one, they are imported
-    after it ran, in each worker, as before."""
-    names = [worker.__name__, *pipeline_pickle.referenced_modules(parent)]
-    return [n for n in names if users_too or n.startswith("chute.")]
 
 
 class _MultiprocessIterator(DatasetIterator[T]):
