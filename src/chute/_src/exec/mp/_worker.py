@@ -26,7 +26,7 @@ from typing import Any
 
 from chute._src import process_effects
 from chute._src.core import shm_files
-from chute._src.exec.mp import _server_init, heap
+from chute._src.exec.mp import _server_init
 from chute._src.exec.mp.shm import InheritedFd, map_slab
 from chute._src.exec.mp.transport import ResultSender, decode_free
 
@@ -122,6 +122,8 @@ def run_worker(spec: WorkerSpec) -> None:
     if spec.stack is not None:
         _dump_stack_on_sigusr1(spec.stack.fd)
     process_effects.enter_worker()  # a worker tunes itself: the fd limit, its allocator
+    from chute._src.exec.mp import heap  # (not in the process that forks workers)
+
     heap.keep_freed_memory()
     # Before `worker_fn` is unpickled: the shared files in it look their descriptors up.
     shm_files.receive({key: inherited.fd for key, inherited in spec.handed})
