@@ -42,6 +42,10 @@ from chute._src.ops.disk_cache import DiskCacheIterDataset as DiskCacheIterDatas
 from chute._src.ops.even_batches import EvenBatchesIterDataset as EvenBatchesIterDataset
 from chute._src.ops.even_batches import count_batches as count_batches
 from chute._src.ops.even_batches import zeros_like_batch as zeros_like_batch
+from chute._src.ops.file_sources import ParquetIterDataset as ParquetIterDataset
+from chute._src.ops.file_sources import TFRecordIterDataset as TFRecordIterDataset
+from chute._src.ops.file_stream import FileLinesIterDataset as FileLinesIterDataset
+from chute._src.ops.file_stream import JsonlIterDataset as JsonlIterDataset
 from chute._src.ops.flat_map import FlatMapIterDataset as FlatMapIterDataset
 from chute._src.ops.flat_map import FlatMapMapDataset as FlatMapMapDataset
 from chute._src.ops.flat_map import FlatMapTransform as FlatMapTransform
@@ -63,10 +67,6 @@ from chute._src.ops.window_shuffle import (
 from chute._src.ops.window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
 from chute._src.ops.zip import ZipIterDataset as ZipIterDataset
 from chute._src.ops.zip import ZipMapDataset as ZipMapDataset
-from chute._src.storage.formats.file_sources import ParquetIterDataset as ParquetIterDataset
-from chute._src.storage.formats.file_sources import TFRecordIterDataset as TFRecordIterDataset
-from chute._src.storage.formats.file_stream import FileLinesIterDataset as FileLinesIterDataset
-from chute._src.storage.formats.file_stream import JsonlIterDataset as JsonlIterDataset
 from chute.testing import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
 )

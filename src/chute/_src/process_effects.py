@@ -53,13 +53,11 @@ _lock = threading.Lock()
 
 
 def enter_worker() -> None:
-    """Marks this process as one of chute's workers and tunes it (its allocator; see
-    `exec/mp/heap.py`). Called first thing by the worker's entry point."""
+    """Marks this process as one of chute's workers, which may then tune itself (the
+    worker's entry point next tunes its allocator: `exec/mp/heap.py`). Called first thing
+    by the worker's entry point."""
     global _in_worker
     _in_worker = True
-    from chute._src.exec.mp import heap
-
-    heap.keep_freed_memory()
 
 
 def in_worker() -> bool:

@@ -19,6 +19,7 @@ from typing import (
 import numpy as np
 
 from chute._src.core import observe, set_slice
+from chute._src.core.chain import operation
 from chute._src.core.iterator import ThreadGuardedIterator
 from chute._src.core.node import _Node
 
@@ -129,9 +130,7 @@ class IterDataset(_Node, Generic[T]):
         time). One such stream is one unsplittable input: for worker processes, give one
         per shard to `experimental.InterleaveIterDataset`.
         """
-        from chute._src.ops.iterable_source import IterableSourceIterDataset
-
-        return IterableSourceIterDataset(source)
+        return operation("IterableSourceIterDataset")(source)
 
     @staticmethod
     def mix(
@@ -147,9 +146,7 @@ class IterDataset(_Node, Generic[T]):
         function of the step (`step = position // step_size`), and the iterator's
         `set_weights` changes them between steps (docs/sequences.md).
         """
-        from chute._src.ops.mix import MixedIterDataset
-
-        return MixedIterDataset(datasets, weights, step_size=step_size)
+        return operation("MixedIterDataset")(datasets, weights, step_size=step_size)
 
     @overload
     def map(self, transform: SupportsMap[T, S]) -> IterDataset[S]: ...
@@ -159,9 +156,7 @@ class IterDataset(_Node, Generic[T]):
 
     def map(self, transform: SupportsMap[T, S] | Callable[[T], S]) -> IterDataset[S]:
         """Applies `transform` (a function or a `MapTransform`) to every element."""
-        from chute._src.ops.map import MapIterDataset
-
-        return MapIterDataset(self, transform)
+        return operation("MapIterDataset")(self, transform)
 
     @overload
     def map_with_index(self, transform: SupportsMapWithIndex[T, S]) -> IterDataset[S]: ...
@@ -173,9 +168,7 @@ class IterDataset(_Node, Generic[T]):
         self, transform: SupportsMapWithIndex[T, S] | Callable[[int, T], S]
     ) -> IterDataset[S]:
         """Applies `transform(index, element)`, index counting this stage's inputs."""
-        from chute._src.ops.map import MapWithIndexIterDataset
-
-        return MapWithIndexIterDataset(self, transform)
+        return operation("MapWithIndexIterDataset")(self, transform)
 
     @overload
     def random_map(
@@ -194,15 +187,11 @@ class IterDataset(_Node, Generic[T]):
         seed: int | None = None,
     ) -> IterDataset[S]:
         """Applies `transform(element, rng)`; `rng` is keyed by (seed, element position)."""
-        from chute._src.ops.random_map import RandomMapIterDataset
-
-        return RandomMapIterDataset(self, transform, seed=seed)
+        return operation("RandomMapIterDataset")(self, transform, seed=seed)
 
     def filter(self, transform: SupportsFilter[T] | Callable[[T], object]) -> IterDataset[T]:
         """Keeps the elements for which `transform` (a function or `FilterTransform`) is true."""
-        from chute._src.ops.filter import FilterIterDataset
-
-        return FilterIterDataset(self, transform)
+        return operation("FilterIterDataset")(self, transform)
 
     @overload
     def batch(
@@ -253,11 +242,10 @@ class IterDataset(_Node, Generic[T]):
         Type checkers see batches of numbers or arrays as `np.ndarray`, batches made by
         `batch_fn` as what it returns, and other batches (trees of arrays) as `Any`.
         """
-        from chute._src.ops.batch import BatchIterDataset
-        from chute._src.ops.pad_batch import batch_fn_with_padding
-
-        fn = batch_fn_with_padding(batch_fn, pad_value, padding_struct)
-        return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=fn)
+        fn = operation("batch_fn_with_padding")(batch_fn, pad_value, padding_struct)
+        return operation("BatchIterDataset")(
+            self, batch_size, drop_remainder=drop_remainder, batch_fn=fn
+        )
 
     def batch_by_tokens(
         self,
@@ -280,9 +268,7 @@ class IterDataset(_Node, Generic[T]):
         a keyed random order. An element longer than `max_tokens` raises ValueError.
         `experimental.BatchByTokensIterDataset`; docs/sequences.md.
         """
-        from chute._src.ops.batch_by_tokens import BatchByTokensIterDataset
-
-        return BatchByTokensIterDataset(
+        return operation("BatchByTokensIterDataset")(
             self,
             max_tokens,
             length_fn=length_fn,
@@ -315,9 +301,7 @@ class IterDataset(_Node, Generic[T]):
         bounds how many input elements an element waits. The state stays a few integers.
         `experimental.BucketBySequenceLengthIterDataset`; docs/sequences.md.
         """
-        from chute._src.ops.bucket_by_length import BucketBySequenceLengthIterDataset
-
-        return BucketBySequenceLengthIterDataset(
+        return operation("BucketBySequenceLengthIterDataset")(
             self,
             element_length_func,
             bucket_boundaries,
@@ -338,21 +322,15 @@ class IterDataset(_Node, Generic[T]):
         `pad(last_batch)` (e.g. `experimental.zeros_like_batch`; the largest count).
         A shard that breaks the rule raises. `experimental.EvenBatchesIterDataset`.
         """
-        from chute._src.ops.even_batches import EvenBatchesIterDataset
-
-        return EvenBatchesIterDataset(self, num_batches, pad=pad)
+        return operation("EvenBatchesIterDataset")(self, num_batches, pad=pad)
 
     def repeat(self, num_epochs: int | None = None) -> IterDataset[T]:
         """Repeats the stream `num_epochs` times (forever with None); epochs are identical."""
-        from chute._src.ops.repeat import RepeatIterDataset
-
-        return RepeatIterDataset(self, num_epochs)
+        return operation("RepeatIterDataset")(self, num_epochs)
 
     def limit(self, count: int) -> IterDataset[T]:
         """The first `count` elements."""
-        from chute._src.ops.limit import LimitIterDataset
-
-        return LimitIterDataset(self, count)
+        return operation("LimitIterDataset")(self, count)
 
     def cache(
         self,
@@ -369,12 +347,8 @@ class IterDataset(_Node, Generic[T]):
         `storage_options` for fsspec; `docs/remote.md`).
         """
         if path is None:
-            from chute._src.ops.cache import CacheIterDataset
-
-            return CacheIterDataset(self)
-        from chute._src.ops.disk_cache import DiskCacheIterDataset
-
-        return DiskCacheIterDataset(self, path, storage_options=storage_options)
+            return operation("CacheIterDataset")(self)
+        return operation("DiskCacheIterDataset")(self, path, storage_options=storage_options)
 
     def mp_prefetch(
         self,
@@ -399,9 +373,9 @@ class IterDataset(_Node, Generic[T]):
         An `mp_prefetch` in the input of another with workers hands its input on: the
         outer one runs the whole pipeline below it in its own workers.
         """
-        from chute._src.exec.workers.stage import MultiprocessPrefetchIterDataset
-
-        return MultiprocessPrefetchIterDataset(self, options, worker_init_fn, sequential_slice)
+        return operation("MultiprocessPrefetchIterDataset")(
+            self, options, worker_init_fn, sequential_slice
+        )
 
     def prefetch(
         self, multiprocessing_options: MultiprocessingOptions | int | Any
@@ -410,15 +384,11 @@ class IterDataset(_Node, Generic[T]):
         processes (`mp_prefetch`, Grain's older name, whose parameter name it keeps); with
         an int `n` or `chute.AUTOTUNE` (tf.data's habit), `n` elements (AUTOTUNE: 2) in a
         background thread (`experimental.ThreadPrefetchIterDataset`)."""
-        from chute._src.exec.prefetch_buffer import prefetch
-
-        return prefetch(self, multiprocessing_options)
+        return operation("prefetch")(self, multiprocessing_options)
 
     def seed(self, seed: int) -> IterDataset[T]:
         """Sets the seed that random stages after this point derive their seeds from."""
-        from chute._src.ops.seed import SeedIterDataset
-
-        return SeedIterDataset(self, seed)
+        return operation("SeedIterDataset")(self, seed)
 
     def pipe(
         self,
@@ -433,6 +403,4 @@ class IterDataset(_Node, Generic[T]):
     def apply(self, transformations: Any) -> IterDataset[Any]:
         """Applies one transform object or a sequence of them, each by its kind (`Batch`
         as `batch`, `MapTransform` as `map`, ...): `experimental.apply_transformations`."""
-        from chute._src.ops.apply import apply_transformations
-
-        return apply_transformations(self, transformations)
+        return operation("apply_transformations")(self, transformations)

@@ -20,6 +20,7 @@ from typing import (
 import numpy as np
 
 from chute._src.core import set_slice
+from chute._src.core.chain import operation
 from chute._src.core.node import _Node
 
 if TYPE_CHECKING:
@@ -132,16 +133,12 @@ class MapDataset(_Node, Generic[T]):
     @staticmethod
     def source(source: RandomAccessDataSource[U]) -> MapDataset[U]:
         """A dataset reading a random-access source (`__len__` + `__getitem__`)."""
-        from chute._src.ops.source import SourceMapDataset
-
-        return SourceMapDataset(source)
+        return operation("SourceMapDataset")(source)
 
     @staticmethod
     def range(start: int, stop: int | None = None, step: int = 1) -> MapDataset[int]:
         """The integers of `range(start, stop, step)`."""
-        from chute._src.ops.source import RangeMapDataset
-
-        return RangeMapDataset(start, stop, step)
+        return operation("RangeMapDataset")(start, stop, step)
 
     @staticmethod
     def mix(
@@ -155,25 +152,19 @@ class MapDataset(_Node, Generic[T]):
         Deterministic; the mixture ends when its first dataset runs out. `weights` may be
         a function of the step (`step = position // step_size`; docs/sequences.md).
         """
-        from chute._src.ops.mix import MixedMapDataset
-
-        return MixedMapDataset(datasets, weights, step_size=step_size)
+        return operation("MixedMapDataset")(datasets, weights, step_size=step_size)
 
     @staticmethod
     def select_from_datasets(
         datasets: Sequence[MapDataset[U]], selection_map: Any
     ) -> MapDataset[U]:
         """Element `k` is `datasets[d][i]` for `(d, i) = selection_map[k]`."""
-        from chute._src.ops.mix import SelectFromDatasetsMapDataset
-
-        return SelectFromDatasetsMapDataset(datasets, selection_map)
+        return operation("SelectFromDatasetsMapDataset")(datasets, selection_map)
 
     @staticmethod
     def concatenate(datasets: Sequence[MapDataset[U]]) -> MapDataset[U]:
         """The elements of `datasets` one after another."""
-        from chute._src.ops.concatenate import ConcatenateMapDataset
-
-        return ConcatenateMapDataset(datasets)
+        return operation("ConcatenateMapDataset")(datasets)
 
     # -- transformations -------------------------------------------------------------------
 
@@ -185,9 +176,7 @@ class MapDataset(_Node, Generic[T]):
 
     def map(self, transform: SupportsMap[T, S] | Callable[[T], S]) -> MapDataset[S]:
         """Applies `transform` (a function or a `MapTransform`) to every element."""
-        from chute._src.ops.map import MapMapDataset
-
-        return MapMapDataset(self, transform)
+        return operation("MapMapDataset")(self, transform)
 
     @overload
     def map_with_index(self, transform: SupportsMapWithIndex[T, S]) -> MapDataset[S]: ...
@@ -199,9 +188,7 @@ class MapDataset(_Node, Generic[T]):
         self, transform: SupportsMapWithIndex[T, S] | Callable[[int, T], S]
     ) -> MapDataset[S]:
         """Applies `transform(index, element)` (a function or a `MapWithIndex`)."""
-        from chute._src.ops.map import MapWithIndexMapDataset
-
-        return MapWithIndexMapDataset(self, transform)
+        return operation("MapWithIndexMapDataset")(self, transform)
 
     @overload
     def random_map(
@@ -220,15 +207,11 @@ class MapDataset(_Node, Generic[T]):
         seed: int | None = None,
     ) -> MapDataset[S]:
         """Applies `transform(element, rng)`; `rng` is keyed by (seed, element index)."""
-        from chute._src.ops.random_map import RandomMapMapDataset
-
-        return RandomMapMapDataset(self, transform, seed=seed)
+        return operation("RandomMapMapDataset")(self, transform, seed=seed)
 
     def filter(self, transform: SupportsFilter[T] | Callable[[T], object]) -> MapDataset[T]:
         """Keeps elements where `transform` is true; others read as None, skipped when iterating."""
-        from chute._src.ops.filter import FilterMapDataset
-
-        return FilterMapDataset(self, transform)
+        return operation("FilterMapDataset")(self, transform)
 
     @overload
     def batch(
@@ -279,11 +262,10 @@ class MapDataset(_Node, Generic[T]):
         Type checkers see batches of numbers or arrays as `np.ndarray`, batches made by
         `batch_fn` as what it returns, and other batches (trees of arrays) as `Any`.
         """
-        from chute._src.ops.batch import BatchMapDataset
-        from chute._src.ops.pad_batch import batch_fn_with_padding
-
-        fn = batch_fn_with_padding(batch_fn, pad_value, padding_struct)
-        return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=fn)
+        fn = operation("batch_fn_with_padding")(batch_fn, pad_value, padding_struct)
+        return operation("BatchMapDataset")(
+            self, batch_size, drop_remainder=drop_remainder, batch_fn=fn
+        )
 
     def cache(
         self, *, max_elements: int | None = None, max_bytes: int | None = None
@@ -293,15 +275,11 @@ class MapDataset(_Node, Generic[T]):
         index `i` reads position `i % len(ds)`. Past `max_elements` / `max_bytes`
         (default: a quarter of the available memory), elements are computed again.
         """
-        from chute._src.ops.cache import CacheMapDataset
-
-        return CacheMapDataset(self, max_elements=max_elements, max_bytes=max_bytes)
+        return operation("CacheMapDataset")(self, max_elements=max_elements, max_bytes=max_bytes)
 
     def shuffle(self, seed: int | None = None) -> MapDataset[T]:
         """A global shuffle in O(1) memory; every epoch of a `repeat` is shuffled anew."""
-        from chute._src.ops.shuffle import ShuffleMapDataset
-
-        return ShuffleMapDataset(self, seed=seed)
+        return operation("ShuffleMapDataset")(self, seed=seed)
 
     def repeat(
         self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
@@ -309,21 +287,15 @@ class MapDataset(_Node, Generic[T]):
         """Repeats `num_epochs` times (forever with None). Each epoch is shuffled and
         drawn anew; with `reseed_each_epoch=False`, every epoch repeats the first one's
         order and random draws."""
-        from chute._src.ops.repeat import RepeatMapDataset
-
-        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
+        return operation("RepeatMapDataset")(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def slice(self, sl: slice) -> MapDataset[T]:
         """The elements selected by `sl` (what `ds[a:b:c]` calls); `ds[k::n]` shards."""
-        from chute._src.ops.slice import SliceMapDataset
-
-        return SliceMapDataset(self, sl)
+        return operation("SliceMapDataset")(self, sl)
 
     def seed(self, seed: int) -> MapDataset[T]:
         """Sets the seed that random stages after this point derive their seeds from."""
-        from chute._src.ops.seed import SeedMapDataset
-
-        return SeedMapDataset(self, seed)
+        return operation("SeedMapDataset")(self, seed)
 
     def pipe(
         self, func: Callable[Concatenate[MapDataset[T], P], S], /, *args: P.args, **kwargs: P.kwargs
@@ -334,9 +306,7 @@ class MapDataset(_Node, Generic[T]):
     def apply(self, transformations: Any) -> MapDataset[Any]:
         """Applies one transform object or a sequence of them, each by its kind (`Batch`
         as `batch`, `MapTransform` as `map`, ...): `experimental.apply_transformations`."""
-        from chute._src.ops.apply import apply_transformations
-
-        return apply_transformations(self, transformations)
+        return operation("apply_transformations")(self, transformations)
 
     def to_iter_dataset(
         self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
@@ -349,9 +319,7 @@ class MapDataset(_Node, Generic[T]):
         >>> list(ds.to_iter_dataset()), list(ds.to_iter_dataset(allow_nones=True))
         ([1, 3], [None, 1, None, 3])
         """
-        from chute._src.exec.reader import PrefetchIterDataset
-
-        return PrefetchIterDataset(self, read_options, allow_nones=allow_nones)
+        return operation("PrefetchIterDataset")(self, read_options, allow_nones=allow_nones)
 
 
 def _getitems_one_at_a_time(self: MapDataset[Any], indices: np.ndarray) -> list[Any]:

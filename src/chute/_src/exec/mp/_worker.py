@@ -121,7 +121,10 @@ def run_worker(spec: WorkerSpec) -> None:
         _die_with_parent()
     if spec.stack is not None:
         _dump_stack_on_sigusr1(spec.stack.fd)
-    process_effects.enter_worker()  # a worker tunes itself (allocator, fd limit)
+    process_effects.enter_worker()  # a worker tunes itself: the fd limit, its allocator
+    from chute._src.exec.mp import heap  # (not in the process that forks workers)
+
+    heap.keep_freed_memory()
     # Before `worker_fn` is unpickled: the shared files in it look their descriptors up.
     shm_files.receive({key: inherited.fd for key, inherited in spec.handed})
     slab = None

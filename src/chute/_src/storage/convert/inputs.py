@@ -154,20 +154,20 @@ def open_source(
 ) -> Any:
     """The chute source reading `paths` as `fmt` (records as that source returns them;
     JSONL lines as bytes unless `decoded`, then as that source's default gives them)."""
-    from chute import sources
+    from chute._src.storage.formats import array_record, crec, jsonl, numpy_array, parquet, tfrecord
 
     so = storage_options
     if fmt is Format.CREC:
-        return sources.RecordFileDataSource(list(paths), storage_options=so)
+        return crec.RecordFileDataSource(list(paths), storage_options=so)
     if fmt is Format.JSONL:
-        return sources.JsonlDataSource(list(paths), decode=decoded, storage_options=so)
+        return jsonl.JsonlDataSource(list(paths), decode=decoded, storage_options=so)
     if fmt is Format.ARRAY_RECORD:
-        return sources.ArrayRecordDataSource(list(paths), storage_options=so)
+        return array_record.ArrayRecordDataSource(list(paths), storage_options=so)
     if fmt is Format.PARQUET:
-        return sources.ParquetDataSource(list(paths), storage_options=so)
+        return parquet.ParquetDataSource(list(paths), storage_options=so)
     if fmt is Format.TFRECORD:
-        return sources.TFRecordDataSource(list(paths), storage_options=so)
-    return sources.NumpyDataSource(list(paths), storage_options=so)
+        return tfrecord.TFRecordDataSource(list(paths), storage_options=so)
+    return numpy_array.NumpyDataSource(list(paths), storage_options=so)
 
 
 def _json_dumps() -> Any:

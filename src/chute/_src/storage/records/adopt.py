@@ -12,9 +12,33 @@ from chute._src.storage.convert import outputs
 from chute._src.storage.convert.inputs import Format, detect_format
 from chute._src.storage.records import manifest as _manifest
 from chute._src.storage.records.manifest import MANIFEST_NAME, ShardEntry
-from chute._src.storage.records.shard_files import shard_entry
+from chute._src.storage.records.shard_files import tail_crc32c
 
-__all__ = ["write_manifest"]
+__all__ = ["shard_entry", "write_manifest"]
+
+
+def array_record_count(path: str | os.PathLike[str]) -> int:
+    """The number of records of an ArrayRecord file; `DataError` if it does not open."""
+    from chute._src.storage.formats.array_record import ArrayRecordDataSource
+
+    src = ArrayRecordDataSource(os.fspath(path))
+    return len(src)
+
+
+def shard_entry(path: Path, shard_format: str) -> ShardEntry:
+    """The manifest entry of the shard at `path`, opened and checked (a truncated or
+    corrupt shard raises `DataError` naming it)."""
+    if shard_format == "crec":
+        from chute._src.storage.records.reader import CrecFile
+
+        f = CrecFile(str(path))
+        try:
+            return ShardEntry(path.name, f.num_records, f.size, f.trailer_crc())
+        finally:
+            f.close()
+    n = array_record_count(path)
+    size = os.path.getsize(path)
+    return ShardEntry(path.name, n, size, tail_crc32c(path, size))
 
 
 def _kind(name: str) -> Format | None:

@@ -1,7 +1,7 @@
-"""Shard files a manifest lists: their entries (count, size, checksum) and the checks.
+"""Shard files a manifest lists: their checksums and the checks made on opening them.
 
-Shared by everything that writes or adopts shards (`chute.beam`, `write_manifest`) and
-by the sources that open a dataset directory. A `.crec` shard's checksum is its
+Shared by everything that writes or adopts shards (`chute.beam`, `write_manifest`, whose
+entries `adopt.shard_entry` makes) and by the sources that open a dataset directory. A `.crec` shard's checksum is its
 trailer's CRC; an ArrayRecord shard's is the CRC32C of its last `TAIL` bytes before
 its zero padding (`tail_crc32c`).
 """
@@ -23,7 +23,7 @@ from chute._src.storage.records.manifest import (
 )
 from chute._src.storage.remote.urls import StorageOptions, is_url
 
-__all__ = ["TAIL", "array_record_count", "dataset_paths", "shard_entry", "tail_crc32c"]
+__all__ = ["TAIL", "dataset_paths", "tail_crc32c"]
 
 TAIL = 4096
 _PADDING = 1 << 16  # riegeli pads a file with zeros to its 64 KiB block boundary
@@ -37,30 +37,6 @@ def tail_crc32c(path: str | os.PathLike[str], size: int) -> int:
         f.seek(size - span)
         data = f.read(span).rstrip(b"\0")
     return int(crc32c(data[-TAIL:]))
-
-
-def array_record_count(path: str | os.PathLike[str]) -> int:
-    """The number of records of an ArrayRecord file; `DataError` if it does not open."""
-    from chute._src.storage.formats.array_record import ArrayRecordDataSource
-
-    src = ArrayRecordDataSource(os.fspath(path))
-    return len(src)
-
-
-def shard_entry(path: Path, shard_format: str) -> ShardEntry:
-    """The manifest entry of the shard at `path`, opened and checked (a truncated or
-    corrupt shard raises `DataError` naming it)."""
-    if shard_format == "crec":
-        from chute._src.storage.records.reader import CrecFile
-
-        f = CrecFile(str(path))
-        try:
-            return ShardEntry(path.name, f.num_records, f.size, f.trailer_crc())
-        finally:
-            f.close()
-    n = array_record_count(path)
-    size = os.path.getsize(path)
-    return ShardEntry(path.name, n, size, tail_crc32c(path, size))
 
 
 def _checksum(path: Path, size: int, shard_format: str) -> int:

@@ -41,9 +41,10 @@ from chute._src.core.errors import DataError
 from chute._src.storage.convert import outputs
 from chute._src.storage.records import manifest as _manifest
 from chute._src.storage.records import staging
+from chute._src.storage.records.adopt import shard_entry
 from chute._src.storage.records.layout import HEADER_MAGIC
 from chute._src.storage.records.manifest import MANIFEST_NAME, ShardEntry
-from chute._src.storage.records.shard_files import shard_entry, tail_crc32c
+from chute._src.storage.records.shard_files import tail_crc32c
 from chute._src.storage.remote.urls import StorageOptions, is_url
 
 __all__ = ["JOB_FILE", "ShardSpec", "content_key", "finish", "prepare_output", "write_shard"]
