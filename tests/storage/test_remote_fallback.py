@@ -15,7 +15,7 @@ import pytest
 
 import chute
 from chute import sources
-from chute._src.storage.remote import stores
+from chute._src.storage.remote import stores, urls
 from remote_helpers import use_remote_env
 
 LINES = b"".join(b'{"i": %d}\n' % i for i in range(200))
@@ -91,7 +91,7 @@ def test_gcs_and_azure_options_are_translated(tmp_path: Path) -> None:
 def test_a_bad_deadline_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHUTE_REMOTE_DEADLINE_S", "soon")
     with pytest.raises(ValueError, match=r"CHUTE_REMOTE_DEADLINE_S='soon' is not a number"):
-        stores.deadline_s()
+        urls.deadline_s()
     monkeypatch.setenv("CHUTE_REMOTE_DEADLINE_S", "0")
     with pytest.raises(ValueError, match=r"must be above 0; default 60"):
-        stores.deadline_s()
+        urls.deadline_s()

@@ -1,9 +1,10 @@
 """The one place core reaches up: what the chain methods construct.
 
 `MapDataset.map`, `IterDataset.batch` and the other chain methods each construct a named
-class of `ops/` (or, for `to_iter_dataset`, `prefetch` and `mp_prefetch`, of `exec/`).
-Those floors sit above core and import it, so core names them here, by module, and imports
-one when a chain method first asks for it. This table is the layering's one exception
+class of `ops/` (or, for `to_iter_dataset`, `prefetch` and `mp_prefetch`, of `exec/`);
+`MultiprocessingOptions.start_service` starts exec's worker processes. Those floors sit
+above core and import it, so core names them here, by module, and imports one when it is
+first asked for. This table is the layering's one exception
 (`tests/project/test_layout.py`), as the chain methods of Grain's `dataset.py` import
 their transformations when called.
 """
@@ -18,6 +19,7 @@ OPERATIONS: dict[str, str] = {
     "prefetch": "exec.prefetch_buffer",
     "PrefetchIterDataset": "exec.reader",
     "MultiprocessPrefetchIterDataset": "exec.workers.stage",
+    "start_processes": "exec.workers.service",
     "apply_transformations": "ops.apply",
     "BatchIterDataset": "ops.batch",
     "BatchMapDataset": "ops.batch",

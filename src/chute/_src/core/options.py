@@ -126,6 +126,6 @@ class MultiprocessingOptions:
         `ChunkBackend`, `_src/exec/workers/backend.py`): here, worker processes on this
         machine. Each kind of workers is a subclass that overrides this
         (`chute.ray.RayWorkers`: Ray actors)."""
-        from chute._src.exec.workers.service import start_processes
+        from chute._src.core.chain import operation
 
-        return start_processes(self, leaves, streams, worker_init_fn, pipeline)
+        return operation("start_processes")(self, leaves, streams, worker_init_fn, pipeline)

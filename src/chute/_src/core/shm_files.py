@@ -3,7 +3,7 @@ and the sweep of the names older versions left.
 
 **No names.** Every file chute shares between its processes (a worker's slab,
 `_src/exec/mp/shm.py`; the store of `MapDataset.cache()` under workers,
-`_src/ops/shared_cache.py`; a large list source, `_src/storage/formats/shared_list.py`)
+`_src/ops/cache_stores.py`; a large list source, `_src/storage/formats/shared_list.py`)
 is made without a name (`anonymous_file`): `open(directory, O_TMPFILE)` in a tmpfs
 directory (`/dev/shm`), so it counts against that filesystem's size as a named file does,
 and the kernel frees it when the last descriptor and mapping of it go, whatever ends the

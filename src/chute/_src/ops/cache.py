@@ -16,7 +16,7 @@ they are handed out again: a stage changing one in place raises instead of chang
 cache.
 
 Under `mp_prefetch` the workers share one store in a shared-memory file (`/dev/shm`,
-`_src/ops/shared_cache.py`), owned by the dataset and kept across its iterators: an
+`_src/ops/cache_stores.py`), owned by the dataset and kept across its iterators: an
 element computed by any worker is read by every other, in later epochs and iterators.
 What the main process had cached by itself is copied in when the store is made.
 
@@ -32,9 +32,8 @@ to there from the start.
 
 from __future__ import annotations
 
-import sys
 import threading
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -42,19 +41,9 @@ from chute._src.core import provenance, tree
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator, bad_value, check_int, check_state
 from chute._src.core.machine import memory_budget
+from chute._src.ops.cache_stores import MISSING, MemoryStore, Store
 
 T = TypeVar("T")
-
-MISSING: Any = object()
-"""What a store's `get` returns for a position it does not keep."""
-
-
-def element_bytes(element: Any) -> int:
-    """The memory an element holds: its arrays' bytes, other leaves' own size."""
-    total = 0
-    for leaf in tree.leaves(element):
-        total += leaf.nbytes if isinstance(leaf, np.ndarray) else sys.getsizeof(leaf)
-    return total
 
 
 def _read_only(leaf: Any) -> Any:
@@ -71,66 +60,10 @@ def freeze(element: Any) -> Any:
     return tree.map_leaves(_read_only, element)
 
 
-class Store(Protocol):
-    """Where a cache keeps elements by position."""
-
-    def get(self, position: int) -> Any:
-        """The element kept at `position`, or `MISSING`."""
-
-    def put(self, position: int, element: Any) -> None:
-        """Keeps `element` if the bound allows; otherwise does nothing."""
-
-    def stats(self) -> tuple[int, int]:
-        """(elements kept, bytes kept)."""
-
-
-class MemoryStore:
-    """A dict in this process, up to `max_elements` and `max_bytes`."""
-
-    def __init__(self, max_elements: int | None, max_bytes: int) -> None:
-        self.max_elements, self.max_bytes = max_elements, max_bytes
-        self._items: dict[int, Any] = {}
-        self._bytes = 0
-        self._full = False
-        self._lock = threading.Lock()
-
-    def get(self, position: int) -> Any:
-        return self._items.get(position, MISSING)
-
-    def put(self, position: int, element: Any) -> None:
-        if self._full:
-            return
-        size = element_bytes(element)
-        with self._lock:
-            if position in self._items:
-                return
-            if self._bytes + size > self.max_bytes or (
-                self.max_elements is not None and len(self._items) >= self.max_elements
-            ):
-                # Kept elements stay; a smaller element may still fit under max_bytes.
-                self._full = self.max_elements is not None and len(self._items) >= self.max_elements
-                return
-            self._items[position] = element
-            self._bytes += size
-
-    def stats(self) -> tuple[int, int]:
-        return len(self._items), self._bytes
-
-    def items(self) -> list[tuple[int, Any]]:
-        with self._lock:
-            return list(self._items.items())
-
-    def __getstate__(self) -> dict[str, Any]:  # a copy sent elsewhere starts empty
-        return {"max_elements": self.max_elements, "max_bytes": self.max_bytes}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["max_elements"], state["max_bytes"])  # type: ignore[misc]
-
-
 class _Box:
     """The store of a cache, shared by the copies of its node; pickles as its store (a
     `MemoryStore` arrives empty; a `SharedStore` as its file where its descriptor was
-    handed over, an empty `MemoryStore` elsewhere: `shared_cache.py`)."""
+    handed over, an empty `MemoryStore` elsewhere: `cache_stores.py`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -218,7 +151,7 @@ class CacheMapDataset(MapDataset[T]):
     def _for_workers(self, resources: list[Any]) -> CacheMapDataset[T]:
         """This cache with a store in shared memory that every worker reads and fills;
         made once, kept while the dataset lives (so later iterators find it filled)."""
-        from chute._src.ops.shared_cache import SharedStore, shared_memory_available
+        from chute._src.ops.cache_stores import SharedStore, shared_memory_available
 
         if not shared_memory_available() or not 0 < self._len < INFINITE:
             return self

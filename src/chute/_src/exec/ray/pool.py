@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from chute._src.exec.mp.errors import WorkerDiedError
 from chute._src.exec.ray.actor import ActorPlace, ChunkActor
-from chute._src.exec.ray.options import RayWorkers
 from chute._src.exec.workers.worker import ShippedInit
 
 if TYPE_CHECKING:
+    from chute._src.exec.ray.options import RayWorkers
     from chute._src.exec.ray.service import RayTicket
 
 _MAX_EARLY_DEATHS = 3

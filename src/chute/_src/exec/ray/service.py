@@ -33,7 +33,7 @@ import threading
 import warnings
 from collections import deque
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from chute._src.core import observe
 from chute._src.core.dataset import MapDataset, walk
@@ -44,11 +44,13 @@ from chute._src.exec.mp.errors import WorkerDiedError, WorkerStallWarning, Worke
 from chute._src.exec.ray.actor import ActorFailure
 from chute._src.exec.ray.connect import connect, system_errors
 from chute._src.exec.ray.fetch import FetchAhead
-from chute._src.exec.ray.options import RayWorkers
 from chute._src.exec.ray.pool import Actor, ActorPool
 from chute._src.exec.workers import pipeline_pickle
 from chute._src.exec.workers.service import Ticket
 from chute._src.exec.workers.shards import ShardStream
+
+if TYPE_CHECKING:
+    from chute._src.exec.ray.options import RayWorkers
 from chute._src.exec.workers.startup import StartupHelper
 from chute._src.exec.workers.tasks import ChunkResult, ChunkTask, ShardResult, ShardTask, Task
 from chute._src.exec.workers.watchdog import STILL_WAITING, wait_bounded

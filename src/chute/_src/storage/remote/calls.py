@@ -17,30 +17,15 @@ access refusal, and the client's own error for the rest (`failure`, `obstore_fai
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TypeVar
 
 from chute._src.core.errors import DataError, MissingFileError
+from chute._src.storage.remote.urls import deadline_s, max_retries
 
-__all__ = ["call", "failure", "max_retries", "obstore_failure"]
+__all__ = ["call", "failure", "obstore_failure"]
 
 R = TypeVar("R")
-
-
-def max_retries() -> int:
-    """`CHUTE_REMOTE_RETRIES` (default 3): the client's retries after a transient failure."""
-    raw = os.environ.get("CHUTE_REMOTE_RETRIES", "3")
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(
-            f"CHUTE_REMOTE_RETRIES={raw!r} is not an integer; set it to the number of "
-            "retries after a transient error (0 or more)"
-        ) from None
-    if n < 0:
-        raise ValueError(f"CHUTE_REMOTE_RETRIES={n} is negative; set it to 0 or more")
-    return n
 
 
 def _chain(e: BaseException) -> list[BaseException]:
@@ -126,8 +111,6 @@ def obstore_failure(url: str, e: BaseException, what: str) -> DataError:
             "environment variables)"
         )
     elif isinstance(e, TimeoutError):
-        from chute._src.storage.remote.stores import deadline_s
-
         err = DataError(
             f"{url}: cannot {what}: no complete answer within {deadline_s():g} s; the "
             "store is unreachable, stalled or too slow: check the endpoint and the network, "

@@ -46,7 +46,7 @@ from concurrent.futures import CancelledError, Future
 from typing import Any, TypeVar
 
 from chute._src import process_effects
-from chute._src.storage.remote.stores import deadline_s
+from chute._src.storage.remote.urls import deadline_s
 
 __all__ = ["EXIT_WAIT_S", "Exiting", "native", "submit", "wait"]
 

@@ -32,13 +32,17 @@ from datetime import timedelta
 from typing import Any
 
 from chute._src import process_effects
-from chute._src.storage.remote.calls import max_retries
-from chute._src.storage.remote.urls import StorageOptions, display_url, options_key
+from chute._src.storage.remote.urls import (
+    StorageOptions,
+    deadline_s,
+    display_url,
+    max_retries,
+    options_key,
+)
 
-__all__ = ["Located", "deadline_s", "display_url", "located"]
+__all__ = ["Located", "display_url", "located"]
 
 logger = logging.getLogger("chute")
-_DEADLINE_S = 60.0
 _SCHEMES = {
     "s3": "s3",
     "s3a": "s3",
@@ -83,22 +87,6 @@ class Located:
     path: str
     shown: str
     kind: str  # "s3", "gcs", "azure" or "http"
-
-
-def deadline_s() -> float:
-    """`CHUTE_REMOTE_DEADLINE_S` (default 60): the longest one read (a batch of ranges, a
-    first block, a listing) may take, retries included, before it is a `DataError`."""
-    raw = os.environ.get("CHUTE_REMOTE_DEADLINE_S", str(_DEADLINE_S))
-    try:
-        s = float(raw)
-    except ValueError:
-        raise ValueError(
-            f"CHUTE_REMOTE_DEADLINE_S={raw!r} is not a number; set it to the seconds one "
-            "remote read may take (default 60)"
-        ) from None
-    if not s > 0:
-        raise ValueError(f"CHUTE_REMOTE_DEADLINE_S={raw} must be above 0; default 60")
-    return s
 
 
 _warned = False

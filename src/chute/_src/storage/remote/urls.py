@@ -19,8 +19,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from chute._src.storage.remote.calls import max_retries
-
 __all__ = ["StorageOptions", "display_url", "filesystem", "is_url", "local_path", "options_key"]
 
 StorageOptions = Mapping[str, Any] | None
@@ -128,3 +126,37 @@ def to_url(fs: Any, path: str) -> str:
     """`path` of `fs` (as fsspec's glob returns it) as a full URL."""
     out: str = fs.unstrip_protocol(path)
     return out
+
+
+_DEADLINE_S = 60.0  # CHUTE_REMOTE_DEADLINE_S's default
+
+
+def max_retries() -> int:
+    """`CHUTE_REMOTE_RETRIES` (default 3): the client's retries after a transient failure."""
+    raw = os.environ.get("CHUTE_REMOTE_RETRIES", "3")
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(
+            f"CHUTE_REMOTE_RETRIES={raw!r} is not an integer; set it to the number of "
+            "retries after a transient error (0 or more)"
+        ) from None
+    if n < 0:
+        raise ValueError(f"CHUTE_REMOTE_RETRIES={n} is negative; set it to 0 or more")
+    return n
+
+
+def deadline_s() -> float:
+    """`CHUTE_REMOTE_DEADLINE_S` (default 60): the longest one read (a batch of ranges, a
+    first block, a listing) may take, retries included, before it is a `DataError`."""
+    raw = os.environ.get("CHUTE_REMOTE_DEADLINE_S", str(_DEADLINE_S))
+    try:
+        s = float(raw)
+    except ValueError:
+        raise ValueError(
+            f"CHUTE_REMOTE_DEADLINE_S={raw!r} is not a number; set it to the seconds one "
+            "remote read may take (default 60)"
+        ) from None
+    if not s > 0:
+        raise ValueError(f"CHUTE_REMOTE_DEADLINE_S={raw} must be above 0; default 60")
+    return s

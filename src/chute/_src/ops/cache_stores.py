@@ -1,5 +1,5 @@
-"""The store of `MapDataset.cache()` shared by worker processes: one file in `/dev/shm`
-with no name.
+"""The stores of `MapDataset.cache()`: `MemoryStore`, a dict in this process, and
+`SharedStore`, shared by worker processes: one file in `/dev/shm` with no name.
 
     [header 64 B: magic, n, capacity, tail, count, max_elements]
     [index: n x (offset, length + 1) int64; 0 = not kept]
@@ -29,14 +29,14 @@ import mmap
 import os
 import secrets
 import struct
+import sys
 import threading
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from chute._src.core import shm_files, tree_codec
-from chute._src.ops.cache import MISSING, MemoryStore
+from chute._src.core import shm_files, tree, tree_codec
 
 _MAGIC = b"CHUTECAC"
 _HEADER = 64
@@ -44,6 +44,74 @@ _FIELDS = struct.Struct("<8s5q")  # magic, n, capacity, tail, count, max_element
 _POS = struct.Struct("<2q")  # tail, count at offset 24
 _I64 = struct.Struct("<q")
 _DIRECTORY = "/dev/shm"
+
+
+MISSING: Any = object()
+"""What a store's `get` returns for a position it does not keep."""
+
+
+def element_bytes(element: Any) -> int:
+    """The memory an element holds: its arrays' bytes, other leaves' own size."""
+    total = 0
+    for leaf in tree.leaves(element):
+        total += leaf.nbytes if isinstance(leaf, np.ndarray) else sys.getsizeof(leaf)
+    return total
+
+
+class Store(Protocol):
+    """Where a cache keeps elements by position."""
+
+    def get(self, position: int) -> Any:
+        """The element kept at `position`, or `MISSING`."""
+
+    def put(self, position: int, element: Any) -> None:
+        """Keeps `element` if the bound allows; otherwise does nothing."""
+
+    def stats(self) -> tuple[int, int]:
+        """(elements kept, bytes kept)."""
+
+
+class MemoryStore:
+    """A dict in this process, up to `max_elements` and `max_bytes`."""
+
+    def __init__(self, max_elements: int | None, max_bytes: int) -> None:
+        self.max_elements, self.max_bytes = max_elements, max_bytes
+        self._items: dict[int, Any] = {}
+        self._bytes = 0
+        self._full = False
+        self._lock = threading.Lock()
+
+    def get(self, position: int) -> Any:
+        return self._items.get(position, MISSING)
+
+    def put(self, position: int, element: Any) -> None:
+        if self._full:
+            return
+        size = element_bytes(element)
+        with self._lock:
+            if position in self._items:
+                return
+            if self._bytes + size > self.max_bytes or (
+                self.max_elements is not None and len(self._items) >= self.max_elements
+            ):
+                # Kept elements stay; a smaller element may still fit under max_bytes.
+                self._full = self.max_elements is not None and len(self._items) >= self.max_elements
+                return
+            self._items[position] = element
+            self._bytes += size
+
+    def stats(self) -> tuple[int, int]:
+        return len(self._items), self._bytes
+
+    def items(self) -> list[tuple[int, Any]]:
+        with self._lock:
+            return list(self._items.items())
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy sent elsewhere starts empty
+        return {"max_elements": self.max_elements, "max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["max_elements"], state["max_bytes"])  # type: ignore[misc]
 
 
 def shared_memory_available() -> bool:
