@@ -52,7 +52,11 @@ class ProvenanceError(ValueError):
 
 
 class EndOfStream(Exception):
-    """A position past the end of a stage's elements (internal: becomes ProvenanceError)."""
+    """A position past the end of a stage's elements (internal: becomes ProvenanceError).
+    With an argument: the run raises there instead of ending (a strict zip of streams of
+    other lengths), and the argument says what it raises; a stage that asks whether its
+    parent has an element there (`Tracer.exists`) sees an end, as the run's stages that
+    read ahead in chunks do (they hand out what came before the error)."""
 
 
 def same_position(position: int) -> list[Origin]:
@@ -242,10 +246,33 @@ def as_records(node: Any, position: int, tracer: Tracer) -> list[Origin]:
     """The records of `node`'s element at `position` as a source's origins (`parent`
     None, with their offsets, sources and fields): what a stage returns that reads a
     pipeline it does not declare as a parent (`ElasticIterator`)."""
-    out = []
-    for r in records_of(node, position, tracer):
-        fields = tuple((k, v) for k, v in r.items() if k not in ("source", "index", "offset"))
-        out.append(Origin(None, r["index"], tuple(r["offset"]), r["source"], fields))
+    return [as_origin(r, tuple(r["offset"])) for r in records_of(node, position, tracer)]
+
+
+def as_origin(record: dict[str, Any], offset: tuple[int, ...]) -> Origin:
+    """A record found below a stage (`records_of`) as that stage's own origin, at `offset`
+    in its element: what a stage returns that hands on part of its parent's element (the
+    rows of a batch it splits), whose records it must pick and place itself."""
+    fields = tuple((k, v) for k, v in record.items() if k not in ("source", "index", "offset"))
+    return Origin(None, record["index"], offset, record["source"], fields)
+
+
+def rows_of(node: Any, parts: Sequence[tuple[int, int, int]], tracer: Tracer) -> list[Origin]:
+    """The records of rows `[lo, hi)` of `node`'s elements, for each `(position, lo, hi)`
+    of `parts`, placed one part after another: a record at row `r` of its element (the
+    first of its offset) is at row `rows before + r - lo`; a record without a row (the
+    element is an array whose rows come from that one record) is in every part of its
+    element, at the part's first row."""
+    out: list[Origin] = []
+    base = 0
+    for position, lo, hi in parts:
+        for r in records_of(node, position, tracer):
+            offset = tuple(r["offset"])
+            if not offset:
+                out.append(as_origin(r, (base,)))
+            elif lo <= offset[0] < hi:
+                out.append(as_origin(r, (base + offset[0] - lo, *offset[1:])))
+        base += hi - lo
     return out
 
 
@@ -293,7 +320,12 @@ def trace_steps(
                 on_step(k)
             try:
                 recs = records_of(ds, k, tracer)
-            except EndOfStream:
+            except EndOfStream as e:
+                if e.args:
+                    raise ProvenanceError(
+                        f"provenance: step {k} of {ds!r} is never handed out: the run raises "
+                        f"there ({e.args[0]}); ask for the steps before it."
+                    ) from None
                 raise ProvenanceError(
                     f"provenance: step {k} is beyond the end of {ds!r}: the stream ends "
                     f"before it; ask for steps below its length (a finite stream: "

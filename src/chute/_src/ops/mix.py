@@ -414,3 +414,13 @@ class SelectFromDatasetsMapDataset(MapDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"{type(self._map).__name__}, len={self._len}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The dataset and element `selection_map` names, as read: epoch `e` of the map
+        reads epoch `e` of that dataset."""
+        if self._len == 0:
+            raise provenance.EndOfStream
+        epoch, k = divmod(position, self._len)
+        d, i = self._map[k]
+        key = int(i) + epoch * len(self._parents[int(d)]) if epoch else int(i)
+        return [provenance.Origin(int(d), key, source=int(d))]
