@@ -503,3 +503,113 @@ def test_weights_set_at_run_time_under_two_mixtures_are_refused() -> None:
         outer.set_weights([1, 2])  # type: ignore[attr-defined]
         with pytest.raises(ProvenanceError, match="has 2 mixtures and weights were set"):
             provenance(it, [0])
+
+
+# -- two mixtures, each given weights at run time ------------------------------------------
+# `chute.experimental.provenance` still reads one mixture's changes (provenance_api.py); the
+# tracer reads them by mixture once given `changes_by_mixture(pipeline, it)`, which these
+# tests call as provenance will.
+
+
+def mixtures_of(it: Any) -> list[Any]:
+    """The iterators below `it` whose weights can be set, depth first (`children()`)."""
+    out, stack = [], [it]
+    while stack:
+        node = stack.pop()
+        if callable(getattr(node, "set_weights", None)):
+            out.append(node)
+        stack.extend(reversed(node.children()))
+    return out
+
+
+def mix_of_mixes() -> chute.IterDataset[Any]:
+    inner = chute.IterDataset.mix(
+        {"a": source(0, 60).to_iter_dataset(), "b": source(1000, 60).to_iter_dataset()}
+    )
+    outer = chute.IterDataset.mix([inner, source(2000, 80).to_iter_dataset()], [1, 1])
+    return outer.map(ids_only).batch(2)
+
+
+def zipped_mixtures() -> chute.IterDataset[Any]:
+    def mixture(base: int) -> chute.IterDataset[Any]:
+        parts = {
+            "a": source(base, 50).to_iter_dataset(),
+            "b": source(base + 1000, 50).to_iter_dataset(),
+        }
+        return chute.IterDataset.mix(parts).map(ids_only)
+
+    # A filter above the mixtures reads them as a stream: the replay draws as the run did.
+    return ex.ZipIterDataset([mixture(0), mixture(10_000)], strict=False).filter(
+        lambda x: x[0]["id"] % 5
+    )
+
+
+def ids_of_two(name: str, records: list[dict[str, Any]]) -> list[int]:
+    if name == "mix_of_mixes":  # sources "0/a", "0/b" and 1
+        bases = {"0/a": 0, "0/b": 1000, 1: 2000}
+        return [bases[r["source"]] + r["index"] for r in records]
+    bases = {"0/a": 0, "0/b": 1000, "1/a": 10_000, "1/b": 11_000}  # zip part / component
+    return [bases[r["source"]] + r["index"] for r in records]
+
+
+def ids_of_step(name: str, step: Any) -> list[int]:
+    if name == "mix_of_mixes":
+        return ids_in(step)
+    return [int(step[0]["id"]), int(step[1]["id"])]
+
+
+TWO_MIXTURES = {"mix_of_mixes": mix_of_mixes, "zipped_mixtures": zipped_mixtures}
+# (step, which mixture, weights): set on that mixture's own iterator before the step.
+CHANGES: dict[str, list[tuple[int, int, Any]]] = {
+    "mix_of_mixes": [(3, 1, {"a": 1, "b": 4}), (5, 0, [1, 3]), (9, 1, {"a": 0, "b": 1}),
+                     (12, 0, [2, 1])],
+    "zipped_mixtures": [(2, 0, {"a": 0, "b": 1}), (4, 1, {"a": 3, "b": 1}),
+                        (7, 0, {"a": 2, "b": 1}), (11, 1, {"a": 1, "b": 0})],
+}  # fmt: skip
+
+
+def run_with_changes(name: str, it: Any, steps: int) -> list[Any]:
+    out = []
+    for k in range(steps):
+        for at, which, weights in CHANGES[name]:
+            if at == k:
+                mixtures_of(it)[which].set_weights(weights)
+        out.append(next(it))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(TWO_MIXTURES))
+def test_two_mixtures_with_weights_set_at_run_time_are_traced_exactly(name: str) -> None:
+    from chute._src.core.provenance import changes_by_mixture, trace_steps
+
+    ds = TWO_MIXTURES[name]()
+    with iter(ds) as it:
+        assert len(mixtures_of(it)) == 2
+        steps = run_with_changes(name, it, 16)
+        state = it.get_state()
+        live = trace_steps(ds, range(16), mix_changes=changes_by_mixture(ds, it))
+    assert [ids_of_two(name, r) for r in live] == [ids_of_step(name, s) for s in steps]
+    # From the state: restored into a fresh iterator, whose mixtures hold their changes.
+    again = TWO_MIXTURES[name]()
+    with iter(again) as fresh:
+        fresh.set_state(state)
+        changes = changes_by_mixture(again, fresh)
+    assert trace_steps(again, range(16), mix_changes=changes) == live
+
+
+@pytest.mark.parametrize("name", sorted(TWO_MIXTURES))
+def test_skip_over_two_mixtures_with_weights_set_at_run_time_equals_consuming(name: str) -> None:
+    with iter(TWO_MIXTURES[name]()) as it:
+        reference = [ids_of_step(name, s) for s in run_with_changes(name, it, 16)]
+        reference += [ids_of_step(name, s) for s in it]
+    last = max(at for at, _, _ in CHANGES[name])
+    for n in (1, 5, 9):
+        with iter(TWO_MIXTURES[name]()) as it:
+            run_with_changes(name, it, last + 1)  # every change made, then skip
+            state = it.get_state()
+            assert skip(it, n) == n
+            assert [ids_of_step(name, s) for s in it] == reference[last + 1 + n :]
+        moved = ex.skip_state(state, n, dataset=TWO_MIXTURES[name]())
+        with iter(TWO_MIXTURES[name]()) as it:
+            it.set_state(moved)
+            assert [ids_of_step(name, s) for s in it] == reference[last + 1 + n :]
