@@ -267,6 +267,26 @@ def test_a_pack_and_batch_names_each_sequence_with_its_row_and_first_token(worke
     assert {r["epoch"] for r in found[-1]} == {1}
 
 
+def test_a_pack_and_batch_names_a_sequence_empty_in_its_first_feature() -> None:
+    # Feature "a" (the first of length_struct) is empty for every third record: those are
+    # found by their tokens in "t", which hold the record's id.
+    records = [
+        {"a": np.zeros(0 if i % 3 == 0 else 2), "t": np.full(1 + i % 3, i)} for i in range(20)
+    ]
+    loader = chute.DataLoader(
+        data_source=records,
+        sampler=chute.IndexSampler(20, shuffle=False, num_epochs=1),
+        operations=[ex.PackAndBatchOperation(length_struct={"a": 4, "t": 6}, batch_size=2)],
+        worker_count=0,
+    )
+    with iter(loader) as it:
+        steps = list(it)
+        found = provenance(it, range(len(steps)))
+    expected = [ids_in({"id": data["t"], "id_segment_ids": seg["t"]}) for data, seg, _ in steps]
+    assert [[r["index"] for r in records_] for records_ in found] == expected
+    assert any(i % 3 == 0 for ids in expected for i in ids)
+
+
 SKIPPED_OVER = ["flat_map_map", "flat_map_iter", "rebatch", "rebatch_packed_rows",
                 "select_from_datasets", "zip_iter_strict", "pack_and_batch"]  # fmt: skip
 

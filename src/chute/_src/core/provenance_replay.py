@@ -228,27 +228,32 @@ def features_as_positions(paths: list[tuple[Any, ...]]) -> Callable[[Any, int], 
 
 
 def packed_batch_origins(
-    stage: Any, path: tuple[Any, ...], position: int, tracer: Tracer
+    stage: Any, paths: list[tuple[Any, ...]], position: int, tracer: Tracer
 ) -> list[Origin]:
     """The origins of a packed batch `(data, segments, positions)` (`PackAndBatch`): its
-    twin packs elements whose features (`stage._layout.paths`) hold their position, and
-    each segment of each row of the feature at `path` names one, with its offset (its
-    row, the token it starts at). A sequence of no tokens leaves no segment to read."""
+    twin packs elements whose features (at `paths`) hold their position, and each segment
+    of each row names one, with its offset (its row, the token it starts at in the first
+    feature it has tokens in), in the order of the segment ids. A sequence with no tokens
+    in any feature leaves no segment to read."""
 
-    def leaf(tree: Any) -> np.ndarray:
+    def leaf(tree: Any, path: tuple[Any, ...]) -> np.ndarray:
         for key in path:
             tree = tree[key]
         return np.asarray(tree)
 
     def read(batch: Any, parents: list[PositionedParent]) -> list[Origin]:
-        data, segments = leaf(batch[0]), leaf(batch[1])
+        features = [(leaf(batch[0], p), leaf(batch[1], p)) for p in paths]
         out = []
-        for row in range(segments.shape[0]):
-            seg = segments[row]
-            for s in dict.fromkeys(seg[seg != 0].tolist()):
-                at = np.flatnonzero(seg == s)
-                value = np.asarray(data[row, at[0]]).reshape(-1)[0]
-                out.append(Origin(0, int(value), (row, int(at[0]))))
+        for row in range(features[0][1].shape[0]):
+            found: dict[int, Origin] = {}
+            for data, segments in features:
+                seg = segments[row]
+                for s in dict.fromkeys(seg[seg != 0].tolist()):
+                    if s not in found:
+                        at = int(np.flatnonzero(seg == s)[0])
+                        value = np.asarray(data[row, at]).reshape(-1)[0]
+                        found[s] = Origin(0, int(value), (row, at))
+            out += [found[s] for s in sorted(found)]
         return out
 
     return replayed_origins(
@@ -257,7 +262,7 @@ def packed_batch_origins(
         tracer,
         lambda ps: contract.with_parents(stage, ps),
         read,
-        features_as_positions(list(stage._layout.paths)),
+        features_as_positions(paths),
     )
 
 
