@@ -15,6 +15,11 @@ unchanged: they are never run. Index stages (shuffle, slice, repeat, batch, mix 
 that must look at elements to know (a filter, a `MapDataset` whose filter leaves holes,
 batching by tokens) asks the `Tracer` for its parent's elements, computed once per call and
 only up to the position asked for; nothing above that stage is computed.
+
+Weights a mixture was given at run time (`set_weights`) are read from the iterator (or
+the state restored into one) by mixture: `changes_by_mixture` matches each mixture's
+iterator with its node, both met in the same depth-first order, and each mixture draws
+with its own (`Tracer.changes_of`), in index arithmetic and in the streams replayed.
 """
 
 from __future__ import annotations
