@@ -15,6 +15,11 @@ unchanged: they are never run. Index stages (shuffle, slice, repeat, batch, mix 
 that must look at elements to know (a filter, a `MapDataset` whose filter leaves holes,
 batching by tokens) asks the `Tracer` for its parent's elements, computed once per call and
 only up to the position asked for; nothing above that stage is computed.
+
+Weights a mixture was given at run time (`set_weights`) are read from the iterator (or
+the state restored into one) by mixture: `changes_by_mixture` matches each mixture's
+iterator with its node, both met in the same depth-first order, and each mixture draws
+with its own (`Tracer.changes_of`), in index arithmetic and in the streams replayed.
 """
 
 from __future__ import annotations
@@ -52,7 +57,11 @@ class ProvenanceError(ValueError):
 
 
 class EndOfStream(Exception):
-    """A position past the end of a stage's elements (internal: becomes ProvenanceError)."""
+    """A position past the end of a stage's elements (internal: becomes ProvenanceError).
+    With an argument: the run raises there instead of ending (a strict zip of streams of
+    other lengths), and the argument says what it raises; a stage that asks whether its
+    parent has an element there (`Tracer.exists`) sees an end, as the run's stages that
+    read ahead in chunks do (they hand out what came before the error)."""
 
 
 def same_position(position: int) -> list[Origin]:
@@ -100,38 +109,61 @@ class Stream:
             close()
 
 
+Changes = list[tuple[int, Any]]
+"""Weights a mixture was given at run time, each with the position from which it holds."""
+
+ByMixture = dict[int, Changes]
+"""The changes of each mixture of a pipeline, by the identity of its node (`changes_by_mixture`)."""
+
+
 class Tracer:
     """What a stage's `_origins` may ask for: its parents' elements (`stream(node)`: an
     `IterDataset`'s elements in order; `element(node, i)`: a `MapDataset`'s element), a
-    memo that lives for one `provenance` call (`memo(stage)`), and whether a parent has an
-    element at a position (`exists`)."""
+    memo that lives for one `provenance` call (`memo(stage)`), whether a parent has an
+    element at a position (`exists`), and the weights a mixture was given at run time
+    (`changes_of(mixture)`)."""
 
-    def __init__(self, mix_changes: list[tuple[int, Any]] | None = None) -> None:
+    def __init__(self, mix_changes: Changes | ByMixture | None = None) -> None:
         self.mix_changes = mix_changes
-        """The weights an `IterDataset.mix` was given at run time, by position (the one
-        mixture of the iterator or state asked about), or None."""
+        """The weights the mixtures were given at run time: by mixture (`ByMixture`, from
+        `changes_by_mixture`), or one list for the one mixture of the pipeline, or None."""
         self._streams: dict[int, Stream] = {}
         self._memos: dict[int, dict[str, Any]] = {}
         self._keep: list[Any] = []  # the nodes memoized by id, alive for the call
         self._open: list[Any] = []  # iterators to close with the call
 
+    def changes_of(self, mixture: Any) -> Changes | None:
+        """The weights `mixture` (a node of the pipeline) was given at run time, or None."""
+        if isinstance(self.mix_changes, dict):
+            return self.mix_changes.get(id(mixture)) or None
+        return self.mix_changes or None
+
     def stream(self, node: Any) -> Stream:
         s = self._streams.get(id(node))
         if s is None:
-            s = self._streams[id(node)] = Stream(node, self._replay_changes)
+            s = self._streams[id(node)] = Stream(node, lambda it: self._replay_changes(node, it))
             self._keep.append(node)
         return s
 
-    def _replay_changes(self, it: Any) -> None:
-        """Has the mixture a stream reads through draw with the weights the run set."""
+    def _replay_changes(self, node: Any, it: Any) -> None:
+        """Has each mixture `it` (an iterator of `node`) reads through draw with the
+        weights the run set on it."""
         if not self.mix_changes:
             return
-        from chute._src.core.iterator import walk_iterators
-
-        for n in walk_iterators(it):
-            replay = getattr(type(n), "schedule_weight_changes", None)
-            if callable(replay):
-                replay(n, self.mix_changes)
+        found = mixture_iterators(it, "schedule_weight_changes")
+        if not isinstance(self.mix_changes, dict):
+            for n in found:  # the pipeline's one mixture
+                n.schedule_weight_changes(self.mix_changes)
+            return
+        nodes = mixtures(node)
+        if len(nodes) != len(found):
+            if any(self.mix_changes.get(id(m)) for m in nodes):
+                raise _unaligned(node, len(found), len(nodes))
+            return
+        for m, n in zip(nodes, found):
+            changes = self.mix_changes.get(id(m))
+            if changes:
+                n.schedule_weight_changes(changes)
 
     def element(self, node: Any, index: int) -> Any:
         import numpy as np
@@ -164,6 +196,70 @@ class Tracer:
             close = getattr(it, "close", None)
             if close is not None:
                 close()
+
+
+def mixtures(node: Any) -> list[Any]:
+    """The stages of `node`'s graph that draw with weights set at run time (they declare
+    `_weights_set_at_run_time`), each occurrence, in the order `walk_iterators` meets
+    their iterators: depth first, parents in order."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if getattr(n, "_weights_set_at_run_time", False):
+            out.append(n)
+        stack.extend(reversed(list(n.parents)))
+    return out
+
+
+def mixture_iterators(it: Any, method: str = "weight_changes") -> list[Any]:
+    """The iterators below `it` (itself included) of mixtures whose weights can be set at
+    run time (they have `method`), in the order `walk_iterators` meets them."""
+    from chute._src.core.iterator import walk_iterators
+
+    return [n for n in walk_iterators(it) if callable(getattr(type(n), method, None))]
+
+
+def _unaligned(node: Any, iterators: int, nodes: int) -> ProvenanceError:
+    return ProvenanceError(
+        f"provenance: weights were set at run time on a mixture of {node!r}, but its "
+        f"iterator reads {iterators} mixtures where the pipeline has {nodes} (a mixture "
+        "computed in worker processes, or a stage that reads its parents other than as "
+        "iterators of them): which mixture each change was made on cannot be told; set "
+        "the weights of a mixture that runs in this process, above mp_prefetch."
+    )
+
+
+def changes_by_mixture(pipeline: Any, it: Any) -> ByMixture | None:
+    """The weights each mixture of `pipeline` was given at run time (`set_weights` on its
+    iterator), read from `it` (an iterator of `pipeline`, live or restored from a state):
+    the mixtures' iterators are matched with their nodes in the order both are walked, so
+    any number of mixtures is told apart (a mix of mixes, mixtures zipped or
+    concatenated). None where no weights were set. `ProvenanceError` where a mixture's
+    schedule forgot a change (its bound), or the iterators cannot be matched with nodes."""
+    found = mixture_iterators(it)
+    logs = [n.weight_changes() for n in found]
+    if not any(changes or forgotten >= 0 for changes, forgotten in logs):
+        return None
+    for _, forgotten in logs:
+        if forgotten >= 0:
+            raise ProvenanceError(
+                f"provenance: a mixture's weights were set at run time more often than its "
+                f"schedule keeps (the change at draw {forgotten} was dropped), so its draws "
+                "before the oldest change kept are not known; ask with a state saved earlier."
+            )
+    nodes = mixtures(pipeline)
+    if len(nodes) != len(found):
+        raise _unaligned(pipeline, len(found), len(nodes))
+    out: ByMixture = {}
+    for node, (changes, _) in zip(nodes, logs):
+        if out.get(id(node), changes) != changes:
+            raise ProvenanceError(
+                f"provenance: the mixture {node!r} appears twice in the pipeline and its two "
+                "iterators were given different weights at run time: the records of one "
+                "node cannot follow two schedules; build a mixture per place."
+            )
+        out[id(node)] = changes
+    return out
 
 
 def length_of(node: Any, tracer: Tracer, beyond: int | None = None) -> int:
@@ -242,10 +338,33 @@ def as_records(node: Any, position: int, tracer: Tracer) -> list[Origin]:
     """The records of `node`'s element at `position` as a source's origins (`parent`
     None, with their offsets, sources and fields): what a stage returns that reads a
     pipeline it does not declare as a parent (`ElasticIterator`)."""
-    out = []
-    for r in records_of(node, position, tracer):
-        fields = tuple((k, v) for k, v in r.items() if k not in ("source", "index", "offset"))
-        out.append(Origin(None, r["index"], tuple(r["offset"]), r["source"], fields))
+    return [as_origin(r, tuple(r["offset"])) for r in records_of(node, position, tracer)]
+
+
+def as_origin(record: dict[str, Any], offset: tuple[int, ...]) -> Origin:
+    """A record found below a stage (`records_of`) as that stage's own origin, at `offset`
+    in its element: what a stage returns that hands on part of its parent's element (the
+    rows of a batch it splits), whose records it must pick and place itself."""
+    fields = tuple((k, v) for k, v in record.items() if k not in ("source", "index", "offset"))
+    return Origin(None, record["index"], offset, record["source"], fields)
+
+
+def rows_of(node: Any, parts: Sequence[tuple[int, int, int]], tracer: Tracer) -> list[Origin]:
+    """The records of rows `[lo, hi)` of `node`'s elements, for each `(position, lo, hi)`
+    of `parts`, placed one part after another: a record at row `r` of its element (the
+    first of its offset) is at row `rows before + r - lo`; a record without a row (the
+    element is an array whose rows come from that one record) is in every part of its
+    element, at the part's first row."""
+    out: list[Origin] = []
+    base = 0
+    for position, lo, hi in parts:
+        for r in records_of(node, position, tracer):
+            offset = tuple(r["offset"])
+            if not offset:
+                out.append(as_origin(r, (base,)))
+            elif lo <= offset[0] < hi:
+                out.append(as_origin(r, (base + offset[0] - lo, *offset[1:])))
+        base += hi - lo
     return out
 
 
@@ -281,10 +400,11 @@ def trace_steps(
     ds: Any,
     steps: Sequence[int],
     on_step: Callable[[int], None] | None = None,
-    mix_changes: list[tuple[int, Any]] | None = None,
+    mix_changes: Changes | ByMixture | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The records of each of `steps` of `ds` (an IterDataset); ProvenanceError past its end.
-    `mix_changes`: the weights its mixture was given at run time (`Tracer`)."""
+    `mix_changes`: the weights its mixtures were given at run time (`Tracer`; by mixture
+    from `changes_by_mixture(ds, it)`)."""
     tracer = Tracer(mix_changes)
     try:
         out = []
@@ -293,7 +413,12 @@ def trace_steps(
                 on_step(k)
             try:
                 recs = records_of(ds, k, tracer)
-            except EndOfStream:
+            except EndOfStream as e:
+                if e.args:
+                    raise ProvenanceError(
+                        f"provenance: step {k} of {ds!r} is never handed out: the run raises "
+                        f"there ({e.args[0]}); ask for the steps before it."
+                    ) from None
                 raise ProvenanceError(
                     f"provenance: step {k} is beyond the end of {ds!r}: the stream ends "
                     f"before it; ask for steps below its length (a finite stream: "

@@ -20,7 +20,7 @@ lengths, seeds and the order of the stream, never on the values replaced.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -191,6 +191,78 @@ def packed_origins(stage: Any, spec: Any, position: int, tracer: Tracer) -> list
         lambda ps: contract.with_parents(stage, ps),
         segments_of_row(seq[0]),
         tokens_as_positions(list(spec.keys)),
+    )
+
+
+def _at_path(tree: Any, path: tuple[Any, ...], leaf: Callable[[Any], Any]) -> Any:
+    """`tree` (dicts, lists, tuples) with its value at `path` replaced by `leaf(value)`,
+    the containers on the way copied; a path it does not have is left for the stage to
+    report (its twin then raises as the run did)."""
+    if not path:
+        return leaf(tree)
+    key, rest = path[0], path[1:]
+    if isinstance(tree, Mapping) and key in tree:
+        out = dict(tree)
+        out[key] = _at_path(tree[key], rest, leaf)
+        return out
+    if isinstance(tree, list | tuple) and isinstance(key, int) and -len(tree) <= key < len(tree):
+        items = list(tree)
+        items[key] = _at_path(items[key], rest, leaf)
+        return type(tree)(*items) if hasattr(tree, "_fields") else type(tree)(items)
+    return tree
+
+
+def features_as_positions(paths: list[tuple[Any, ...]]) -> Callable[[Any, int], Any]:
+    """A `tag` that replaces the feature at each of `paths` (tuples of keys and indices)
+    with its position in every cell, keeping its shape."""
+
+    def tag(element: Any, position: int) -> Any:
+        def fill(value: Any) -> Any:
+            return np.full(np.shape(value), position, dtype=np.int64)
+
+        for path in paths:
+            element = _at_path(element, path, fill)
+        return element
+
+    return tag
+
+
+def packed_batch_origins(
+    stage: Any, paths: list[tuple[Any, ...]], position: int, tracer: Tracer
+) -> list[Origin]:
+    """The origins of a packed batch `(data, segments, positions)` (`PackAndBatch`): its
+    twin packs elements whose features (at `paths`) hold their position, and each segment
+    of each row names one, with its offset (its row, the token it starts at in the first
+    feature it has tokens in), in the order of the segment ids. A sequence with no tokens
+    in any feature leaves no segment to read."""
+
+    def leaf(tree: Any, path: tuple[Any, ...]) -> np.ndarray:
+        for key in path:
+            tree = tree[key]
+        return np.asarray(tree)
+
+    def read(batch: Any, parents: list[PositionedParent]) -> list[Origin]:
+        features = [(leaf(batch[0], p), leaf(batch[1], p)) for p in paths]
+        out = []
+        for row in range(features[0][1].shape[0]):
+            found: dict[int, Origin] = {}
+            for data, segments in features:
+                seg = segments[row]
+                for s in dict.fromkeys(seg[seg != 0].tolist()):
+                    if s not in found:
+                        at = int(np.flatnonzero(seg == s)[0])
+                        value = np.asarray(data[row, at]).reshape(-1)[0]
+                        found[s] = Origin(0, int(value), (row, at))
+            out += [found[s] for s in sorted(found)]
+        return out
+
+    return replayed_origins(
+        stage,
+        position,
+        tracer,
+        lambda ps: contract.with_parents(stage, ps),
+        read,
+        features_as_positions(paths),
     )
 
 

@@ -171,7 +171,16 @@ class CacheMapDataset(MapDataset[T]):
         return f"CacheMapDataset(max_elements={self._max_elements}, max_bytes={self._max_bytes})"
 
     def _origins(self, position: int, tracer: Any) -> list[Any]:
-        return provenance.same_position(position)  # the same elements, kept
+        """The parent's element at `position % len`, as `_getitems` reads it: every epoch
+        of the cache is its parent's epoch 0, so the pass (`position // len`) is added to
+        the records' epoch here, not read from the parent's positions past its end (which
+        a parent that is no epoch-wise index space, a mixture whose weights are a function
+        of the step, reads as other elements)."""
+        n = self._len
+        if not 0 < n < INFINITE:
+            return provenance.same_position(position)
+        epoch, pos = divmod(position, n)
+        return [provenance.Origin(0, pos, fields=(("epoch", epoch),) if epoch else ())]
 
 
 class CacheIterDataset(IterDataset[T]):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance
 from chute._src.core.dataset import INFINITE, IterDataset, MapDataset
 from chute._src.core.errors import add_stage_note
 from chute._src.core.iterator import MAX_POSITION, DatasetIterator
@@ -120,6 +121,18 @@ class FlatMapMapDataset(MapDataset[Any]):
     def _fingerprint_params(self) -> str:
         return f"max_fan_out={self._t.max_fan_out}"
 
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """Part `j` of parent element `i` (`i, j = divmod(position, max_fan_out)`), with
+        the record's `part`; none past its parts or where the parent has a hole. The
+        parent's element is computed and split (once per `provenance` call) to count its
+        parts; nothing above this stage runs."""
+        i, j = divmod(position, self._fan)
+        counts: dict[int, int] = tracer.memo(self).setdefault("parts", {})
+        if i not in counts:
+            x = tracer.element(self._parents[0], i)
+            counts[i] = 0 if x is None else len(split(self._t, x, self, i))
+        return [provenance.Origin(0, i, fields=(("part", j),))] if j < counts[i] else []
+
 
 class FlatMapIterDataset(IterDataset[Any]):
     """The parts `transform.flat_map(x)` of every element `x`, in order.
@@ -149,6 +162,22 @@ class FlatMapIterDataset(IterDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"max_fan_out={self._t.max_fan_out}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """Part `j` of the parent's step `i`, with the record's `part`: the parent's
+        elements up to it are computed and split (once per `provenance` call) to count
+        their parts; nothing above this stage runs."""
+        memo = tracer.memo(self)
+        steps: list[int] = memo.setdefault("steps", [])  # the parent step of each part
+        parts: list[int] = memo.setdefault("parts", [])  # its part there
+        stream = tracer.stream(self._parents[0])
+        while len(steps) <= position:
+            i = memo.get("next", 0)
+            n = len(split(self._t, stream.get(i), self, i))  # EndOfStream past the end
+            memo["next"] = i + 1
+            steps += [i] * n
+            parts += range(n)
+        return [provenance.Origin(0, steps[position], fields=(("part", parts[position]),))]
 
 
 class _FlatMapIterator(DatasetIterator[Any]):

@@ -51,6 +51,9 @@ class MixedIterDataset(IterDataset[Any]):
     """
 
     _keeps_element_spec = True  # its elements are its first parent's
+    # Its iterator's weights can be set between steps (`set_weights`), which provenance
+    # reads by mixture (`core/provenance.py`, `changes_by_mixture`).
+    _weights_set_at_run_time = True
 
     def __init__(
         self,
@@ -113,15 +116,15 @@ class MixedIterDataset(IterDataset[Any]):
         """The input drawn at `position` and its rank among that input's draws, by the
         weights in force at each draw: those the mixture was built with, and those set at
         run time (`set_weights`) from the position each was set at, as the iterator or
-        state provenance was given records them (`tracer.mix_changes`); the mixture ends
-        where an input drawn from has ended."""
+        state provenance was given records them (`tracer.changes_of(self)`); the mixture
+        ends where an input drawn from has ended."""
         w = self._weights
         counts = tracer.memo(self).setdefault(
             "counts", StepCounts(w, [INFINITE] * len(self._parents))
         )
         upto = np.arange(position + 1, dtype=np.int64)
         which, keys = counts.locate(upto)
-        changes = tracer.mix_changes
+        changes = tracer.changes_of(self)
         if changes:
             positions = [p for p, _ in changes]
             for (start, weights), end in zip(changes, [*positions[1:], position + 1]):
@@ -414,3 +417,13 @@ class SelectFromDatasetsMapDataset(MapDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"{type(self._map).__name__}, len={self._len}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The dataset and element `selection_map` names, as read: epoch `e` of the map
+        reads epoch `e` of that dataset."""
+        if self._len == 0:
+            raise provenance.EndOfStream
+        epoch, k = divmod(position, self._len)
+        d, i = self._map[k]
+        key = int(i) + epoch * len(self._parents[int(d)]) if epoch else int(i)
+        return [provenance.Origin(int(d), key, source=int(d))]

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._src.core import tree
+from chute._src.core import provenance, tree
 from chute._src.core.dataset import IterDataset
 from chute._src.core.element_spec import map_specs, parent_spec
 from chute._src.core.iterator import MAX_POSITION, DatasetIterator
@@ -46,6 +46,34 @@ class RebatchIterDataset(IterDataset[Any]):
 
     def _fingerprint_params(self) -> str:
         return f"batch_size={self._size}, drop_remainder={self._drop}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The records of the rows batch `position` takes from its parent's batches, each
+        at its row here: the parent's batches up to it are computed (once per `provenance`
+        call) to count their rows, and their records found below; nothing above runs."""
+        memo = tracer.memo(self)
+        plan: list[list[tuple[int, int, int]]] = memo.setdefault("plan", [])
+        stream = tracer.stream(self._parents[0])
+        while len(plan) <= position:
+            if memo.get("ended"):
+                raise provenance.EndOfStream
+            at, offset, rows = memo.get("at", (-1, 0, 0))  # the input batch being split
+            parts, need = [], self._size
+            while need:
+                if offset >= rows:
+                    try:
+                        x = stream.get(at + 1)
+                    except provenance.EndOfStream:
+                        memo["ended"] = True
+                        break
+                    at, offset, rows = at + 1, 0, _rows(x, at + 1)
+                take = min(need, rows - offset)
+                parts.append((at, offset, offset + take))
+                offset, need = offset + take, need - take
+            memo["at"] = (at, offset, rows)
+            if parts and not (self._drop and need):
+                plan.append(parts)
+        return provenance.rows_of(self._parents[0], plan[position], tracer)
 
     @property
     def _element_spec(self) -> Any:

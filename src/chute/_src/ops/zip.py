@@ -55,11 +55,25 @@ class ZipIterDataset(IterDataset[tuple[Any, ...]]):
 
     def _origins(self, position: int, tracer: Any) -> list[Any]:
         """One element of each parent, at the same position; a tuple's part `i` has offset
-        `(i,)`."""
-        for parent in self._parents:
-            if not tracer.exists(parent, position):
-                raise provenance.EndOfStream
-        return [provenance.Origin(i, position, (i,), source=i) for i in range(len(self._parents))]
+        `(i,)`. Where a parent has ended: the end of the zip, or with `strict` and streams
+        of other lengths, the `ValueError` the run raises there (the ended parents' lengths
+        are found as `repeat` finds them, O(log n) asks each)."""
+        parents = self._parents
+        ended = [not tracer.exists(parent, position) for parent in parents]
+        if not any(ended):
+            return [provenance.Origin(i, position, (i,), source=i) for i in range(len(parents))]
+        if self._strict:
+            # The run stops at the shortest parent's end: there, as `_check_ends` decides.
+            end = min(
+                provenance.length_of(p, tracer, position) for p, e in zip(parents, ended) if e
+            )
+            there = [not tracer.exists(parent, end) for parent in parents]
+            if not all(there):
+                first = there.index(True)
+                if first > 0:
+                    raise provenance.EndOfStream(str(_strict_error(first, "shorter")))
+                raise provenance.EndOfStream(str(_strict_error(there.index(False), "longer")))
+        raise provenance.EndOfStream
 
 
 def _strict_error(i: int, why: str) -> ValueError:

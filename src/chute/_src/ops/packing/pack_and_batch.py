@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._src.core import provenance_replay as replay
 from chute._src.core.dataset import IterDataset
 from chute._src.core.iterator import DatasetIterator
 from chute._src.ops.packing.common import (
@@ -226,6 +227,13 @@ class PackAndBatchIterDataset(IterDataset[tuple[Any, Any, Any]]):
     def _fingerprint_params(self) -> str:
         layout = self._layout
         return f"{layout.paths}, {layout.caps}, batch_size={self._size}, max={self._max_seqs}"
+
+    def _origins(self, position: int, tracer: Any) -> list[Any]:
+        """The sequences of batch `position`, each with its row and the token it starts at
+        (in the first feature it has tokens in): this stage's rule run again on its
+        parent's elements whose packed features hold their position
+        (`core/provenance_replay.py`); the parent's elements are computed, nothing else."""
+        return replay.packed_batch_origins(self, self._layout.paths, position, tracer)
 
 
 class _PackAndBatchIterator(DatasetIterator[tuple[Any, Any, Any]]):
