@@ -50,6 +50,13 @@ def _pipeline_of(dataset: Any) -> Any:
     return dataset
 
 
+def _named(dataset: Any, found: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The records as `dataset` names them: a layer that builds its pipeline over keys of
+    its own (the `DataLoader` over a sampler of the user's) declares `_name_records`."""
+    name = getattr(dataset, "_name_records", None)
+    return name(found) if callable(name) else found
+
+
 def _state_of(state: Any) -> Any:
     """A state as `get_state()` gives it, from itself or a `state_dict()`."""
     if isinstance(state, Mapping) and set(state) == {"chute_state"}:
@@ -100,7 +107,9 @@ def _restored(state: Any, dataset: Any) -> list[tuple[int, Any]] | None:
             close()
 
 
-def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[dict[str, Any]]]:
+def provenance(
+    it_or_state: Any, steps: Any, dataset: Any = None, *, hosts: Mapping[Any, Any] | None = None
+) -> list[list[dict[str, Any]]]:
     """The source records behind each of `steps`: one list per step, of one mapping per
     record, in the order the step holds them.
 
@@ -118,6 +127,13 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
     of its copies and the dataset: the steps are those torch's `DataLoader` hands out on
     that rank, its workers taking turns.
 
+    `hosts`: every host's records, for a run that shards its data over hosts: a mapping
+    of each host's label (its process index, say) to its pipeline, built with that host's
+    shard options as for the run (`dataset=` is then left out). The state (or iterator)
+    is one host's, checked against that host's pipeline (a state of none of them raises
+    `CheckpointError`); each step then lists every host's records of that step, host
+    after host in the mapping's order, each record with `host`: its label.
+
     >>> import chute
     >>> ds = chute.MapDataset.range(100).seed(0).shuffle().batch(2).to_iter_dataset()
     >>> [r["index"] for r in provenance(iter(ds), 3)[0]]
@@ -126,6 +142,13 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
     [99, 67]
     """
     wanted = _steps(steps)
+    if hosts is not None:
+        if dataset is not None:
+            raise ValueError(
+                "provenance: both dataset= and hosts= were given: with hosts=, the state is "
+                "matched to the host whose pipeline it is of; leave dataset= out."
+            )
+        return every_host(it_or_state, wanted, hosts)
     if isinstance(it_or_state, DatasetIterator):
         source = dataset if dataset is not None else it_or_state.iterated
         if source is None:
@@ -133,7 +156,8 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
                 f"provenance: the iterator {it_or_state!r} was not made by iter() of a "
                 "dataset, so its pipeline is unknown: give it, dataset=ds."
             )
-        return trace_steps(_pipeline_of(source), wanted, mix_changes=_mix_changes(it_or_state))
+        found = trace_steps(_pipeline_of(source), wanted, mix_changes=_mix_changes(it_or_state))
+        return _named(source, found)
     if dataset is None:
         raise ValueError(
             "provenance: a state holds positions, not the pipeline's functions: give the "
@@ -148,7 +172,64 @@ def provenance(it_or_state: Any, steps: Any, dataset: Any = None) -> list[list[d
     changes = _restored(
         _state_of(it_or_state), dataset if hasattr(dataset, "dataset") else pipeline
     )
-    return trace_steps(pipeline, wanted, mix_changes=changes)
+    return _named(dataset, trace_steps(pipeline, wanted, mix_changes=changes))
+
+
+def _checked_by(state: Any, ds: Any) -> tuple[bool, list[tuple[int, Any]] | None]:
+    """Whether `state` is of `ds`'s pipeline (as `set_state` checks it) and, where it is,
+    the weights its mixture was given at run time."""
+    from chute._src.core.errors import CheckpointError
+
+    own = getattr(ds, "_provenance", None)
+    try:
+        if callable(own) and not hasattr(ds, "_origins"):
+            own(_state_of(state), [])  # checks the state, names no step
+            return True, None
+        return True, _restored(_state_of(state), ds if hasattr(ds, "dataset") else _pipeline_of(ds))
+    except CheckpointError:
+        return False, None
+
+
+def every_host(
+    it_or_state: Any, wanted: list[int], hosts: Mapping[Any, Any]
+) -> list[list[dict[str, Any]]]:
+    """`provenance(..., hosts=hosts)`: each step's records on every host."""
+    from chute._src.core.errors import CheckpointError
+
+    if not isinstance(hosts, Mapping) or not hosts:
+        raise TypeError(
+            f"provenance: hosts={hosts!r} is invalid: give a mapping of each host's label to "
+            "its pipeline, built with that host's shard options, e.g. "
+            "{h: make_data(h, 4) for h in range(4)}."
+        )
+    state = it_or_state.get_state() if isinstance(it_or_state, DatasetIterator) else it_or_state
+    home, changes = None, None
+    for label, ds in hosts.items():
+        ok, changes = _checked_by(state, ds)
+        if ok:
+            home = label
+            break
+    else:
+        raise CheckpointError(
+            f"provenance: the state is of none of the pipelines of hosts {list(hosts)}: it is "
+            "from another pipeline (another seed, sharding or stage); give the hosts' "
+            "pipelines built as for the run that saved it."
+        )
+    if changes is not None and len(hosts) > 1:
+        raise ProvenanceError(
+            f"provenance: the state (host {home!r}'s) records weights set at run time "
+            "(set_weights), which are this host's alone: the other hosts' are not in it; ask "
+            "about each host with its own state, provenance(state, steps, dataset=ds)."
+        )
+    per_host = []
+    for label, ds in hosts.items():
+        own = getattr(ds, "_provenance", None)
+        if callable(own) and not hasattr(ds, "_origins"):
+            found = own(_state_of(state), wanted, any_rank=label != home)
+        else:
+            found = _named(ds, trace_steps(_pipeline_of(ds), wanted, mix_changes=changes))
+        per_host.append([[{"host": label, **r} for r in step] for step in found])
+    return [[r for host in per_host for r in host[i]] for i in range(len(wanted))]
 
 
 __all__ = ["ProvenanceError", "provenance"]
