@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import chute
-from chute.experimental import provenance, skip, skip_state
+from chute.experimental import ProvenanceError, provenance, skip, skip_state
 from chute.sharding import ShardOptions
 
 torch = pytest.importorskip("torch")
@@ -193,3 +193,36 @@ def test_bad_input_names_the_rule_and_the_fix() -> None:
         skip_state({"epoch": 0}, 2, dataset=dataset())
     with pytest.raises(TypeError, match=r"is not an iterator"):
         skip(dataset(), 2)
+
+
+class Reversed(chute.MapDataset[int]):
+    """A stage of the user's that does not say where its elements come from."""
+
+    def __init__(self, parent: chute.MapDataset[int]) -> None:
+        super().__init__([parent])
+        self._parent = parent
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def __getitem__(self, index: int) -> int:  # type: ignore[override]
+        return int(self._parent[len(self) - 1 - index])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_user_stage_without_origins_is_named_and_skip_still_lands(workers: int) -> None:
+    def users() -> Any:
+        return IterableDataset(Reversed(chute.MapDataset.range(30).shuffle(seed=1)), batch_size=4)
+
+    full = read(loader(users(), workers))
+    ld = loader(users(), workers)
+    it = iter(ld)
+    next(it)
+    state = ld.state_dict()
+    del it
+    with pytest.raises(ProvenanceError, match=r"Reversed.*declare `_origins\(self, position"):
+        provenance(state, [0], dataset=users())
+    moved = skip_state(state, 3, dataset=users())  # the batches are read to be counted
+    resumed = loader(users(), workers)
+    resumed.load_state_dict(moved)
+    assert read(resumed) == full[4:]

@@ -24,7 +24,7 @@ from typing import Any
 from chute._src.core import contract
 from chute._src.core.errors import CheckpointError
 from chute._src.core.next_index import _reader_path
-from chute._src.core.provenance import Tracer, length_of
+from chute._src.core.provenance import ProvenanceError, Tracer, length_of
 from chute._src.core.state_checks import CHECKSUM_KEY, quote, seal
 from chute._src.frameworks.elastic import rest_of_share
 from chute._src.frameworks.torch_states import COPY_KEYS, MERGED_KEYS, NAME, OLD_COPY_KEYS
@@ -83,7 +83,18 @@ class _Copy:
         self.rest = type(part)(pending, next_index, part.stride, part.stop)
 
     def batches_left(self, tracer: Tracer) -> int:
-        return length_of(self.clone._pipeline(self.rest, epoch=self.epoch), tracer)
+        """The batches left in the copy's share: found from positions (`length_of`), or,
+        where a stage of the user's does not say where its elements come from, counted by
+        reading them."""
+        pipeline = self.clone._pipeline(self.rest, epoch=self.epoch)
+        try:
+            return length_of(pipeline, tracer)
+        except ProvenanceError:
+            it = iter(pipeline)
+            try:
+                return sum(1 for _ in it)
+            finally:
+                it.close()
 
     def moved(self, batches: int) -> tuple[dict[str, Any], int]:
         """The copy's state after `batches` more of its batches, and how many it had (fewer
