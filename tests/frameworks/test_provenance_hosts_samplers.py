@@ -114,6 +114,26 @@ def test_every_ranks_records_of_the_torch_layer_from_one_ranks_state() -> None:
         assert [r["host"] for r in step] == [0] * len(per_rank[0][k]) + [1] * len(per_rank[1][k])
 
 
+def not_third(x: int) -> bool:
+    return x % 3 != 0
+
+
+def test_elastic_iterator_hosts_make_the_global_batches_together() -> None:
+    """ElasticIterator: a step of all hosts is its global batch, each host's part of it."""
+    from chute.experimental import ElasticIterator
+
+    ds = chute.MapDataset.range(40).seed(1).shuffle().filter(not_third)
+    per_host = [batches(ElasticIterator(ds, 6, ShardOptions(h, 2))) for h in range(2)]
+    hosts = {h: ElasticIterator(ds, 6, ShardOptions(h, 2)) for h in range(2)}
+    one = ElasticIterator(ds, 6, ShardOptions(1, 2))
+    next(one)
+    found = provenance(one.get_state(), range(4), hosts=hosts)
+    one.close()
+    for k, step in enumerate(found):
+        assert [r["index"] for r in step] == per_host[0][k] + per_host[1][k]
+        assert [r["host"] for r in step] == [0, 0, 0, 1, 1, 1]
+
+
 _JAX_HOST = textwrap.dedent(
     """
     import json, sys

@@ -193,6 +193,9 @@ def test_bad_input_names_the_rule_and_the_fix() -> None:
         skip_state({"epoch": 0}, 2, dataset=dataset())
     with pytest.raises(TypeError, match=r"is not an iterator"):
         skip(dataset(), 2)
+    live = iter(torch.utils.data.DataLoader(dataset(), batch_size=None))
+    with pytest.raises(TypeError, match=r"not the iterator of a chute pipeline.*state_dict"):
+        provenance(live, [0], dataset=dataset())
 
 
 class Reversed(chute.MapDataset[int]):

@@ -9,7 +9,7 @@ length-grouping stage must see.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from chute._src.core.iterator import DatasetIterator, ThreadGuardedIterator, walk_iterators
@@ -124,8 +124,11 @@ def provenance(
     (`get_state()`, a JSON checkpoint, the state restored from Orbax, a `state_dict()`),
     which needs `dataset=` (the pipeline it came from; a state of another pipeline raises
     `CheckpointError`). For `chute.torch.IterableDataset`, give the `state_dict()` of one
-    of its copies and the dataset: the steps are those torch's `DataLoader` hands out on
-    that rank, its workers taking turns.
+    of its copies (or of the torchdata `StatefulDataLoader` reading it) and the dataset:
+    the steps are those torch's `DataLoader` hands out on that rank, its workers taking
+    turns. Through a `DataLoader` over a sampler of the user's (not an `IndexSampler`),
+    `index` is the `record_key` the sampler gives for the step, `sampler_index` the step
+    and `epoch` None.
 
     `hosts`: every host's records, for a run that shards its data over hosts: a mapping
     of each host's label (its process index, say) to its pipeline, built with that host's
@@ -142,6 +145,14 @@ def provenance(
     [99, 67]
     """
     wanted = _steps(steps)
+    if isinstance(it_or_state, Iterator) and not isinstance(it_or_state, DatasetIterator):
+        raise TypeError(
+            f"provenance: {it_or_state!r} is not the iterator of a chute pipeline, so its "
+            "position is not known: give its saved state and the dataset, "
+            "provenance(state, steps, dataset=ds) (for a torch DataLoader over "
+            "chute.torch.IterableDataset: the StatefulDataLoader's state_dict(), or the "
+            "dataset's with num_workers=0)."
+        )
     if hosts is not None:
         if dataset is not None:
             raise ValueError(
