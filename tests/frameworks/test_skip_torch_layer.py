@@ -229,3 +229,21 @@ def test_a_user_stage_without_origins_is_named_and_skip_still_lands(workers: int
     resumed = loader(users(), workers)
     resumed.load_state_dict(moved)
     assert read(resumed) == full[4:]
+
+
+def test_skip_state_in_a_later_epoch() -> None:
+    """The copies' states say their epoch: the move stays in it (a new shuffle)."""
+    ds = dataset(filtered=True)
+    ds.set_epoch(1)
+    second = read(loader(ds, 2))
+    assert second != read(loader(dataset(filtered=True), 2))
+    ds = dataset(filtered=True)
+    ds.set_epoch(1)
+    ld = loader(ds, 2)
+    it = iter(ld)
+    next(it), next(it)
+    moved = skip_state(ld.state_dict(), 3, dataset=dataset(filtered=True))
+    del it
+    resumed = loader(dataset(filtered=True), 2)
+    resumed.load_state_dict(moved)
+    assert read(resumed) == second[5:]
