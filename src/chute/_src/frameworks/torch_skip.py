@@ -72,6 +72,7 @@ class _Copy:
                 "state_dict(), or the state_dict() of the torchdata StatefulDataLoader "
                 "reading it (every worker's copy is in it)."
             )
+        self.state = state
         self.clone = copy.copy(ds)  # load_state_dict runs every check of a restore
         self.clone.load_state_dict(state)
         loaded = self.clone._pending
@@ -182,13 +183,17 @@ def _skip_copies(copies: list[_Copy], first: int, n: int) -> tuple[list[Any], in
     if len(copies) == 1:
         state, done = copies[0].moved(n)
         return [state], done, 0
+    # A copy ahead of the others by an epoch has read all its share of this one (and
+    # starts the next only in the loader's next iteration): it takes no turn.
+    epoch = min(c.epoch for c in copies)
     tracer = Tracer()
     try:
-        left = [c.batches_left(tracer) for c in copies]
+        left = [c.batches_left(tracer) if c.epoch == epoch else 0 for c in copies]
     finally:
         tracer.close()
     taken, last, done = _turns(left, first, n)
-    return [c.moved(t)[0] for c, t in zip(copies, taken)], done, last
+    moved = [c.moved(t)[0] if c.epoch == epoch else c.state for c, t in zip(copies, taken)]
+    return moved, done, last
 
 
 def _skip_workers(ds: Any, state: dict[str, Any], n: int, where: str) -> dict[str, Any]:
