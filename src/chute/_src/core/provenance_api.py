@@ -5,6 +5,9 @@ position the iterator or state is at: the state only says which pipeline it belo
 checked as `set_state` checks it. The records are found from positions and seeds by each
 stage's `_origins` (`core/provenance.py`); nothing is read but what a filtering or
 length-grouping stage must see.
+
+`hosts=` names every host's pipeline (each built with its shard options): the state is
+checked against its own host's, and each step lists every host's records (`every_host`).
 """
 
 from __future__ import annotations

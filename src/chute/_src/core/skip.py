@@ -10,6 +10,11 @@ the state's `next_index` (and the counters of `random_map`, `limit`) are set as
 step `n` begins without reading, nor can a filter of the `MapDataset` (the reader skips
 the elements it drops), so the iterator reads the `n` steps and drops them:
 every stage computes what it must, user maps included.
+
+The torch layer (`chute.torch.IterableDataset`) moves its own iterator and states
+(`frameworks/torch_skip.py`): `skip` calls an iterator's `_skip(n)` where its class has
+one, and `skip_state` a dataset's `_skip_state(state, n)`. Any other iterator (a torch
+`DataLoader`'s) is read: its `n` steps are dropped.
 """
 
 from __future__ import annotations
