@@ -92,6 +92,30 @@ def test_hosts_bad_input_is_refused_naming_the_fix() -> None:
         provenance(state, [30], hosts=hosts)  # 2 epochs of 30 records, 4 a batch: 15 steps
 
 
+def host_mixture(host: int, hosts: int) -> chute.IterDataset[Any]:
+    parts = [chute.MapDataset.range(s, s + 40)[host::hosts].to_iter_dataset() for s in (0, 100)]
+    return chute.IterDataset.mix({"a": parts[0], "b": parts[1]}, {"a": 1, "b": 1}).batch(2)
+
+
+def test_weights_set_at_run_time_are_one_hosts_and_refused_for_the_others() -> None:
+    from chute.experimental import set_mix_weights
+
+    hosts = {h: host_mixture(h, 2) for h in range(2)}
+    it = iter(host_mixture(1, 2))
+    try:
+        next(it)
+        assert len(provenance(it, [3], hosts=hosts)[0]) == 4  # no weights set: both hosts
+        set_mix_weights(it, {"a": 0, "b": 1})
+        next(it)
+        assert provenance(it, [3], hosts={1: hosts[1]})[0] == [
+            {"host": 1, **r} for r in provenance(it, [3])[0]
+        ]
+        with pytest.raises(ProvenanceError, match=r"host 1's\) records weights set at run"):
+            provenance(it, [3], hosts=hosts)
+    finally:
+        it.close()
+
+
 def test_every_ranks_records_of_the_torch_layer_from_one_ranks_state() -> None:
     pytest.importorskip("torch")
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
