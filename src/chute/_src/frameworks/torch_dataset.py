@@ -497,7 +497,8 @@ class _Epoch(Iterator[Any]):
         from chute._src.core.skip import skip
 
         live = self._ds._live
-        if live is None or live[0] is not self._it:  # the epoch has ended: nothing is left
+        if live is None or live[0] is not self._it:
+            # Not the copy's live iteration (it ended, or a newer one started): read it.
             return sum(1 for _ in zip(range(n), self))
         done = skip(self._it, n)
         if done:
