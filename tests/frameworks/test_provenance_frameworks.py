@@ -223,3 +223,61 @@ def test_elastic_iterator_hosts_name_their_records_and_the_check_moves_nothing()
         seen += [(r["index"], r["epoch"]) for step in found for r in step]
     # The hosts' shares are disjoint (each host drops its last partial batch).
     assert len(seen) == len(set(seen)) and all(i % 3 for i, _ in seen)
+
+
+class Backwards:
+    """A sampler of the user's: the records from the last to the first."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: int) -> chute.RecordMetadata:
+        return chute.RecordMetadata(index=index, record_key=self._n - 1 - index)
+
+
+@pytest.mark.parametrize("kind", ["index", "users"])
+def test_a_dataloader_state_saved_by_orbax_names_its_steps_and_skips(
+    tmp_path: Path, kind: str
+) -> None:
+    """A real Orbax checkpoint of a DataLoader read by 2 worker processes, restored into one
+    read in this process: provenance from it, then skip (O(1)) and skip_state."""
+    ocp = pytest.importorskip("orbax.checkpoint")
+
+    def make(workers: int) -> Any:
+        if kind == "users":
+            return chute.DataLoader(
+                data_source=[{"id": i} for i in range(90)],
+                sampler=Backwards(90),
+                operations=[chute.Batch(4)],
+                worker_count=workers,
+            )
+        return loader(1, 2, workers)
+
+    expected = batches(make(0))
+    it = iter(make(2))
+    for _ in range(5):
+        next(it)
+    with ocp.CheckpointManager(tmp_path / "ckpt") as mngr:
+        mngr.save(5, args=ocp.args.Composite(data=chute.checkpoint.CheckpointSave(it)))
+        mngr.wait_until_finished()
+        it.close()
+        restored = iter(make(0))
+        mngr.restore(5, args=ocp.args.Composite(data=chute.checkpoint.CheckpointRestore(restored)))
+    try:
+        state = restored.get_state()
+        found = provenance(state, range(len(expected)), dataset=make(0))
+        assert [[r["index"] for r in step] for step in found] == expected
+        moved = skip_state(state, 2)
+        assert skip(restored, 2) == 2
+        assert next(restored)["id"].tolist() == expected[7]
+    finally:
+        restored.close()
+    again = iter(make(2))
+    try:
+        again.set_state(moved)
+        assert next(again)["id"].tolist() == expected[7]
+    finally:
+        again.close()

@@ -19,8 +19,8 @@ DOC = ROOT / "docs" / "loss_spike.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 
-def test_the_doc_has_its_six_examples() -> None:
-    assert len(BLOCKS) == 6
+def test_the_doc_has_its_eight_examples() -> None:
+    assert len(BLOCKS) == 8
 
 
 def test_the_examples_of_loss_spike_md_run_and_chute_explain_agrees(tmp_path: Path) -> None:

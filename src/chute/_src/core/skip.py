@@ -10,10 +10,16 @@ the state's `next_index` (and the counters of `random_map`, `limit`) are set as
 step `n` begins without reading, nor can a filter of the `MapDataset` (the reader skips
 the elements it drops), so the iterator reads the `n` steps and drops them:
 every stage computes what it must, user maps included.
+
+The torch layer (`chute.torch.IterableDataset`) moves its own iterator and states
+(`frameworks/torch_skip.py`): `skip` calls an iterator's `_skip(n)` where its class has
+one, and `skip_state` a dataset's `_skip_state(state, n)`. Any other iterator (a torch
+`DataLoader`'s) is read: its `n` steps are dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from chute._src.core.errors import CheckpointError
@@ -51,12 +57,18 @@ def _index_arithmetic(state: Any, where: str) -> int:
     return next_index_of(state, where)
 
 
-def skip(ds_iter: DatasetIterator[Any], n: int) -> int:
+def skip(ds_iter: DatasetIterator[Any] | Iterator[Any], n: int) -> int:
     """Advances `ds_iter` by `n` steps (elements or batches, as it yields them) and returns
     how many it skipped: `n`, or fewer where a finite stream ended first (when it is read).
 
     What follows is what follows `n` calls of `next`; the state it then gives restores to
     it with any number of workers. O(1) where the position is index arithmetic.
+
+    `ds_iter` may also be `iter(chute.torch.IterableDataset)` (moved in O(1) where its
+    positions are index arithmetic) or any other iterator, such as a torch `DataLoader`'s
+    (with any `num_workers`): the `n` steps are read and dropped, since its workers have
+    already started on them; for O(1) there, move the saved state: `skip_state(
+    loader.state_dict(), n, dataset=torch_iterable_dataset)` (docs/loss_spike.md).
 
     >>> import chute
     >>> ds = chute.MapDataset.range(10**9).seed(0).shuffle().batch(4).to_iter_dataset()
@@ -68,6 +80,17 @@ def skip(ds_iter: DatasetIterator[Any], n: int) -> int:
     True
     """
     n = _check_steps(n, "skip")
+    if not isinstance(ds_iter, DatasetIterator):
+        own = getattr(type(ds_iter), "_skip", None)
+        if callable(own):  # an iterator that can move itself (the torch layer's)
+            return int(own(ds_iter, n))
+        if not isinstance(ds_iter, Iterator):
+            raise TypeError(
+                f"skip: {ds_iter!r} is not an iterator: give what iter() returned (of a "
+                "dataset, a DataLoader, a torch DataLoader), or move a saved state with "
+                "skip_state."
+            )
+        return _read(ds_iter, n)
     if n == 0:
         return 0
     state = ds_iter.get_state()
@@ -85,7 +108,7 @@ def skip(ds_iter: DatasetIterator[Any], n: int) -> int:
     return n
 
 
-def _read(ds_iter: DatasetIterator[Any], n: int) -> int:
+def _read(ds_iter: Iterator[Any], n: int) -> int:
     """Reads and drops up to `n` steps; how many there were."""
     for done in range(n):
         try:
@@ -101,12 +124,23 @@ def skip_state(state: Any, n: int, dataset: Any = None) -> Any:
 
     Where the position is index arithmetic the state is edited in O(1) and `dataset` is not
     needed (past the end of a finite stream, such a state names an index past it, which
-    `set_state` refuses; with `dataset=` the move stops at the end). Otherwise give the pipeline (`dataset`, the `IterDataset` or `DataLoader` the
-    state came from): an iterator is made, restored, moved by `skip` and its state
-    returned, so a state from another pipeline raises `CheckpointError` as `set_state`
-    does.
+    `set_state` refuses; with `dataset=` the move stops at the end). Otherwise give the
+    pipeline (`dataset`, the `IterDataset` or `DataLoader` the state came from): an
+    iterator is made, restored, moved by `skip` and its state returned, so a state from
+    another pipeline raises `CheckpointError` as `set_state` does.
+
+    With `dataset=` a `chute.torch.IterableDataset`, `state` is one copy's `state_dict()`
+    (read with `num_workers=0`) or a torchdata `StatefulDataLoader`'s `state_dict()`
+    (every worker's copy): moved `n` of the loader's steps on, its workers taking turns,
+    within the epoch (a loader reads one per iteration; the move stops at its end), each
+    copy in O(1) where its positions are index arithmetic. Load it with
+    `loader.load_state_dict(...)`, then iterate.
     """
     n = _check_steps(n, "skip_state")
+    own = getattr(dataset, "_skip_state", None)
+    if callable(own) and not hasattr(dataset, "_origins"):
+        # Not a pipeline but an object that moves its own states (chute.torch.IterableDataset).
+        return own(state, n)
     if dataset is not None:
         it = iter(dataset)
         try:

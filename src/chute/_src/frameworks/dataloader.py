@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from chute._src.core.dataset import SEED_TAG_RANDOM_MAP, IterDataset, MapDataset
 from chute._src.core.iterator import DatasetIterator, concurrent_next_error, one_token
 from chute._src.core.options import MultiprocessingOptions, ReadOptions
+from chute._src.core.provenance import ProvenanceError
 from chute._src.core.seeding import derive_seed
 from chute._src.core.state_checks import seal
 from chute._src.frameworks.operations import PackAndBatchOperation
@@ -183,6 +186,29 @@ class DataLoader:
         # With any worker count, 0 included (a pass-through then), so that the pipeline,
         # and the stages its figures list, are the same whatever the count.
         return it.mp_prefetch(self._worker_options, self._worker_init_fn)
+
+    def _name_records(self, steps: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        """`provenance`'s records as this loader reads them. An `IndexSampler` is Dataset
+        stages over the source, whose records name themselves; a sampler of the user's is
+        read by its steps (`range(len(sampler))`), so each record found is a step, named
+        here by the record key the sampler gives it: `index` is that key, `sampler_index`
+        the step and `epoch` None (the sampler's own epochs, if any, are not known)."""
+        if isinstance(self._sampler, IndexSampler):
+            return steps
+        return [[self._sampler_record(r) for r in step] for step in steps]
+
+    def _sampler_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        step = record["index"]
+        meta = self._sampler[step]
+        key = getattr(meta, "record_key", None)
+        if isinstance(key, bool) or not isinstance(key, int | np.integer):
+            raise ProvenanceError(
+                f"provenance: the sampler {self._sampler!r} gave {meta!r} for step {step}, "
+                f"whose record_key {key!r} is not a record index: a sampler declares the "
+                "record each step reads as RecordMetadata(index=step, record_key=int), "
+                "which the DataLoader reads and provenance names."
+            )
+        return {**record, "index": int(key), "epoch": None, "sampler_index": step}
 
     def __iter__(self) -> DataLoaderIterator:
         it = DataLoaderIterator(self._dataset._iter())

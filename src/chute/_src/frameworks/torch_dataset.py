@@ -23,7 +23,7 @@ The states' checks and their merging are in `torch_states.py`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,9 +286,9 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         if iterator_state is not None:
             it.load_state_dict(iterator_state)
         self._live, self._read = (it, part), read
-        return self._elements(it)
+        return _Epoch(self, it)
 
-    def _elements(self, it: Any) -> Iterator[Any]:
+    def _elements(self, it: Any) -> Generator[Any, None, None]:
         try:
             for position, element in it:
                 self._read = position + 1
@@ -309,13 +309,25 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             f"the world size and num_workers of the run that saved it, or, {MERGE_FIX}."
         )
 
-    def _provenance(self, state: Any, steps: list[int]) -> list[list[dict[str, Any]]]:
+    def _provenance(
+        self, state: Any, steps: list[int], any_rank: bool = False
+    ) -> list[list[dict[str, Any]]]:
         """`chute.experimental.provenance` of this dataset's steps, the state of one of its
-        copies (`state_dict()`) naming the rank and the number of torch workers
-        (`frameworks/torch_provenance.py`)."""
+        copies (`state_dict()`, or a torchdata `StatefulDataLoader`'s, which holds them)
+        naming the rank and the number of torch workers (`frameworks/torch_provenance.py`).
+        `any_rank`: the state may be another rank's of the same run (`hosts=`)."""
         from chute._src.frameworks.torch_provenance import steps_of
+        from chute._src.frameworks.torch_skip import copy_states
 
-        return steps_of(self, state, steps)
+        return steps_of(self, copy_states(state)[0], steps, any_rank=any_rank)
+
+    def _skip_state(self, state: Any, n: int) -> Any:
+        """`chute.experimental.skip_state` of a copy's `state_dict()` (with `num_workers=0`)
+        or of a torchdata `StatefulDataLoader`'s: `n` of the loader's steps on, within the
+        epoch (`frameworks/torch_skip.py`)."""
+        from chute._src.frameworks.torch_skip import skip_state
+
+        return skip_state(self, state, n)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -459,3 +471,37 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             f"chute.torch.IterableDataset({self._dataset!r}, batch_size={self._batch_size}, "
             f"shard={self._shard.shard_index}/{self._shard.shard_count}, epoch={self._epoch})"
         )
+
+
+class _Epoch(Iterator[Any]):
+    """What `iter(IterableDataset)` returns: the epoch's elements, read by the copy's chute
+    iterator `it`. `chute.experimental.skip` moves it through `_skip` (O(1) where the
+    positions are index arithmetic). No `state_dict` here: the dataset holds the state."""
+
+    def __init__(self, ds: IterableDataset, it: Any) -> None:
+        self._ds, self._it = ds, it
+        self._gen = ds._elements(it)
+
+    def __iter__(self) -> _Epoch:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+
+    def _skip(self, n: int) -> int:
+        """Moves the copy `n` elements (or batches) on, as far as its share goes."""
+        from chute._src.core.next_index import _reader_path
+        from chute._src.core.skip import skip
+
+        live = self._ds._live
+        if live is None or live[0] is not self._it:
+            # Not the copy's live iteration (it ended, or a newer one started): read it.
+            return sum(1 for _ in zip(range(n), self))
+        done = skip(self._it, n)
+        if done:
+            reader = _reader_path(self._it.get_state(), "skip")[-1]
+            self._ds._read = int(reader["next_index"])
+        return done

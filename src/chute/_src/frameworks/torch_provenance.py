@@ -28,9 +28,9 @@ from chute._src.core.provenance import (
 from chute._src.core.state_checks import verify
 
 
-def _workers(ds: Any, state: Any) -> int:
+def _workers(ds: Any, state: Any, any_rank: bool = False) -> int:
     """The number of torch workers the state's copy ran with; CheckpointError where the
-    state is not of `ds` on this rank."""
+    state is not of `ds` on this rank (`any_rank`: on any rank of the same world size)."""
     where = "provenance"
     if not isinstance(state, dict) or "shard" not in state or "pipeline" not in state:
         raise CheckpointError(
@@ -47,7 +47,7 @@ def _workers(ds: Any, state: Any) -> int:
         )
     rank, world, _, workers = state["shard"]
     own = ds.shard_options
-    if [rank, world] != [own.shard_index, own.shard_count]:
+    if world != own.shard_count or (rank != own.shard_index and not any_rank):
         raise CheckpointError(
             f"{where}: the state is of rank {rank} of {world}, but the dataset reads rank "
             f"{own.shard_index} of {own.shard_count}: build it with the rank's shard options."
@@ -69,9 +69,13 @@ def _item(counts: list[int], i: int) -> tuple[int, int]:
         t += 1
 
 
-def steps_of(ds: Any, state: Any, steps: list[int]) -> list[list[dict[str, Any]]]:
-    """The records of each of `steps` of `ds` (a `chute.torch.IterableDataset`)."""
-    workers = _workers(ds, state)
+def steps_of(
+    ds: Any, state: Any, steps: list[int], any_rank: bool = False
+) -> list[list[dict[str, Any]]]:
+    """The records of each of `steps` of `ds` (a `chute.torch.IterableDataset`), its
+    number of torch workers read from `state`, a copy's state of `ds`'s rank (`any_rank`:
+    of any rank of the same run)."""
+    workers = _workers(ds, state, any_rank)
     tracer = Tracer()
     epochs: list[tuple[list[Any], list[int]]] = []  # each epoch's pipelines and item counts
 
