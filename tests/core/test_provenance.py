@@ -514,21 +514,20 @@ def test_weights_set_at_run_time_are_drawn_with_from_the_iterator_or_its_state()
     assert {r["source"] for r in found[15]} == {"b"}  # a's weight was 0 from step 12
 
 
-def test_weights_set_at_run_time_under_two_mixtures_are_refused() -> None:
+def test_weights_set_at_run_time_under_a_mix_of_mixes_are_read_by_mixture() -> None:
     inner = chute.IterDataset.mix([source(0, 50).to_iter_dataset()] * 2)
     ds = chute.IterDataset.mix([inner, source(1000, 50).to_iter_dataset()])
     with iter(ds) as it:
         assert provenance(it, [0]) == traced(ds, [0])  # no weights set: the built ones
         (outer,) = it.children()  # the outer mixture's own iterator
-        outer.set_weights([1, 2])  # type: ignore[attr-defined]
-        with pytest.raises(ProvenanceError, match="has 2 mixtures and weights were set"):
-            provenance(it, [0])
+        outer.set_weights([0, 1])  # type: ignore[attr-defined]
+        step = next(it)
+        (record,) = provenance(it, [0])[0]
+    assert record["source"] == 1 and 1000 + record["index"] == step["id"]
 
 
 # -- two mixtures, each given weights at run time ------------------------------------------
-# `chute.experimental.provenance` still reads one mixture's changes (provenance_api.py); the
-# tracer reads them by mixture once given `changes_by_mixture(pipeline, it)`, which these
-# tests call as provenance will.
+# `provenance` reads each mixture's changes from its own iterator (`changes_by_mixture`).
 
 
 def mixtures_of(it: Any) -> list[Any]:
@@ -608,6 +607,7 @@ def test_two_mixtures_with_weights_set_at_run_time_are_traced_exactly(name: str)
         steps = run_with_changes(name, it, 16)
         state = it.get_state()
         live = trace_steps(ds, range(16), mix_changes=changes_by_mixture(ds, it))
+        assert provenance(it, range(16)) == live
     assert [ids_of_two(name, r) for r in live] == [ids_of_step(name, s) for s in steps]
     # From the state: restored into a fresh iterator, whose mixtures hold their changes.
     again = TWO_MIXTURES[name]()
@@ -615,6 +615,7 @@ def test_two_mixtures_with_weights_set_at_run_time_are_traced_exactly(name: str)
         fresh.set_state(state)
         changes = changes_by_mixture(again, fresh)
     assert trace_steps(again, range(16), mix_changes=changes) == live
+    assert provenance(state, range(16), dataset=TWO_MIXTURES[name]()) == live
 
 
 @pytest.mark.parametrize("name", sorted(TWO_MIXTURES))

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from chute._src.core.iterator import DatasetIterator, ThreadGuardedIterator, walk_iterators
-from chute._src.core.provenance import ProvenanceError, trace_steps
+from chute._src.core.iterator import DatasetIterator, ThreadGuardedIterator
+from chute._src.core.provenance import ByMixture, ProvenanceError, changes_by_mixture, trace_steps
 
 
 def _steps(steps: object) -> list[int]:
@@ -69,41 +69,16 @@ def _state_of(state: Any) -> Any:
     return state
 
 
-def _mix_changes(it: DatasetIterator[Any]) -> list[tuple[int, Any]] | None:
-    """The weights given at run time to the mixture of `it`'s pipeline (`set_weights`), by
-    position; None where none were. Found as `set_mix_weights` finds the mixture: the
-    iterator that declares them."""
-    mixes = [n for n in walk_iterators(it) if callable(getattr(type(n), "weight_changes", None))]
-    logs = [n.weight_changes() for n in mixes]  # type: ignore[attr-defined]
-    given = [(changes, forgotten) for changes, forgotten in logs if changes or forgotten >= 0]
-    if not given:
-        return None
-    if len(mixes) > 1:
-        raise ProvenanceError(
-            f"provenance: the pipeline has {len(mixes)} mixtures and weights were set at run "
-            "time (set_weights): which draws each mixture made cannot be told apart; ask "
-            "about a pipeline with one IterDataset.mix."
-        )
-    changes, forgotten = given[0]
-    if forgotten >= 0:
-        raise ProvenanceError(
-            f"provenance: the mixture's weights were set at run time more often than its "
-            f"schedule keeps (the change at draw {forgotten} was dropped), so its draws "
-            "before the oldest change kept are not known; ask with a state saved earlier."
-        )
-    return changes
-
-
-def _restored(state: Any, dataset: Any) -> list[tuple[int, Any]] | None:
+def _restored(state: Any, dataset: Any) -> ByMixture | None:
     """Restores `state` into a fresh iterator of `dataset` (CheckpointError where it is not
-    of that pipeline, as `set_state` would) and returns its mixture's weight changes."""
+    of that pipeline, as `set_state` would) and returns its mixtures' weight changes."""
     # A fresh iterator: `iter(ds)` of a stage that is its own iterator (ElasticIterator)
     # would be the user's, moved by the check.
     fresh = getattr(dataset, "_iter", None)
     it = ThreadGuardedIterator(fresh()) if fresh is not None else iter(dataset)
     try:
         it.set_state(state)
-        return _mix_changes(it)
+        return changes_by_mixture(_pipeline_of(dataset), it)
     finally:
         close = getattr(it, "close", None)
         if close is not None:
@@ -170,7 +145,8 @@ def provenance(
                 f"provenance: the iterator {it_or_state!r} was not made by iter() of a "
                 "dataset, so its pipeline is unknown: give it, dataset=ds."
             )
-        found = trace_steps(_pipeline_of(source), wanted, mix_changes=_mix_changes(it_or_state))
+        pipe = _pipeline_of(source)
+        found = trace_steps(pipe, wanted, mix_changes=changes_by_mixture(pipe, it_or_state))
         return _named(source, found)
     if dataset is None:
         raise ValueError(
@@ -189,9 +165,9 @@ def provenance(
     return _named(dataset, trace_steps(pipeline, wanted, mix_changes=changes))
 
 
-def _checked_by(state: Any, ds: Any) -> tuple[bool, list[tuple[int, Any]] | None]:
+def _checked_by(state: Any, ds: Any) -> tuple[bool, ByMixture | None]:
     """Whether `state` is of `ds`'s pipeline (as `set_state` checks it) and, where it is,
-    the weights its mixture was given at run time."""
+    the weights its mixtures were given at run time."""
     from chute._src.core.errors import CheckpointError
 
     own = getattr(ds, "_provenance", None)
