@@ -9,7 +9,7 @@ import pytest
 
 import chute
 from chute import sources
-from chute._src.exec import in_flight
+from chute._src.core import in_flight
 from chute.records import RecordWriter
 from remote_helpers import RangeServer
 

@@ -31,10 +31,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute._src.core import machine
+from chute._src.core import in_flight, machine
 from chute._src.core.columns import Columns
 from chute._src.core.tuning import Parallelism
-from chute._src.exec import autotune, in_flight
+from chute._src.exec import autotune
 from chute._src.exec.threadpool import ComputePool
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
