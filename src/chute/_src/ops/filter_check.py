@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any
 
-from chute._src.core.dataset_options import OPTIONS
+from chute._src.core.options import OPTIONS
 
 CHECK_INTERVAL = 1000
 WARN_RATIO = 0.9
@@ -26,7 +26,7 @@ def _options_of(stage: object) -> Any:
     """The `DatasetOptions` in force for `stage`: those of the `WithOptionsIterDataset`s
     above it (`OPTIONS`, set while they make their parents' iterators) first, then those
     below it, as in Grain, where options anywhere in the pipeline apply to all of it."""
-    from chute._src.core.dataset_options import WithOptionsIterDataset
+    from chute._src.core.options import WithOptionsIterDataset
 
     found = OPTIONS.get()
     stack, seen = [stage], set()
