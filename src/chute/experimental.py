@@ -19,13 +19,13 @@ from chute._src.core.provenance_api import provenance as provenance
 from chute._src.core.skip import skip as skip
 from chute._src.core.skip import skip_state as skip_state
 from chute._src.core.transforms import MapWithIndex as MapWithIndexTransform
-from chute._src.exec.multithread_prefetch import (
+from chute._src.exec.thread_prefetch import (
     ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator,
 )
-from chute._src.exec.multithread_prefetch import multithread_prefetch as multithread_prefetch
 from chute._src.exec.thread_prefetch import (
     ThreadPrefetchIterDataset as ThreadPrefetchIterDataset,
 )
+from chute._src.exec.thread_prefetch import multithread_prefetch as multithread_prefetch
 from chute._src.frameworks.device_put import device_put as device_put
 from chute._src.frameworks.device_put import make_global_arrays as make_global_arrays
 from chute._src.frameworks.elastic import ElasticIterator as ElasticIterator

@@ -410,7 +410,7 @@ class IterDataset(_Node, Generic[T]):
         processes (`mp_prefetch`, Grain's older name, whose parameter name it keeps); with
         an int `n` or `chute.AUTOTUNE` (tf.data's habit), `n` elements (AUTOTUNE: 2) in a
         background thread (`experimental.ThreadPrefetchIterDataset`)."""
-        from chute._src.exec.prefetch_buffer import prefetch
+        from chute._src.exec.thread_prefetch import prefetch
 
         return prefetch(self, multiprocessing_options)
 
