@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
@@ -47,6 +48,31 @@ def test_exports_resolve_and_are_listed(name: str) -> None:
     assert public - submodules - set(module.__all__) <= {"annotations"}, public - set(
         module.__all__
     )
+
+
+def test_one_table_of_public_names_and_type_checkers_see_the_same() -> None:
+    """`chute/__init__.py` names each public name once, in `_PUBLIC` (name -> the module
+    that defines it, "chute" for a public submodule), which `__all__` and the lazy
+    `__getattr__` read; its imports under TYPE_CHECKING (for type checkers) must say the
+    same, name for name and module for module."""
+    tree = ast.parse(Path(grain.__file__).read_text())
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING"
+    )
+    typed: dict[str, str] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, ast.unparse(node)
+            assert alias.name not in typed, f"{alias.name} imported twice"
+            typed[alias.name] = node.module
+    assert typed == grain._PUBLIC
+    assert grain.__all__ == sorted(grain._PUBLIC)
+    for name, module in grain._PUBLIC.items():
+        home = importlib.import_module(f"chute.{name}" if module == "chute" else module)
+        assert getattr(grain, name) is (home if module == "chute" else vars(home)[name]), name
 
 
 def test_multiprocessing_options_has_one_home_and_grains_alias() -> None:
