@@ -12,7 +12,6 @@ from chute._src.core.next_index import get_next_index as get_next_index
 from chute._src.core.next_index import set_next_index as set_next_index
 from chute._src.core.options import DatasetOptions as DatasetOptions
 from chute._src.core.options import ExecutionTrackingMode as ExecutionTrackingMode
-from chute._src.core.options import WithOptionsIterDataset as WithOptionsIterDataset
 from chute._src.core.provenance import Origin as Origin
 from chute._src.core.provenance import ProvenanceError as ProvenanceError
 from chute._src.core.provenance_api import provenance as provenance
@@ -41,6 +40,7 @@ from chute._src.ops.disk_cache import DiskCacheIterDataset as DiskCacheIterDatas
 from chute._src.ops.even_batches import EvenBatchesIterDataset as EvenBatchesIterDataset
 from chute._src.ops.even_batches import count_batches as count_batches
 from chute._src.ops.even_batches import zeros_like_batch as zeros_like_batch
+from chute._src.ops.filter_check import WithOptionsIterDataset as WithOptionsIterDataset
 from chute._src.ops.flat_map import FlatMapIterDataset as FlatMapIterDataset
 from chute._src.ops.flat_map import FlatMapMapDataset as FlatMapMapDataset
 from chute._src.ops.flat_map import FlatMapTransform as FlatMapTransform

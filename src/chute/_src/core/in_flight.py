@@ -11,20 +11,15 @@ source declares it with an optional attribute:
   `REMOTE_READS_IN_FLIGHT` when a file is a URL, and to 0 for local files (a local read
   costs CPU, which more reads in flight do not make faster).
 
-`declared(source)` reads and checks it. `reads_in_flight(ds)` is what a reader's executor
-(`exec/executors.py`) reads when it chooses its first prefetch buffer: the largest value
-any source under `ds` declares, found through the node protocol (`parents`, `role`, and a
-`SOURCE` node's `data_source`: the user's object).
+`declared(source)` reads and checks it; the reader's executor takes the largest value under
+a pipeline (`reads_in_flight` in `_src/exec/executors.py`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from chute._src.core import contract
-from chute._src.core.node import walk
-
-__all__ = ["MOST", "REMOTE_READS_IN_FLIGHT", "declared", "reads_in_flight"]
+__all__ = ["MOST", "REMOTE_READS_IN_FLIGHT", "declared"]
 
 REMOTE_READS_IN_FLIGHT = 256
 """What chute's remote file sources declare: at 20 ms a request, 256 reads in flight
@@ -44,13 +39,3 @@ def declared(source: Any) -> int:
             "start); leave it out, or return 0, for a source that is not latency-bound"
         )
     return min(n, MOST)
-
-
-def reads_in_flight(ds: Any) -> int:
-    """The most reads in flight that a source under the node `ds` declares (0: none)."""
-    most = 0
-    for node in walk(ds):
-        source = contract.source_object(node)
-        if source is not None:
-            most = max(most, declared(source))
-    return most

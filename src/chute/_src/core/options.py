@@ -1,11 +1,10 @@
 """The options a pipeline is given.
 
 - `ReadOptions`: how `to_iter_dataset` computes elements in one process (threads, buffer).
-- `DatasetOptions`, attached by `WithOptionsIterDataset`: the filter thresholds and stage
-  timing of the pipeline below. The thresholds act on the filters below
-  (`ops/filter_check.py`): the options are in force while the stage makes its parents'
-  iterators. Stage timing is debug mode (`chute.stats`), and chute chooses by itself which
-  arrays go through shared memory (`docs/grain_differences.md`).
+- `DatasetOptions`, attached by `WithOptionsIterDataset` (`ops/filter_check.py`, where
+  the filters read them): the filter thresholds and stage timing of the pipeline below.
+  Stage timing is debug mode (`chute.stats`), and chute chooses by itself which arrays go
+  through shared memory (`docs/grain_differences.md`).
 - `MultiprocessingOptions`: how `mp_prefetch` uses worker processes.
 
 Process-wide switches (debug mode) are not here: they are `chute.config` (`config.py`).
@@ -13,18 +12,12 @@ Process-wide switches (debug mode) are not here: they are `chute.config` (`confi
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import enum
 import logging
-from typing import Any, TypeVar
+from typing import Any
 
-from chute._src.core.contract import StageRole
-from chute._src.core.dataset import IterDataset
-from chute._src.core.iterator import DatasetIterator
 from chute._src.core.tuning import AUTOTUNE, Autotune
-
-T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +61,6 @@ class ReadOptions:
                 threads,
                 buffer,
             )
-
-
-# The `DatasetOptions` of the `WithOptionsIterDataset` whose parents' iterators are being
-# made (None: Grain's defaults); filters read it as their iterators are made
-# (`ops/filter_check.py`).
-OPTIONS: contextvars.ContextVar[Any] = contextvars.ContextVar("chute_dataset_options", default=None)
 
 
 class ExecutionTrackingMode(enum.Enum):
@@ -142,45 +129,6 @@ class DatasetOptions:
         values = {n: getattr(other, n) for n in other._given}
         values.update({n: getattr(self, n) for n in self._given})
         return DatasetOptions(**values)
-
-
-class WithOptionsIterDataset(IterDataset[T]):
-    """`parent` with `options` attached (merged with options set further down).
-
-    >>> import chute
-    >>> ds = chute.MapDataset.range(3).to_iter_dataset()
-    >>> list(WithOptionsIterDataset(ds, DatasetOptions(filter_raise_threshold_ratio=0.5)))
-    [0, 1, 2]
-    """
-
-    _role = StageRole.PASS_THROUGH
-
-    def __init__(self, parent: IterDataset[T], options: DatasetOptions) -> None:
-        super().__init__([parent])
-        if not isinstance(options, DatasetOptions):
-            raise TypeError(
-                f"WithOptionsIterDataset: options={options!r} is not a DatasetOptions: pass "
-                "chute.experimental.DatasetOptions(...)."
-            )
-        self._options = options
-
-    @property
-    def options(self) -> DatasetOptions:
-        """The options of the pipeline up to this stage, later settings first."""
-        below = [p.options for p in self.parents if isinstance(p, WithOptionsIterDataset)]
-        return self._options.merge(below[0] if below else None)
-
-    def _make_iterator(self) -> DatasetIterator[T]:
-        # Options set further up the pipeline (nearer the consumer) win over these.
-        above = OPTIONS.get()
-        token = OPTIONS.set(self.options if above is None else above.merge(self.options))
-        try:
-            return self._parent_iter()
-        finally:
-            OPTIONS.reset(token)
-
-    def __repr__(self) -> str:
-        return f"WithOptionsIterDataset(options={self._options!r})"
 
 
 @dataclasses.dataclass(frozen=True)
