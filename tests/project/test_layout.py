@@ -15,13 +15,20 @@ function. The rules:
   (`MapDataset.map`, ...) import their operation from `ops/` when called. So is naming an
   operation's class under `if TYPE_CHECKING:`, for the type a chain method returns
   (`MapDataset.cache` returns a `CacheMapDataset`): no code runs it.
+
+Over the whole graph (imports that run, in functions too; not those under TYPE_CHECKING):
+
+- the floors, bottom up, are `FLOORS`, then the public modules (`chute.*`); an import that
+  runs back up a floor is one of `UP_ARROWS` (today's, each with its reason; issue 51's
+  target is at most 3);
+- there are at most `MAX_CIRCLES` import circles (today's; issue 51's target is 1).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +36,17 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "chute" / "_src"
 MAX_LINES = 600
 UPPER_FLOORS = ("ops", "exec", "storage", "debug", "frameworks")
+FLOORS = ("core", "storage", "exec", "ops", "frameworks", "debug")
+PUBLIC = "chute"  # the public modules, above every floor (not `chute._native`: a leaf)
+UP_ARROWS = {
+    # the chain methods (`MapDataset.map`, ...) build their operation, in functions
+    ("core", "ops"): "chain methods",
+    ("core", "exec"): "chain methods (`to_iter_dataset`, `mp_prefetch`)",
+    ("exec", "ops"): "the reader's filter check; sequential_slice's interleave",
+    ("storage", "ops"): "streamed file sources subclass InterleaveIterDataset",
+    ("storage", PUBLIC): "conversion reads its inputs through chute.sources",
+}
+MAX_CIRCLES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +142,77 @@ def violations(path: Path, root: Path = SRC) -> list[str]:
     return found
 
 
+def _floor(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] == ["chute", "_src"]:
+        return parts[2] if len(parts) > 2 and parts[2] in FLOORS else None
+    return PUBLIC if parts[0] == "chute" and parts[1:2] != ["_native"] else None
+
+
+def graph(paths: Iterable[Path], root: Path = SRC) -> dict[str, set[str]]:
+    """module -> the modules under `root` it imports (imports that run: in functions too,
+    not under TYPE_CHECKING); `from a import b` is an arrow to `a.b` where that is a
+    module, else to `a`."""
+    names = {_module_name(p, root): p for p in paths}
+    arrows: dict[str, set[str]] = {name: set() for name in names}
+    for name, path in names.items():
+        for imp in imports(path, root):
+            target = imp.module
+            while target and target not in names:
+                target = target.rpartition(".")[0]
+            if target and not imp.type_checking and not _within(name, target):
+                arrows[name].add(target)
+    return arrows
+
+
+def up_arrows(paths: Iterable[Path], root: Path = SRC) -> dict[tuple[str, str], set[str]]:
+    """(floor, the higher floor it imports) -> the modules that do, for every import that
+    runs back up a floor (`FLOORS`, then the public modules)."""
+    order = [*FLOORS, PUBLIC]
+    found: dict[tuple[str, str], set[str]] = {}
+    for path in paths:
+        name = _module_name(path, root)
+        here = _floor(name)
+        for imp in imports(path, root):
+            there = _floor(imp.module)
+            if here and there and not imp.type_checking and order.index(there) > order.index(here):
+                found.setdefault((here, there), set()).add(name)
+    return found
+
+
+def circles(arrows: dict[str, set[str]]) -> list[set[str]]:
+    """The import circles: the strongly connected sets of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+    for start in arrows:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(arrows[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, todo = work[-1]
+            nxt = next((t for t in todo if t not in index or t in stack), None)
+            if nxt is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = set(stack[stack.index(node) :])
+                    del stack[stack.index(node) :]
+                    if len(members) > 1:
+                        found.append(members)
+            elif nxt not in index:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                work.append((nxt, iter(sorted(arrows.get(nxt, ())))))
+            else:
+                low[node] = min(low[node], index[nxt])
+    return found
+
+
 def test_the_scan_sees_every_floor() -> None:
     modules = {p.relative_to(SRC).parts[0] for p in _modules()}
     assert {"core", "ops", "exec", "storage", "debug", "frameworks"} <= modules
@@ -167,3 +256,40 @@ def test_the_rules_catch_each_kind_of_import(tmp_path: Path) -> None:
         "core/long.py": [f"{MAX_LINES + 1} lines, over {MAX_LINES}: split it along a seam"],
         "ops/fine.py": [],
     }
+
+
+def test_imports_back_up_a_floor_are_the_known_ones() -> None:
+    found = up_arrows(_modules())
+    new = {arrow: sorted(found[arrow]) for arrow in found.keys() - UP_ARROWS.keys()}
+    assert not new, f"imports back up a floor ({' < '.join([*FLOORS, PUBLIC])}): {new}"
+
+
+def test_import_circles_do_not_grow() -> None:
+    found = sorted(circles(graph(_modules())), key=len, reverse=True)
+    assert len(found) <= MAX_CIRCLES, [sorted(c) for c in found]
+
+
+def test_the_graph_rules_catch_a_circle_and_an_arrow_back_up(tmp_path: Path) -> None:
+    root = tmp_path / "chute" / "_src"
+    cases = {
+        "core/a.py": "def f():\n    from chute._src.ops import b\n",
+        "ops/b.py": "from chute._src.core import a\nfrom chute._src.core.c import X\n",
+        "core/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from chute._src.ops import b\n",
+        "storage/d.py": "import chute._native\nfrom chute import sources\n",
+        "exec/e.py": "from chute._src.exec import f\n",
+        "exec/f.py": "from . import e\n",
+    }
+    for rel, text in cases.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    paths = sorted(root.rglob("*.py"))
+    assert up_arrows(paths, root) == {
+        ("core", "ops"): {"chute._src.core.a"},
+        ("storage", PUBLIC): {"chute._src.storage.d"},
+    }
+    assert sorted(sorted(c) for c in circles(graph(paths, root))) == [
+        ["chute._src.core.a", "chute._src.ops.b"],
+        ["chute._src.exec.e", "chute._src.exec.f"],
+    ]
