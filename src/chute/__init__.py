@@ -115,12 +115,10 @@ _PUBLIC = {
     "SequentialSampler": "chute._src.frameworks.samplers",
 }
 
-__all__ = sorted(_PUBLIC)
-
-
 # Defined for the interpreter only: type checkers see the imports above, so a
-# misspelt name is an error there too.
+# misspelt name is an error there too, and `from chute import *` gives them those names.
 if not _typing.TYPE_CHECKING:
+    __all__ = sorted(_PUBLIC)
 
     def __getattr__(name: str) -> _typing.Any:
         module = _PUBLIC.get(name)
@@ -135,4 +133,4 @@ if not _typing.TYPE_CHECKING:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_PUBLIC})
