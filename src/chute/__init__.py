@@ -68,113 +68,69 @@ def _load_debug_layer() -> None:
 
 _config.register_debug_layer(_load_debug_layer)
 
-# The public submodules, and the module each other public name is defined in.
-_SUBMODULES = frozenset(
-    {
-        "checkpoint",
-        "config",
-        "constants",
-        "experimental",
-        "multiprocessing",
-        "ray",
-        "records",
-        "samplers",
-        "sharding",
-        "sources",
-        "testing",
-        "torch",
-        "transforms",
-    }
-)
-_DEFINED_IN = {
-    "AUTOTUNE": "chute._src.core.tuning",
-    "DataLoader": "chute._src.frameworks.dataloader",
-    "DataLoaderIterator": "chute._src.frameworks.dataloader",
+# The public names: each one and the module it is defined in ("chute": a public submodule,
+# `chute.<name>`). The one table: `__all__`, `__getattr__` and `__dir__` read it; the
+# imports under TYPE_CHECKING above say the same to type checkers, and
+# tests/project/test_api.py checks that they match it.
+_PUBLIC = {
+    "checkpoint": "chute",
+    "config": "chute",
+    "constants": "chute",
+    "experimental": "chute",
+    "multiprocessing": "chute",
+    "ray": "chute",
+    "records": "chute",
+    "samplers": "chute",
+    "sharding": "chute",
+    "sources": "chute",
+    "testing": "chute",
+    "torch": "chute",
+    "transforms": "chute",
     "IterDataset": "chute._src.core.dataset",
     "MapDataset": "chute._src.core.dataset",
     "CheckpointError": "chute._src.core.errors",
     "ChuteError": "chute._src.core.errors",
     "DataError": "chute._src.core.errors",
     "DatasetIterator": "chute._src.core.iterator",
-    "load": "chute._src.frameworks.load",
     "MultiprocessingOptions": "chute._src.core.options",
     "ReadOptions": "chute._src.core.options",
     "Progress": "chute._src.core.progress",
     "progress": "chute._src.core.progress",
-    "Record": "chute._src.frameworks.record",
-    "IndexSampler": "chute._src.frameworks.samplers",
-    "RecordMetadata": "chute._src.frameworks.samplers",
-    "SequentialSampler": "chute._src.frameworks.samplers",
     "Batch": "chute._src.core.transforms",
     "FilterTransform": "chute._src.core.transforms",
     "MapTransform": "chute._src.core.transforms",
     "MapWithIndex": "chute._src.core.transforms",
     "RandomMapTransform": "chute._src.core.transforms",
     "TypeConversion": "chute._src.core.transforms",
+    "AUTOTUNE": "chute._src.core.tuning",
     "PipelineStats": "chute._src.debug.stats",
     "StageStats": "chute._src.debug.stats",
     "stats": "chute._src.debug.stats",
+    "DataLoader": "chute._src.frameworks.dataloader",
+    "DataLoaderIterator": "chute._src.frameworks.dataloader",
+    "load": "chute._src.frameworks.load",
+    "Record": "chute._src.frameworks.record",
+    "IndexSampler": "chute._src.frameworks.samplers",
+    "RecordMetadata": "chute._src.frameworks.samplers",
+    "SequentialSampler": "chute._src.frameworks.samplers",
 }
 
-
 # Defined for the interpreter only: type checkers see the imports above, so a
-# misspelt name is an error there too.
+# misspelt name is an error there too, and `from chute import *` gives them those names.
 if not _typing.TYPE_CHECKING:
+    __all__ = sorted(_PUBLIC)
 
     def __getattr__(name: str) -> _typing.Any:
-        if name in _SUBMODULES:
-            value = _importlib.import_module(f"chute.{name}")
-        elif name in _DEFINED_IN:
-            value = getattr(_importlib.import_module(_DEFINED_IN[name]), name)
-        else:
+        module = _PUBLIC.get(name)
+        if module is None:
             raise AttributeError(f"module 'chute' has no attribute {name!r}")
+        if module == "chute":
+            value = _importlib.import_module(f"chute.{name}")
+        else:
+            value = getattr(_importlib.import_module(module), name)
         globals()[name] = value  # later lookups do not come here
         return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
-__all__ = [
-    "AUTOTUNE",
-    "Batch",
-    "CheckpointError",
-    "ChuteError",
-    "DataError",
-    "DataLoader",
-    "DataLoaderIterator",
-    "DatasetIterator",
-    "FilterTransform",
-    "IndexSampler",
-    "IterDataset",
-    "MapDataset",
-    "MapTransform",
-    "MapWithIndex",
-    "MultiprocessingOptions",
-    "PipelineStats",
-    "Progress",
-    "RandomMapTransform",
-    "ReadOptions",
-    "Record",
-    "RecordMetadata",
-    "SequentialSampler",
-    "StageStats",
-    "TypeConversion",
-    "checkpoint",
-    "config",
-    "constants",
-    "experimental",
-    "load",
-    "multiprocessing",
-    "progress",
-    "ray",
-    "records",
-    "samplers",
-    "sharding",
-    "sources",
-    "stats",
-    "testing",
-    "torch",
-    "transforms",
-]
+    return sorted({*globals(), *_PUBLIC})

@@ -9,7 +9,8 @@ import pytest
 
 import chute
 from chute import sources
-from chute._src.exec import in_flight
+from chute._src.core import in_flight
+from chute._src.exec.executors import reads_in_flight
 from chute.records import RecordWriter
 from remote_helpers import RangeServer
 
@@ -32,16 +33,16 @@ def test_declared_value_found_under_the_stages() -> None:
         .map(lambda x: x + 1)
         .filter(lambda x: x % 2 == 0)
     )
-    assert in_flight.reads_in_flight(ds) == 64
+    assert reads_in_flight(ds) == 64
 
 
 def test_largest_of_several_sources_and_none_is_zero() -> None:
     a, b = chute.MapDataset.source(_Remote(8)), chute.MapDataset.source(_Remote(300))
     mixed = chute.MapDataset.mix([a, b])
-    assert in_flight.reads_in_flight(mixed) == 300
-    assert in_flight.reads_in_flight(chute.MapDataset.source(list(range(5)))) == 0
-    assert in_flight.reads_in_flight(chute.MapDataset.range(5)) == 0
-    assert in_flight.reads_in_flight(chute.MapDataset.source(_Remote(10**9))) == in_flight.MOST
+    assert reads_in_flight(mixed) == 300
+    assert reads_in_flight(chute.MapDataset.source(list(range(5)))) == 0
+    assert reads_in_flight(chute.MapDataset.range(5)) == 0
+    assert reads_in_flight(chute.MapDataset.source(_Remote(10**9))) == in_flight.MOST
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5, "many", True])
@@ -50,7 +51,7 @@ def test_bad_declaration_names_the_source_and_the_rule(bad: Any) -> None:
     with pytest.raises(
         ValueError, match=r"_Remote\.reads_in_flight is .*must be an int, 0 or more"
     ):
-        in_flight.reads_in_flight(ds)
+        reads_in_flight(ds)
 
 
 def test_chute_sources_declare_by_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,7 +87,7 @@ def test_chute_sources_declare_by_path(tmp_path: Path, monkeypatch: pytest.Monke
         assert {k: s.reads_in_flight for k, s in remote.items()} == want
         crec: sources.RecordFileDataSource = remote["crec"]
         ds = chute.MapDataset.source(crec).shuffle(seed=1)
-        assert in_flight.reads_in_flight(ds) == in_flight.REMOTE_READS_IN_FLIGHT
+        assert reads_in_flight(ds) == in_flight.REMOTE_READS_IN_FLIGHT
         assert list(ds) == [b"x"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
@@ -47,6 +48,61 @@ def test_exports_resolve_and_are_listed(name: str) -> None:
     assert public - submodules - set(module.__all__) <= {"annotations"}, public - set(
         module.__all__
     )
+
+
+def test_one_table_of_public_names_and_type_checkers_see_the_same() -> None:
+    """`chute/__init__.py` names each public name once, in `_PUBLIC` (name -> the module
+    that defines it, "chute" for a public submodule), which `__all__` and the lazy
+    `__getattr__` read; its imports under TYPE_CHECKING (for type checkers) must say the
+    same, name for name and module for module."""
+    tree = ast.parse(Path(grain.__file__).read_text())
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING"
+    )
+    typed: dict[str, str] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, ast.unparse(node)
+            assert alias.name not in typed, f"{alias.name} imported twice"
+            typed[alias.name] = node.module
+    assert typed == grain._PUBLIC
+    assert vars(grain)["__all__"] == sorted(grain._PUBLIC)  # the interpreter's only
+    for name, module in grain._PUBLIC.items():
+        home = importlib.import_module(f"chute.{name}" if module == "chute" else module)
+        assert getattr(grain, name) is (home if module == "chute" else vars(home)[name]), name
+
+
+@pytest.mark.slow  # mypy: > 7 s on 2 cores, in .ci/run (as tests/project/test_typing.py)
+def test_a_star_import_gives_type_checkers_every_public_name(tmp_path: Path) -> None:
+    """`chute.__all__` is built from the table when the module runs; type checkers, which
+    do not run it, take the names a star import gives from the imports under
+    TYPE_CHECKING (a computed `__all__` would give them none)."""
+    names = sorted(grain._PUBLIC)
+    star = tmp_path / "star.py"
+    star.write_text(
+        "from typing import assert_type\n\nfrom chute import *\n\n"
+        + "".join(f"print({name})\n" for name in names)
+        + "assert_type(MapDataset.range(3), MapDataset[int])\n"
+    )
+    src = Path(grain.__file__).resolve().parents[1]
+    env = dict(os.environ)
+    if src.name not in ("site-packages", "dist-packages"):
+        env["MYPYPATH"] = str(src)
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "mypy", "--config-file=", "--cache-dir=/dev/null"),
+            *("--follow-imports=silent", "--no-pretty", str(star)),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_multiprocessing_options_has_one_home_and_grains_alias() -> None:

@@ -16,7 +16,7 @@ import importlib
 from typing import Any
 
 OPERATIONS: dict[str, str] = {
-    "prefetch": "exec.prefetch_buffer",
+    "prefetch": "exec.thread_prefetch",
     "PrefetchIterDataset": "exec.reader",
     "MultiprocessPrefetchIterDataset": "exec.workers.stage",
     "start_processes": "exec.workers.service",

@@ -11,8 +11,8 @@ source declares it with an optional attribute:
   `REMOTE_READS_IN_FLIGHT` when a file is a URL, and to 0 for local files (a local read
   costs CPU, which more reads in flight do not make faster).
 
-`declared(source)` reads and checks it; the engine's reader takes the largest value under
-a pipeline (`_src/exec/in_flight.py`).
+`declared(source)` reads and checks it; the reader's executor takes the largest value under
+a pipeline (`reads_in_flight` in `_src/exec/executors.py`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,19 @@
-"""Execution options."""
+"""The options a pipeline is given.
+
+- `ReadOptions`: how `to_iter_dataset` computes elements in one process (threads, buffer).
+- `DatasetOptions`, attached by `WithOptionsIterDataset` (`ops/filter_check.py`, where
+  the filters read them): the filter thresholds and stage timing of the pipeline below.
+  Stage timing is debug mode (`chute.stats`), and chute chooses by itself which arrays go
+  through shared memory (`docs/grain_differences.md`).
+- `MultiprocessingOptions`: how `mp_prefetch` uses worker processes.
+
+Process-wide switches (debug mode) are not here: they are `chute.config` (`config.py`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -54,6 +65,74 @@ class ReadOptions:
                 threads,
                 buffer,
             )
+
+
+class ExecutionTrackingMode(enum.Enum):
+    """Whether per-stage timings are collected: chute's debug mode (`chute.stats`)."""
+
+    DISABLED = enum.auto()
+    STAGE_TIMING = enum.auto()
+
+
+_DEFAULTS: dict[str, Any] = {
+    "filter_warn_threshold_ratio": 0.9,
+    "filter_raise_threshold_ratio": None,
+    "execution_tracking_mode": ExecutionTrackingMode.DISABLED,
+    "min_shm_size": 0,
+}
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_UNSET: Any = _Unset()
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class DatasetOptions:
+    """Options of a pipeline; `merge` keeps the options given explicitly, the other's first.
+
+    >>> a = DatasetOptions(filter_warn_threshold_ratio=0.7)
+    >>> b = DatasetOptions(filter_raise_threshold_ratio=0.8, filter_warn_threshold_ratio=0.5)
+    >>> m = a.merge(b)
+    >>> m.filter_warn_threshold_ratio, m.filter_raise_threshold_ratio
+    (0.7, 0.8)
+    """
+
+    filter_warn_threshold_ratio: float | None
+    filter_raise_threshold_ratio: float | None
+    execution_tracking_mode: ExecutionTrackingMode
+    min_shm_size: int
+    _given: frozenset[str] = dataclasses.field(repr=False, compare=False)
+
+    def __init__(
+        self,
+        *,
+        filter_warn_threshold_ratio: float | None = _UNSET,
+        filter_raise_threshold_ratio: float | None = _UNSET,
+        execution_tracking_mode: ExecutionTrackingMode = _UNSET,
+        min_shm_size: int = _UNSET,
+    ) -> None:
+        given = {
+            "filter_warn_threshold_ratio": filter_warn_threshold_ratio,
+            "filter_raise_threshold_ratio": filter_raise_threshold_ratio,
+            "execution_tracking_mode": execution_tracking_mode,
+            "min_shm_size": min_shm_size,
+        }
+        for name, value in given.items():
+            object.__setattr__(self, name, _DEFAULTS[name] if value is _UNSET else value)
+        explicit = frozenset(n for n, v in given.items() if v is not _UNSET)
+        object.__setattr__(self, "_given", explicit)
+
+    def merge(self, other: DatasetOptions | None) -> DatasetOptions:
+        """These options, with `other`'s filling in those not given explicitly here."""
+        if other is None:
+            return self
+        values = {n: getattr(other, n) for n in other._given}
+        values.update({n: getattr(self, n) for n in self._given})
+        return DatasetOptions(**values)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,10 +31,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute._src.core import machine
+from chute._src.core import contract, in_flight, machine
 from chute._src.core.columns import Columns
+from chute._src.core.node import walk
 from chute._src.core.tuning import Parallelism
-from chute._src.exec import autotune, in_flight
+from chute._src.exec import autotune
 from chute._src.exec.threadpool import ComputePool
 
 _MIN_BLOCK, _MAX_BLOCK = 1, 4096
@@ -50,6 +51,18 @@ element count of `ReadOptions.prefetch_buffer_size`)."""
 
 Chunk = list[Any] | Columns
 """Consecutive elements, as an executor hands them to the reader."""
+
+
+def reads_in_flight(ds: Any) -> int:
+    """The most reads in flight that a source under the node `ds` declares (0: none): a
+    latency-bound source's `reads_in_flight` (`_src/core/in_flight.py`), found through
+    the node protocol (`parents`, `role`, and a `SOURCE` node's `data_source`)."""
+    most = 0
+    for node in walk(ds):
+        source = contract.source_object(node)
+        if source is not None:
+            most = max(most, in_flight.declared(source))
+    return most
 
 
 class ChunkExecutor(abc.ABC):
@@ -382,7 +395,7 @@ class Autotuned(ChunkExecutor):
         self._fixed_buffer = buffer_size
         self._budget = machine.memory_budget()
         self._threads = threads if threads is not None else min(machine.usable_cores(), 4)
-        declared = in_flight.reads_in_flight(ds)  # latency-bound sources: reads ahead
+        declared = reads_in_flight(ds)  # latency-bound sources: reads ahead
         first = max(_FIRST_BUFFER, declared)
         self._buffer = buffer_size if buffer_size is not None else first
         if buffer_size is None:

@@ -1,10 +1,17 @@
-"""`experimental.ThreadPrefetchIterDataset`: compute ahead of the consumer in a thread.
+"""Computing ahead of the consumer in a background thread.
+
+- `IterDataset.prefetch(n)`: what `ds.prefetch(...)` means to a tf.data or a Grain user
+  (`prefetch` below).
+- `experimental.ThreadPrefetchIterDataset` (and `ThreadPrefetchDatasetIterator`, the same
+  over any iterator with `get_state`/`set_state`): one stage computed ahead in a thread.
+- `experimental.multithread_prefetch`: a whole pipeline computed ahead on threads.
 
 A background thread runs the parent iterator and keeps up to `prefetch_buffer_size`
 elements ready, so a training step overlaps with producing the next batch (in the text
-pipeline, the share of time spent waiting for data falls from 46% to ~1.6%). With each element the thread records the
-parent's state right after producing it; `get_state` returns the state recorded with the
-last element handed out, so a checkpoint is exact whatever is buffered.
+pipeline, the share of time spent waiting for data falls from 46% to ~1.6%). With each
+element the thread records the parent's state right after producing it; `get_state`
+returns the state recorded with the last element handed out, so a checkpoint is exact
+whatever is buffered.
 
 It is one daemon thread of its own, not `threadpool.ComputePool`'s: the parent is one
 iterator, whose elements come one after another (each from the state the last left), so
@@ -19,14 +26,51 @@ import threading
 import weakref
 from typing import Any, TypeVar
 
+from chute._src.core import contract
 from chute._src.core.contract import StageRole
-from chute._src.core.dataset import IterDataset
+from chute._src.core.dataset import IterDataset, rewrite
 from chute._src.core.iterator import DatasetIterator
+from chute._src.core.options import MultiprocessingOptions, ReadOptions
+from chute._src.core.tuning import is_autotune
 from chute._src.exec.executors import nbytes
 
 T = TypeVar("T")
 
 _END = object()
+
+AUTOTUNE_BUFFER = 2
+"""The buffer of `prefetch(chute.AUTOTUNE)`, in elements."""
+
+
+def prefetch(ds: IterDataset[T], buffer: Any) -> IterDataset[T]:
+    """`ds` prefetched as `buffer` says.
+
+    tf.data's `ds.prefetch(tf.data.AUTOTUNE)` (or `prefetch(8)`) computes elements in the
+    background ahead of the consumer; Grain's older `IterDataset.prefetch(options)` starts
+    worker processes. `prefetch` accepts both habits: `MultiprocessingOptions` give
+    `mp_prefetch`; an int `n` gives a `ThreadPrefetchIterDataset` with a buffer of `n`
+    elements (0: none); `chute.AUTOTUNE` gives the same with `AUTOTUNE_BUFFER` elements,
+    tf.data's usual outcome for a final `prefetch` (one element being consumed, one
+    ready): the thread overlaps the pipeline with the step. The size is not tuned at run
+    time; give an int for another. Anything else raises, naming both stages.
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(4).to_iter_dataset().batch(2).prefetch(chute.AUTOTUNE)
+    >>> [b.tolist() for b in ds]
+    [[0, 1], [2, 3]]
+    """
+    if isinstance(buffer, MultiprocessingOptions):
+        return ds.mp_prefetch(buffer)
+    if is_autotune(buffer):
+        return ThreadPrefetchIterDataset(ds, prefetch_buffer_size=AUTOTUNE_BUFFER)
+    if isinstance(buffer, int) and not isinstance(buffer, bool) and buffer >= 0:
+        return ThreadPrefetchIterDataset(ds, prefetch_buffer_size=buffer)
+    raise TypeError(
+        f"IterDataset.prefetch({buffer!r}) is invalid: pass chute.AUTOTUNE or an int >= 0 "
+        "(elements computed ahead in a background thread, as tf.data's prefetch: "
+        "chute.experimental.ThreadPrefetchIterDataset), or MultiprocessingOptions (worker "
+        "processes, as Grain's prefetch: ds.mp_prefetch(chute.MultiprocessingOptions(...)))."
+    )
 
 
 class ThreadPrefetchIterDataset(IterDataset[T]):
@@ -196,3 +240,94 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
             return 0, 0
         queued = [element for element, _ in list(self._producer.queue.queue)]
         return len(queued), nbytes(queued)
+
+
+def multithread_prefetch(
+    ds: IterDataset[T], num_threads: int, buffer_size: int, sequential_slice: bool = False
+) -> IterDataset[T]:
+    """`ds` computed ahead on `num_threads` threads (0: `ds` itself), in the same order
+    for any number of threads. With `sequential_slice=True` the order is Grain's for that
+    many threads: each reads a contiguous share of the data, and their outputs are taken
+    in turn (`sequential_slice.py`).
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(8).to_iter_dataset().map(lambda x: x * 2)
+    >>> list(multithread_prefetch(ds, num_threads=3, buffer_size=2))
+    [0, 2, 4, 6, 8, 10, 12, 14]
+    """
+    for name, value in (("num_threads", num_threads), ("buffer_size", buffer_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"multithread_prefetch: {name}={value!r} is invalid: it must be an int >= 0."
+            )
+    if num_threads == 0:
+        return ds
+    if not isinstance(sequential_slice, bool):
+        raise TypeError(
+            f"multithread_prefetch: sequential_slice={sequential_slice!r} is not a bool: pass "
+            "True or False."
+        )
+    if sequential_slice and num_threads > 1:
+        from chute._src.exec.sequential_slice import sequential_shares  # imports ops
+
+        ds = sequential_shares(ds, num_threads, "multithread_prefetch")
+    options = ReadOptions(
+        num_threads=num_threads, prefetch_buffer_size=num_threads * max(1, buffer_size)
+    )
+
+    def threaded(node: Any) -> Any:
+        if contract.role(node) is StageRole.READER and node.parents:
+            return node.parents[0].to_iter_dataset(options)
+        return node
+
+    return ThreadPrefetchIterDataset(
+        rewrite(ds, threaded), prefetch_buffer_size=max(1, buffer_size)
+    )
+
+
+class ThreadPrefetchDatasetIterator(_ThreadPrefetchIterator):
+    """An iterator computing `parent` ahead in a background thread, `prefetch_buffer_size`
+    elements at most; its state is `parent`'s after the last element handed out.
+
+    `parent` may be any iterator with `get_state()` and `set_state(state)`, as in Grain,
+    not only a `DatasetIterator`.
+    """
+
+    def __init__(self, parent: Any, prefetch_buffer_size: int) -> None:
+        if not isinstance(parent, DatasetIterator):
+            parent = _StatefulIterator(parent)
+        super().__init__(parent, prefetch_buffer_size)
+
+
+class _StatefulIterator(DatasetIterator[Any]):
+    """A plain iterator with `get_state()`/`set_state()`, read as a `DatasetIterator`."""
+
+    stage = "iterator"
+
+    def __init__(self, it: Any) -> None:
+        missing = [m for m in ("__next__", "get_state", "set_state") if not hasattr(it, m)]
+        if missing:
+            raise TypeError(
+                f"ThreadPrefetchDatasetIterator: parent {it!r} of type {type(it).__name__} "
+                f"lacks {missing}: prefetching needs an iterator whose position can be saved "
+                "and restored (get_state()/set_state(state)), such as iter(ds) of a dataset."
+            )
+        super().__init__()
+        self._it = it
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def get_state(self) -> Any:
+        return self._it.get_state()
+
+    def set_state(self, state: Any) -> None:  # the iterator's own state, of its own shape
+        self._it.set_state(state)
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+    def __repr__(self) -> str:
+        return repr(self._it)

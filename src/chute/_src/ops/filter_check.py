@@ -1,4 +1,5 @@
-"""The warning (and error) Grain gives when a filter drops nearly everything.
+"""The warning (and error) Grain gives when a filter drops nearly everything, and
+`WithOptionsIterDataset`, the stage that attaches the `DatasetOptions` setting it.
 
 Every 1000 elements a filter has tested (or `to_iter_dataset` has read past a MapDataset
 `filter`), the share it dropped is checked; at 90 % or more it logs a warning (the
@@ -11,23 +12,71 @@ in Grain; the options are those in force where the filter's iterator is made
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
-from typing import Any
+from typing import Any, TypeVar
 
-from chute._src.core.dataset_options import OPTIONS
+from chute._src.core.contract import StageRole
+from chute._src.core.dataset import IterDataset
+from chute._src.core.iterator import DatasetIterator
+from chute._src.core.options import DatasetOptions
+
+T = TypeVar("T")
 
 CHECK_INTERVAL = 1000
 WARN_RATIO = 0.9
 WARN_INTERVAL_S = 60.0
 
 
+# The `DatasetOptions` of the `WithOptionsIterDataset` whose parents' iterators are being
+# made (None: Grain's defaults); filters read it as their iterators are made.
+OPTIONS: contextvars.ContextVar[Any] = contextvars.ContextVar("chute_dataset_options", default=None)
+
+
+class WithOptionsIterDataset(IterDataset[T]):
+    """`parent` with `options` attached (merged with options set further down).
+
+    >>> import chute
+    >>> ds = chute.MapDataset.range(3).to_iter_dataset()
+    >>> list(WithOptionsIterDataset(ds, DatasetOptions(filter_raise_threshold_ratio=0.5)))
+    [0, 1, 2]
+    """
+
+    _role = StageRole.PASS_THROUGH
+
+    def __init__(self, parent: IterDataset[T], options: DatasetOptions) -> None:
+        super().__init__([parent])
+        if not isinstance(options, DatasetOptions):
+            raise TypeError(
+                f"WithOptionsIterDataset: options={options!r} is not a DatasetOptions: pass "
+                "chute.experimental.DatasetOptions(...)."
+            )
+        self._options = options
+
+    @property
+    def options(self) -> DatasetOptions:
+        """The options of the pipeline up to this stage, later settings first."""
+        below = [p.options for p in self.parents if isinstance(p, WithOptionsIterDataset)]
+        return self._options.merge(below[0] if below else None)
+
+    def _make_iterator(self) -> DatasetIterator[T]:
+        # Options set further up the pipeline (nearer the consumer) win over these.
+        above = OPTIONS.get()
+        token = OPTIONS.set(self.options if above is None else above.merge(self.options))
+        try:
+            return self._parent_iter()
+        finally:
+            OPTIONS.reset(token)
+
+    def __repr__(self) -> str:
+        return f"WithOptionsIterDataset(options={self._options!r})"
+
+
 def _options_of(stage: object) -> Any:
     """The `DatasetOptions` in force for `stage`: those of the `WithOptionsIterDataset`s
     above it (`OPTIONS`, set while they make their parents' iterators) first, then those
     below it, as in Grain, where options anywhere in the pipeline apply to all of it."""
-    from chute._src.core.dataset_options import WithOptionsIterDataset
-
     found = OPTIONS.get()
     stack, seen = [stage], set()
     while stack:

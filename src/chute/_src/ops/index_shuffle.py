@@ -17,10 +17,14 @@ For small `n` (up to `TABLE_MAX`) six rounds over tiny radices are measurably no
 so the permutation is instead a table: indices sorted by a keyed 64-bit hash (a bijection,
 so there are no ties and the order does not depend on numpy's sort algorithm). The table
 costs 8 bytes per element, at most 512 KiB.
+
+`index_shuffle(index, max_index, seed, rounds)` (`chute.experimental`, Grain's name) is one
+position of the same permutation, for code that permutes its own indices.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -100,3 +104,34 @@ class IndexShuffle:
             x[outside] = y
             outside = outside[y >= np.uint64(n)]
         return x.astype(np.int64)
+
+
+@functools.lru_cache(maxsize=16)
+def _permutation(n: int, seed: int, rounds: int) -> IndexShuffle:
+    return IndexShuffle(n, derive_seed(seed, rounds))
+
+
+def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
+    """Where `index` goes in a permutation of `0..max_index` keyed by `seed` and `rounds`:
+    `shuffle`'s permutation (not Grain's: the same arguments give other positions).
+
+    >>> sorted(index_shuffle(i, max_index=9, seed=5, rounds=4) for i in range(10))
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """
+    if not 0 <= index <= max_index:
+        raise ValueError(
+            f"index_shuffle: index={index} is out of [0, max_index={max_index}]: index must be "
+            "in [0, max_index]; pass an index in that range."
+        )
+    if isinstance(rounds, bool) or not isinstance(rounds, int | np.integer):
+        raise ValueError(
+            f"index_shuffle: rounds={rounds!r} is invalid: rounds must be an even integer "
+            "between 4 and 1024, as in Grain (e.g. rounds=4)."
+        )
+    if rounds % 2 or not 4 <= rounds <= 1024:
+        raise ValueError(
+            f"index_shuffle: rounds={rounds} is invalid: rounds must be an even integer "
+            "between 4 and 1024, as in Grain (e.g. rounds=4)."
+        )
+    permutation = _permutation(max_index + 1, int(seed) & (2**64 - 1), int(rounds))
+    return int(permutation(np.array([index], dtype=np.int64))[0])

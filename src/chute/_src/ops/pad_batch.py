@@ -1,9 +1,12 @@
-"""Batching ragged elements: `batch(..., pad_value=..., padding_struct=...)`.
+"""Padded batches: the `batch_fn`s that pad.
 
-`PadStack` stacks a list of same-structured elements like `tree.stack`, but array leaves
-of different shapes are padded, each axis to the longest in the batch, or the first axis
-to a fixed length given in `padding_struct`. A leaf longer than its fixed length raises:
-nothing is cut silently.
+`PadStack` (`batch(..., pad_value=..., padding_struct=...)`) stacks a list of
+same-structured elements like `tree.stack`, but array leaves of different shapes are
+padded, each axis to the longest in the batch, or the first axis to a fixed length given
+in `padding_struct`. A leaf longer than its fixed length raises: nothing is cut silently.
+
+`batch_and_pad` (`chute.experimental`, Grain's name) pads the other axis: a short last
+batch gets rows of `pad_value` up to the batch size, instead of being dropped.
 """
 
 from __future__ import annotations
@@ -141,3 +144,31 @@ def batch_fn_with_padding(batch_fn: Any, pad_value: Any, padding_struct: Any) ->
             "way of stacking, so pass one of them (pad inside your batch_fn if you need both)."
         )
     return PadStack(pad_value, padding_struct)
+
+
+def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0) -> Any:
+    """`values` stacked leaf by leaf, then padded with `pad_value` to `batch_size` rows.
+
+    >>> import functools, chute
+    >>> fn = functools.partial(batch_and_pad, batch_size=3)
+    >>> [b.tolist() for b in chute.MapDataset.range(1, 5).batch(3, batch_fn=fn)]
+    [[1, 2, 3], [4, 0, 0]]
+    """
+    if not values:
+        raise ValueError("batch_and_pad: values is empty: there is nothing to batch.")
+    if len(values) > batch_size:
+        raise ValueError(
+            f"batch_and_pad: {len(values)} values do not fit a batch of {batch_size}: pass "
+            "batch_size at least the number of values (the batch size of the stage)."
+        )
+    batch = tree.stack(list(values))
+    missing = batch_size - len(values)
+    if missing == 0:
+        return batch
+
+    def pad(leaf: Any) -> Any:
+        leaf = np.asarray(leaf)
+        fill = np.full((missing, *leaf.shape[1:]), pad_value, dtype=leaf.dtype)
+        return np.concatenate([leaf, fill])
+
+    return tree.map_leaves(pad, batch)
