@@ -1,6 +1,6 @@
 """`IterDataset.mix`: interleave iterable datasets in given proportions, deterministically.
 
-The schedule is Grain's (see `chute._src.ops.mixing`): position `k` of the mixture comes from
+The schedule is Grain's (see `chute._src.ops.mix_schedule`): position `k` of the mixture comes from
 a dataset fixed by `k` and the weights alone, so the output never depends on timing or
 workers. The state is the position and each component's own state, keyed by name when the
 components are given as a dict: such a mixture can be restored after its weights changed
@@ -34,7 +34,7 @@ from chute._src.core.iterator import (
     walk_iterators,
 )
 from chute._src.core.transforms import describe
-from chute._src.ops.mixing import Schedule, Weights, grain_proportions, int_proportions
+from chute._src.ops.mix_schedule import Schedule, Weights, grain_proportions, int_proportions
 
 
 class MixedIterDataset(IterDataset[Any]):

@@ -27,8 +27,7 @@ from chute._src.core.iterator import (
     int_at,
 )
 from chute._src.core.state_checks import quote
-from chute._src.ops.mix_schedule import NEVER, ChangeLog
-from chute._src.ops.mixing import Schedule, Weights
+from chute._src.ops.mix_schedule import NEVER, ChangeLog, Schedule, Weights
 
 
 class MixIterator(DatasetIterator[Any]):
