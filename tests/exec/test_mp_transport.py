@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mp_helpers
-from chute._src.exec.mp.shm import create_slab_fd, map_slab, plan_slabs
+from chute._src.exec.mp.slabs import create_slab_fd, map_slab, plan_slabs
 from chute._src.exec.mp.transport import (
     ALIGN,
     PIPE_BYTES,

@@ -54,7 +54,7 @@ def test_the_worker_loop_imports_neither_the_pool_nor_any_dataset(tmp_path: Path
     assert out == (
         "['chute._src.core', 'chute._src.core.config', 'chute._src.core.shm_files', "
         "'chute._src.exec', 'chute._src.exec.mp', 'chute._src.exec.mp._server_init', "
-        "'chute._src.exec.mp._worker', 'chute._src.exec.mp.shm', 'chute._src.exec.mp.transport', "
+        "'chute._src.exec.mp._worker', 'chute._src.exec.mp.slabs', 'chute._src.exec.mp.transport', "
         "'chute._src.process_effects'] []"
     )
 

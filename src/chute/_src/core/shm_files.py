@@ -2,7 +2,7 @@
 and the sweep of the names older versions left.
 
 **No names.** Every file chute shares between its processes (a worker's slab,
-`_src/exec/mp/shm.py`; the store of `MapDataset.cache()` under workers,
+`_src/exec/mp/slabs.py`; the store of `MapDataset.cache()` under workers,
 `_src/ops/cache_stores.py`; a large list source, `_src/storage/formats/shared_list.py`)
 is made without a name (`anonymous_file`): `open(directory, O_TMPFILE)` in a tmpfs
 directory (`/dev/shm`), so it counts against that filesystem's size as a named file does,

@@ -27,7 +27,7 @@ from typing import Any
 from chute._src import process_effects
 from chute._src.core import shm_files
 from chute._src.exec.mp import _server_init
-from chute._src.exec.mp.shm import InheritedFd, map_slab
+from chute._src.exec.mp.slabs import InheritedFd, map_slab
 from chute._src.exec.mp.transport import ResultSender, decode_free
 
 __all__ = ["WorkerSpec", "run_worker"]

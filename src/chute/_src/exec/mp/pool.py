@@ -49,7 +49,7 @@ from chute._src.exec.mp.errors import (
     WorkerError,
 )
 from chute._src.exec.mp.forkserver import DEFAULT_START_METHOD
-from chute._src.exec.mp.shm import (
+from chute._src.exec.mp.slabs import (
     DEFAULT_SHM_DIR,
     InheritedFd,
     create_slab_fd,

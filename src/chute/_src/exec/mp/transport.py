@@ -386,7 +386,7 @@ class ResultSender:
         return ("slab", regions, places)
 
     def _grow(self, length: int) -> _Slab | None:
-        from chute._src.exec.mp.shm import PAGE, create_slab_fd, map_slab, send_fd
+        from chute._src.exec.mp.slabs import PAGE, create_slab_fd, map_slab, send_fd
 
         size = -(-length * self._headroom // PAGE) * PAGE
         size = min(self._grow_to, max(size, 2 * self.slab_bytes))
@@ -495,7 +495,7 @@ class ResultReceiver:
         while True:
             kind, seq, body = pickle.loads(self._conn.recv_bytes())
             if kind == "slab":  # the worker replaced its slab; its fd follows
-                from chute._src.exec.mp.shm import map_slab, recv_fd
+                from chute._src.exec.mp.slabs import map_slab, recv_fd
 
                 fd = recv_fd(self._conn)
                 try:
