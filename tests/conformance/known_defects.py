@@ -172,6 +172,12 @@ def _new3(case: Case) -> bool:
     )
 
 
+def _new7(case: Case) -> bool:
+    """An IterDataset.cache() replayed (a repeat above it) whose counts are compared."""
+    names = _names(case)
+    return case.stats and "cache" in names and "repeat" in names[names.index("cache") :]
+
+
 def _d4_weight_change_reaches_mix_late(env: Any) -> None:
     """A weight change must reach the mixture within the window of the stage above it:
     here `batch_by_tokens(window_size=100)`. Elements past one window after the change
@@ -537,6 +543,25 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 restore=(1, Run(), Run()),
             ),
         ),
+    ),
+    KnownDefect(
+        "new-7",
+        "the stages below an IterDataset.cache() replayed by a repeat counted the source "
+        "read again with 0 workers: the cache rewound its parent to replay from memory, "
+        "which started an interleave's read-ahead threads on the shards again "
+        "(interleave(1 shard of 2).map().cache().repeat(2): source 4 with 0 workers, 2 "
+        "with 1)",
+        frozenset({"stats"}),
+        _new7,
+        (
+            Case(
+                Pipeline(("interleave", 1, 2, 1), (), (("map",), ("cache",), ("repeat", 2))),
+                runs=(Run(workers=0), Run(workers=1)),
+                restore=(0, Run(workers=1), Run(workers=0)),
+                stats=True,
+            ),
+        ),
+        fixed=True,
     ),
 )
 

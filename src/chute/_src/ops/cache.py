@@ -24,7 +24,9 @@ What the main process had cached by itself is copied in when the store is made.
 
 The iterator keeps the elements of its first pass over the parent; a pass that starts
 again from the beginning (a `repeat` after the cache restores it to its start) is served
-from memory without touching the parent. The cache lives in the iterator, never in its
+from memory without touching the parent: the parent is not even restored (that would
+start its read-ahead again, an interleave's or a prefetch's threads reading the source
+for nothing), and the state reports the parent's state the rewind gave. The cache lives in the iterator, never in its
 state: a fresh iterator restored mid-pass continues from the parent's state (the cache
 fills on the next full pass), or, for a state taken while replaying the cache, reads up
 to there from the start.
@@ -278,6 +280,12 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         # Restored from a state served from memory into an iterator without the cache: the
         # rest of the pass is read from the parent, which ends at this state's parent state.
         self._end_state: Any = None
+        # The parent's state when its pass ended (the cache filled).
+        self._parent_end: Any = None
+        # While a pass is served from memory after a rewind to a state of this run (a
+        # `repeat`, a restore): the parent's state as this stage's state reports it. The
+        # parent itself stays where its pass ended, never read.
+        self._parent_at: Any = None
 
     def __next__(self) -> T:
         pos = self._pos
@@ -290,6 +298,8 @@ class _MemoryCacheIterator(DatasetIterator[T]):
             x = next(self._parent)
         except StopIteration:
             self._filled = pos == len(self._cache)
+            if self._filled:
+                self._parent_end = self._parent.get_state()
             raise
         if pos == len(self._cache):
             self._cache.append(x)
@@ -318,18 +328,42 @@ class _MemoryCacheIterator(DatasetIterator[T]):
                 "filled": 1,
                 "parent": self._end_state,
             }
+        parent = self._parent_at if self._parent_at is not None else self._parent.get_state()
         return {
             "stage": self.stage,
             "position": self._pos,
             "filled": int(self._filled),
-            "parent": self._parent.get_state(),
+            "parent": parent,
         }
+
+    def _rewinds_in_memory(self, state: dict[str, Any], filled: int, pos: int) -> bool:
+        """Whether restoring `state` into this filled iterator needs nothing of the parent:
+        the state is this run's own, at the start of the pass (what `repeat` rewinds to) or
+        served from memory, its parent's state one the parent handed out here (the pass's
+        start or end, brought up to date: `_catch_up`). Another parent state is restored
+        into the parent, which checks it."""
+        if not self._filled or (not filled and pos != 0):
+            return False
+        parent = state["parent"]
+        known = [self._start] if not filled else [self._start, self._parent_end]
+        return any(parent == self._parent._catch_up(k) for k in known if k is not None)
 
     def _restore(self, state: Any, path: str) -> None:
         check_state(state, self.stage, {"stage", "position", "filled", "parent"}, path)
         pos = check_int(state, "position", path)
         filled = check_int(state, "filled", path, 0, 1, "1 while the pass is served from memory")
         self._end_state = None
+        if self._rewinds_in_memory(state, filled, pos):
+            if pos > len(self._cache):
+                raise bad_value(
+                    path,
+                    "position",
+                    pos,
+                    f"the stream cached has {len(self._cache)} elements",
+                )
+            self._parent_at, self._pos = state["parent"], pos
+            return
+        self._parent_at = None
         if filled:
             # Served from memory, the parent is not read; its state is still checked.
             self._parent._restore(state["parent"], f"{path}['parent']")
