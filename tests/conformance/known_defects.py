@@ -540,9 +540,13 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(
         "new-6",
         "an IterDataset.cache() above a packer over a mixture: a weight change made after a "
-        "restore, once the mixture had run dry in the uninterrupted run, still draws in the "
-        "restored run (not diagnosed yet; a suspect: the cache's re-read of its pass after "
-        "a restore meets the mixture's end later; long profile, seed 1796673403)",
+        "restore, once the mixture had run dry in the uninterrupted run, still drew in the "
+        "restored run (long profile, seed 1796673403). Two roots: the mixture did not stay "
+        "ended (new weights revived it; a replay from before its end, here the cache's "
+        "re-read of its pass, drew past it: the mixture's state now records its end), and "
+        "a restored cache read its later pass lazily from the parent, so changes made "
+        "during that pass reached the mixture mid-replay instead of at its end (the pass "
+        "is now read whole when it starts)",
         frozenset({"resume"}),
         _new6,
         (
@@ -557,6 +561,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 restore=(1, Run(), Run()),
             ),
         ),
+        fixed=True,
     ),
     KnownDefect(
         "new-8",
