@@ -308,7 +308,9 @@ class TimedIterator(DatasetIterator[Any]):
         # consumer got its latest element) and `tick()` calls.
         self.top: Any = None
         # A reader's: the position it started handing out from (0, or where restored).
-        self._from = inner.handed_out_to() or 0
+        at = inner.handed_out_to()
+        self._reads = at is not None
+        self._from = at or 0
 
     @property
     def inner(self) -> DatasetIterator[Any]:
@@ -346,6 +348,8 @@ class TimedIterator(DatasetIterator[Any]):
             record.add_cpu(wall, c1 - c0, q1 - q0)
         if record.spec is None:
             record.spec = element_spec(x)
+        if self._reads and not record.calls & 1023:
+            self.settle()  # keeps the blocks waiting to be credited few
         top = self.top
         if top is not None:
             top.last_ns = t0 + wall  # the consumer's clock: when it got its latest element
@@ -356,6 +360,8 @@ class TimedIterator(DatasetIterator[Any]):
     def _next_many(self, n: int) -> list[Any]:
         xs, wall, cpu = _timed(self.record, self._inner._next_many, n)
         self.record.add(len(xs), wall, cpu)
+        if self._reads and not self.record.calls & 15:
+            self.settle()
         if self.record.spec is None and xs:
             self.record.spec = element_spec(xs[0])
         return xs
@@ -363,6 +369,8 @@ class TimedIterator(DatasetIterator[Any]):
     def _next_columns(self, n: int) -> list[Any] | Columns:
         xs, wall, cpu = _timed(self.record, self._inner._next_columns, n)
         self.record.add(len(xs), wall, cpu)
+        if self._reads and not self.record.calls & 15:
+            self.settle()
         if self.record.spec is None and xs:
             self.record.spec = element_spec(xs[0])
         return xs
