@@ -246,16 +246,19 @@ class CountingRecords:
     ],
     ids=["interleave", "prefetch"],
 )
-def test_a_pass_from_memory_leaves_the_parent_unread(ahead: Any) -> None:
-    """The passes a `repeat` serves from the memory cache leave the parent where its pass
-    ended: rewinding it would start its read-ahead again (an interleave's threads, a
-    prefetch thread), reading the source once more for nothing. States taken while
-    replaying still restore exactly."""
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_pass_from_the_cache_leaves_the_parent_unread(
+    ahead: Any, on_disk: bool, tmp_path: Path
+) -> None:
+    """The passes a `repeat` serves from the cache leave the parent where its pass ended:
+    rewinding it would start its read-ahead again (an interleave's threads, a prefetch
+    thread), reading the source once more for nothing. States taken while replaying
+    still restore exactly."""
+    path = tmp_path if on_disk else None
     records = CountingRecords(5)
-    ds = ahead(chute.IterDataset.source(records)).cache().repeat(3)
+    ds = ahead(chute.IterDataset.source(records)).cache(path).repeat(3)
     with iter(ds) as it:
         assert list(it) == [*range(5)] * 3
     assert records.read == 5  # closed: read-ahead in flight has finished or stopped
-    assert_equal_output_after_checkpoint(
-        ahead(chute.IterDataset.source(range(5))).cache().repeat(3)
-    )
+    again = ahead(chute.IterDataset.source(range(5))).cache(path).repeat(3)
+    assert_equal_output_after_checkpoint(again)
