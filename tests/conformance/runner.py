@@ -139,8 +139,11 @@ class Driver:
         chute.config.update("py_debug_mode", True)
         try:
             # Debug mode prints an execution summary when the iterator ends: not wanted here.
-            with contextlib.redirect_stderr(io.StringIO()), closing(self.iterator(run)) as it:
-                self.take(it, 0)
+            with contextlib.redirect_stderr(io.StringIO()):
+                with closing(self.iterator(run)) as it:
+                    self.take(it, 0)
+                # Read once closed: the work still in flight then (a read-ahead) has finished
+                # or stopped, so the counts do not depend on when they are read.
                 stats = chute.stats(it)
         finally:
             chute.config.update("py_debug_mode", False)

@@ -226,3 +226,52 @@ def test_labels_survive_an_edit_of_the_script(tmp_path: Path) -> None:
         _, samples = run(functools.partial(ds.batch, 4))
         outputs.append(samples)
     assert outputs[0] == outputs[1] and ("2", "Filter") in outputs[0]
+
+
+def stopping_early(workers: int, threads: int = 0) -> chute.IterDataset[Any]:
+    """A stream that stops early: the reader computes blocks of the MapDataset ahead of
+    the `limit` (growing blocks in process, chunks on threads or in workers)."""
+    mds = chute.MapDataset.range(600).filter(keep).map(double)
+    ds = mds.to_iter_dataset(chute.ReadOptions(num_threads=threads)).limit(25)
+    return ds.mp_prefetch(options(workers))
+
+
+@pytest.mark.parametrize("threads", [0, 4])
+def test_a_stream_that_stops_early_counts_what_the_reader_handed_out(threads: int) -> None:
+    """The stages under `to_iter_dataset` count the reader's positions handed out (25
+    elements kept, from the first 38 positions), not the blocks computed ahead of the
+    limit, whose size depends on the worker count, threads and timing (conformance
+    finding new-1)."""
+    stages = check_same_for_any_worker_count(functools.partial(stopping_early, threads=threads))
+    assert stages == [
+        ("Range", 38),
+        ("Filter", 25),
+        ("Map", 25),
+        ("Prefetch", 25),
+        ("Limit", 25),
+        ("MultiprocessPrefetch", 25),
+    ]
+
+
+def test_a_restored_reader_counts_from_where_it_was_restored() -> None:
+    """Blocks computed ahead of a restore are not counted; the restored run counts what
+    it handed out from the restored position on."""
+    chute.config.update("py_debug_mode", True)
+    try:
+        for workers in WORKERS:
+            it = iter(stopping_early(workers))
+            for _ in range(5):
+                next(it)
+            state = it.get_state()
+            for _ in range(10):
+                next(it)
+            it.set_state(state)
+            rest = list(it)
+            stats = chute.stats(it)
+            it.close()
+            assert len(rest) == 20
+            # 25 handed out from position 0 (15 of them before the restore, 5 again after
+            # it, then 15 more): the Map counts every element handed out.
+            assert dict(produced(stats))["Map"] == 35, (workers, produced(stats))
+    finally:
+        chute.config.update("py_debug_mode", False)

@@ -224,3 +224,41 @@ def test_a_stage_declares_what_decides_its_elements_in_cache_identity(tmp_path: 
 
     assert "_read_options" not in contract.cache_identity(reader(3))
     assert reader(3).cache(tmp_path).directory == reader(0).cache(tmp_path).directory
+
+
+class CountingRecords:
+    """An iterable of `n` records that counts the records read from it (a file's reader)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.read = n, 0
+
+    def __iter__(self) -> Any:
+        for i in range(self.n):
+            self.read += 1
+            yield i
+
+
+@pytest.mark.parametrize(
+    "ahead",
+    [
+        lambda ds: chute.experimental.InterleaveIterDataset([ds], cycle_length=1),
+        lambda ds: ds.prefetch(2),
+    ],
+    ids=["interleave", "prefetch"],
+)
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_pass_from_the_cache_leaves_the_parent_unread(
+    ahead: Any, on_disk: bool, tmp_path: Path
+) -> None:
+    """The passes a `repeat` serves from the cache leave the parent where its pass ended:
+    rewinding it would start its read-ahead again (an interleave's threads, a prefetch
+    thread), reading the source once more for nothing. States taken while replaying
+    still restore exactly."""
+    path = tmp_path if on_disk else None
+    records = CountingRecords(5)
+    ds = ahead(chute.IterDataset.source(records)).cache(path).repeat(3)
+    with iter(ds) as it:
+        assert list(it) == [*range(5)] * 3
+    assert records.read == 5  # closed: read-ahead in flight has finished or stopped
+    again = ahead(chute.IterDataset.source(range(5))).cache(path).repeat(3)
+    assert_equal_output_after_checkpoint(again)

@@ -290,3 +290,52 @@ def test_a_change_after_a_restore_lands_where_it_landed_in_the_uninterrupted_run
         again = iter(build())
         again.set_state(state)
         assert_trees_equal(run(again, restore_at, change_at), expected)
+
+
+def _ran_dry() -> chute.IterDataset[Any]:
+    """A mixture whose input "a" (3 elements) runs out at position 6, cached and repeated:
+    the second pass is the first again."""
+    a = _tagged(0, 3).to_iter_dataset()
+    b = _tagged(1, 50).to_iter_dataset()
+    return chute.IterDataset.mix({"a": a, "b": b}, {"a": 1.0, "b": 1.0}).cache().repeat(2)
+
+
+def _drain_changing_at(it: Any, step: int, change_at: int) -> list[Any]:
+    out = []
+    while True:
+        if step == change_at:
+            set_mix_weights(it, {"a": 0.0, "b": 1.0})
+        try:
+            out.append(next(it))
+        except StopIteration:
+            return out
+        step += 1
+
+
+def test_a_mixture_that_ran_dry_stays_ended_after_new_weights() -> None:
+    """An input ran out: the mixture has ended (Python's iterator protocol), and weights
+    given after do not revive it, in the run or in a replay from before its end (here the
+    cache's second pass, read again by a restored iterator that lacks the first pass's
+    start). Before, the restored run drew 44 more elements of "b" than the uninterrupted
+    one (conformance finding new-6)."""
+    a = _tagged(0, 3).to_iter_dataset()
+    b = _tagged(1, 50).to_iter_dataset()
+    it = iter(chute.IterDataset.mix({"a": a, "b": b}, {"a": 1.0, "b": 1.0}))
+    assert len(list(it)) == 6
+    set_mix_weights(it, {"a": 0.0, "b": 1.0})
+    with pytest.raises(StopIteration):
+        next(it)
+
+    # Step 6 met the end of the first pass (and of the mixture); the change at step 7 is
+    # made in the second pass, which the cache serves from memory.
+    whole = _drain_changing_at(iter(_ran_dry()), 0, change_at=7)
+    assert len(whole) == 12 and whole[6:] == whole[:6]
+    for k in range(8):
+        it = iter(_ran_dry())
+        head = [next(it) for _ in range(k)]
+        state = json.loads(json.dumps(it.get_state()))
+        own = _drain_changing_at(it, k, change_at=7)
+        again = iter(_ran_dry())
+        again.set_state(state)
+        assert head + own == whole
+        assert _drain_changing_at(again, k, change_at=7) == own, k

@@ -313,6 +313,11 @@ class DatasetIterator(Iterator[T], Generic[T], abc.ABC):
         compute ahead; None for the others."""
         return None
 
+    def handed_out_to(self) -> int | None:
+        """A reader's position in its computed dataset (`computed_dataset()`): the elements
+        before it have been handed out (or passed over, filtered); None for other stages."""
+        return None
+
     def tuning(self) -> Tuning | None:
         """What `chute.AUTOTUNE` chose for this stage's iterator so far, and why (a
         `Tuning`: its current values and its decisions); None when nothing is tuned."""
@@ -537,6 +542,9 @@ class ThreadGuardedIterator(DatasetIterator[T]):
 
     def buffer_info(self) -> tuple[int, int] | None:
         return self._parent.buffer_info()
+
+    def handed_out_to(self) -> int | None:
+        return self._parent.handed_out_to()
 
     def tuning(self) -> Tuning | None:
         return self._parent.tuning()

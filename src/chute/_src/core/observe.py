@@ -14,7 +14,8 @@ which it does once per iterator created, never per element:
   over (`make()` builds the engine's);
 - `map_chain(ds)`: a `to_iter_dataset` reader reads an equivalent of its MapDataset (same
   elements, same fingerprint), in this process or, pickled, in `mp_prefetch`'s workers;
-- `shard(ds)`: `mp_prefetch`'s workers read an equivalent of a stream's shard.
+- `shard(ds)`: `mp_prefetch`'s workers read an equivalent of a stream's shard, and
+  `stream_chain(ds)` of the stages moved above it.
 
 In worker processes no option is set: unpickling the chains made by `map_chain` (or the
 shards made by `shard`) imports the observer's module, which installs it. Each worker
@@ -54,6 +55,12 @@ class PipelineObserver(abc.ABC):
     def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
         """What a reader reads instead of `ds`: same elements, same fingerprint, picklable
         (it may be sent to worker processes)."""
+
+    def stream_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
+        """The same as `map_chain` for stages applied to a stream's elements where they
+        are read, not by a reader (a shard's moved stages in a worker). The default:
+        `map_chain(ds)`."""
+        return self.map_chain(ds)
 
     def shard(self, ds: IterDataset[Any]) -> IterDataset[Any]:
         """What a worker reads instead of shard `ds` of a stream (`mp_prefetch`): the same

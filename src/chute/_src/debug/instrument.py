@@ -50,6 +50,7 @@ from chute._src.core.contract import StageRole
 from chute._src.core.dataset import IterDataset, MapDataset, rewrite, walk
 from chute._src.core.iterator import DatasetIterator, walk_iterators
 from chute._src.core.machine import thread_times_ns
+from chute._src.debug import handout
 from chute._src.debug.records import StageRecord
 
 _get_ident = threading.get_ident
@@ -130,9 +131,12 @@ class _TimedMapDataset(MapDataset[Any]):
 
     _role = StageRole.PASS_THROUGH
 
-    def __init__(self, inner: MapDataset[Any], record: StageRecord) -> None:
+    def __init__(self, inner: MapDataset[Any], record: StageRecord, read: bool = True) -> None:
         super().__init__([inner])
         self.record = record
+        # Read by a `to_iter_dataset` reader: its elements count as the reader hands them
+        # out (`handout.py`); else (a shard's moved stages) as they are computed.
+        self.read = read
 
     @property
     def inner(self) -> MapDataset[Any]:
@@ -146,15 +150,30 @@ class _TimedMapDataset(MapDataset[Any]):
         return len(self.inner)
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
-        out, wall, cpu = _timed(self.record, self._parents[0]._getitems, indices)
-        # What the node produced: a filter's rejects (None, holes in the index space) are
-        # not elements, as they are not for the same filter run on the stream.
-        self.record.add(len(out) - sum(map(operator.is_, out, _NONES)), wall, cpu)
+        if not self.read:
+            out, wall, cpu = _timed(self.record, self._parents[0]._getitems, indices)
+            self.record.add(len(out) - sum(map(operator.is_, out, _NONES)), wall, cpu)
+            self._note_spec(out)
+            return out
+        call, outermost = handout.enter(self.record, len(indices))
+        produced = None
+        try:
+            out, wall, cpu = _timed(self.record, self._parents[0]._getitems, indices)
+            # What the node produced: a filter's rejects (None, holes in the index space)
+            # are not elements, as they are not for the same filter run on the stream.
+            produced = np.fromiter(map(operator.is_not, out, _NONES), bool, len(out))
+        finally:
+            handout.leave(call, produced, indices, outermost)
+        # Counted as the reader hands the elements out (`handout.py`), not when computed.
+        self.record.add(int(produced.sum()), wall, cpu, counted=False)
+        self._note_spec(out)
+        return out
+
+    def _note_spec(self, out: list[Any]) -> None:
         if self.record.spec is None:
             first = next((x for x in out if x is not None), None)
             if first is not None:
                 self.record.spec = element_spec(first)
-        return out
 
     def __repr__(self) -> str:
         return repr(self.inner)
@@ -199,10 +218,10 @@ def _map_record(node: MapDataset[Any], original: MapDataset[Any], inputs: list[i
     return record
 
 
-def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
+def timed_map_chain(ds: MapDataset[Any], read: bool = True) -> MapDataset[Any]:
     """A copy of `ds` with every node timed; same elements, same fingerprint. Each node of
     `ds` is noted as timed by its record (`records_of`), for the stand-ins of moved
-    stages."""
+    stages. `read`: read by a reader, whose hand-outs count its elements."""
     originals = iter(walk(ds))  # `rewrite` hands the nodes over in the walk's order
 
     def timed(node: MapDataset[Any]) -> MapDataset[Any]:
@@ -211,7 +230,7 @@ def timed_map_chain(ds: MapDataset[Any]) -> MapDataset[Any]:
         record = _map_record(node, original, inputs)
         if type(original) is type(node):
             _note_timed(original, [record])
-        return _TimedMapDataset(node, record)
+        return _TimedMapDataset(node, record, read)
 
     return rewrite(ds, timed)
 
@@ -288,6 +307,10 @@ class TimedIterator(DatasetIterator[Any]):
         # Set on the outermost proxy: what prints summaries; it gets `last_ns` (when the
         # consumer got its latest element) and `tick()` calls.
         self.top: Any = None
+        # A reader's: the position it started handing out from (0, or where restored).
+        at = inner.handed_out_to()
+        self._reads = at is not None
+        self._from = at or 0
 
     @property
     def inner(self) -> DatasetIterator[Any]:
@@ -325,6 +348,8 @@ class TimedIterator(DatasetIterator[Any]):
             record.add_cpu(wall, c1 - c0, q1 - q0)
         if record.spec is None:
             record.spec = element_spec(x)
+        if self._reads and not record.calls & 1023:
+            self.settle()  # keeps the blocks waiting to be credited few
         top = self.top
         if top is not None:
             top.last_ns = t0 + wall  # the consumer's clock: when it got its latest element
@@ -335,6 +360,8 @@ class TimedIterator(DatasetIterator[Any]):
     def _next_many(self, n: int) -> list[Any]:
         xs, wall, cpu = _timed(self.record, self._inner._next_many, n)
         self.record.add(len(xs), wall, cpu)
+        if self._reads and not self.record.calls & 15:
+            self.settle()
         if self.record.spec is None and xs:
             self.record.spec = element_spec(xs[0])
         return xs
@@ -342,6 +369,8 @@ class TimedIterator(DatasetIterator[Any]):
     def _next_columns(self, n: int) -> list[Any] | Columns:
         xs, wall, cpu = _timed(self.record, self._inner._next_columns, n)
         self.record.add(len(xs), wall, cpu)
+        if self._reads and not self.record.calls & 15:
+            self.settle()
         if self.record.spec is None and xs:
             self.record.spec = element_spec(xs[0])
         return xs
@@ -350,15 +379,40 @@ class TimedIterator(DatasetIterator[Any]):
         return self._inner.get_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self._inner.set_state(state)
+        self.settle()
+        try:
+            self._inner.set_state(state)
+        finally:
+            self._restarted()
 
     def _restore(self, state: Any, path: str) -> None:
-        self._inner._restore(state, path)
+        self.settle()
+        try:
+            self._inner._restore(state, path)
+        finally:
+            self._restarted()
+
+    def settle(self) -> None:
+        """A reader's: credits its chain's elements handed out so far (`handout.py`)."""
+        at = self._inner.handed_out_to()
+        if at is not None:
+            handout.settle(map_records(self._inner.computed_dataset()), self._from, at)
+
+    def _restarted(self) -> None:
+        """After a restore: what the chain computed ahead is not handed out from here."""
+        at = self._inner.handed_out_to()
+        if at is not None:
+            handout.drop(map_records(self._inner.computed_dataset()))
+            self._from = at
+
+    def handed_out_to(self) -> int | None:
+        return self._inner.handed_out_to()
 
     def start_prefetch(self) -> None:
         self._inner.start_prefetch()
 
     def close(self) -> None:
+        self.settle()
         if self.top is not None:
             self.top.finished()
         self._inner.close()
@@ -452,6 +506,7 @@ def stage_records(
     out: dict[int, tuple[StageRecord, DatasetIterator[Any] | None]] = {}
     for it in walk_iterators(top):
         if isinstance(it, TimedIterator):
+            it.settle()
             out[it.record.id] = (it.record, it.inner)
             for r in it.record.stands_for or ():
                 out.setdefault(r.id, (r, None))
@@ -489,6 +544,9 @@ class DebugObserver(observe.PipelineObserver):
     def map_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
         return timed_map_chain(ds)
 
+    def stream_chain(self, ds: MapDataset[Any]) -> MapDataset[Any]:
+        return timed_map_chain(ds, read=False)
+
     def shard(self, ds: IterDataset[Any]) -> IterDataset[Any]:
         return _TimedShard(ds)
 
@@ -496,6 +554,8 @@ class DebugObserver(observe.PipelineObserver):
         records = [r for leaf in leaves for r in map_records(leaf)]
         if not records:
             return None
+        for r in records:  # blocks the main process computed before the chain was sent
+            r.blocks = []
         ensure_sampler()  # debug mode: sample the GIL in the worker too
 
         def take() -> list[Any]:
@@ -509,8 +569,9 @@ class DebugObserver(observe.PipelineObserver):
             return None
 
         def merge(deltas: list[Any]) -> None:
-            for delta in deltas:
-                by_id[delta[0]].merge(delta)
+            with handout.lock:
+                for delta in deltas:
+                    by_id[delta[0]].merge(delta)
 
         return merge
 

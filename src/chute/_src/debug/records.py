@@ -21,6 +21,7 @@ class StageRecord:
     """Figures of one stage, accumulated where it runs (picklable, merged from workers)."""
 
     __slots__ = (
+        "blocks",
         "boundary",
         "calls",
         "cpu_ns",
@@ -74,12 +75,17 @@ class StageRecord:
         self.min_ns = 1 << 62
         self.max_ns = 0
         self.samples = self.gil_busy = 0
+        # A stage under a reader: its elements of the blocks computed for the reader, not
+        # yet handed out (`handout.py`), counted in `elements` as the reader hands them out.
+        self.blocks: list[Any] = []
 
-    def add(self, n: int, wall_ns: int, cpu: tuple[int, int] | None) -> None:
+    def add(self, n: int, wall_ns: int, cpu: tuple[int, int] | None, counted: bool = True) -> None:
         """One call that produced `n` elements; `cpu` (on a CPU, queued for one) in ns, or
-        None when it was not read."""
+        None when it was not read. `counted=False`: the elements are counted later, as
+        they are handed out (`blocks`)."""
         self.calls += 1
-        self.elements += n
+        if counted:
+            self.elements += n
         self.wall_ns += wall_ns
         if cpu is not None:
             self.add_cpu(wall_ns, *cpu)
@@ -101,7 +107,9 @@ class StageRecord:
         delta = (
             self.id, self.calls, self.elements, self.wall_ns, self.cpu_ns, self.cpu_wall_ns,
             self.min_ns, self.max_ns, self.samples, self.gil_busy, self.spec, self.queued_ns,
+            self.blocks,
         )  # fmt: skip
+        self.blocks = []
         self.calls = self.elements = self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
         self.queued_ns = 0
         self.samples = self.gil_busy = 0
@@ -117,7 +125,8 @@ class StageRecord:
         return self.queued_ns / self.cpu_wall_ns * self.wall_ns if self.cpu_wall_ns else 0.0
 
     def merge(self, delta: tuple[Any, ...]) -> None:
-        _, calls, elements, wall, cpu, cpu_wall, lo, hi, samples, busy, spec, queued = delta
+        _, calls, elements, wall, cpu, cpu_wall, lo, hi, samples, busy, spec, queued = delta[:12]
+        self.blocks.extend(delta[12])
         self.calls += calls
         self.queued_ns += queued
         self.elements += elements

@@ -287,6 +287,9 @@ class PrefetchDatasetIterator(DatasetIterator[T]):
     def computed_dataset(self) -> MapDataset[Any]:
         return self._executor.ds
 
+    def handed_out_to(self) -> int:
+        return self._buf_start + self._pos
+
     def buffer_info(self) -> tuple[int, int]:
         buf, pos = self._buf, self._pos
         if isinstance(buf, Columns):

@@ -24,10 +24,15 @@ What the main process had cached by itself is copied in when the store is made.
 
 The iterator keeps the elements of its first pass over the parent; a pass that starts
 again from the beginning (a `repeat` after the cache restores it to its start) is served
-from memory without touching the parent. The cache lives in the iterator, never in its
-state: a fresh iterator restored mid-pass continues from the parent's state (the cache
-fills on the next full pass), or, for a state taken while replaying the cache, reads up
-to there from the start.
+from memory without touching the parent: the parent is not even restored (that would
+start its read-ahead again, an interleave's or a prefetch's threads reading the source
+for nothing), and the state reports the parent's state the rewind gave. The cache
+lives in the iterator, never in its state: a fresh iterator restored mid-pass continues
+from the parent's state, and reads the pass whole again from the parent's start when the
+next pass begins; restored into a pass served from memory, it reads the pass whole at
+once. Either way later passes come from memory, and the parent stands at its end during
+them, as in the run that kept the first pass (a weight change made then reaches a
+mixture below where it reached it there).
 """
 
 from __future__ import annotations
@@ -217,9 +222,13 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         self._cache: list[T] = []
         self._filled = False
         self._pos = 0
-        # Restored from a state served from memory into an iterator without the cache: the
-        # rest of the pass is read from the parent, which ends at this state's parent state.
-        self._end_state: Any = None
+        self._met_end = False  # the parent has ended a pass (with a gap or not)
+        # The parent's state when its pass ended (the cache filled).
+        self._parent_end: Any = None
+        # While a pass is served from memory after a rewind to a state of this run (a
+        # `repeat`, a restore): the parent's state as this stage's state reports it. The
+        # parent itself stays where its pass ended, never read.
+        self._parent_at: Any = None
 
     def __next__(self) -> T:
         pos = self._pos
@@ -231,7 +240,10 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         try:
             x = next(self._parent)
         except StopIteration:
+            self._met_end = True
             self._filled = pos == len(self._cache)
+            if self._filled:
+                self._parent_end = self._parent.get_state()
             raise
         if pos == len(self._cache):
             self._cache.append(x)
@@ -252,30 +264,31 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         return out
 
     def get_state(self) -> dict[str, Any]:
-        if self._end_state is not None and not self._filled:
-            # As the state of a run that had the cache: served from memory, parent at its end.
-            return {
-                "stage": self.stage,
-                "position": self._pos,
-                "filled": 1,
-                "parent": self._end_state,
-            }
+        parent = self._parent_at if self._parent_at is not None else self._parent.get_state()
         return {
             "stage": self.stage,
             "position": self._pos,
             "filled": int(self._filled),
-            "parent": self._parent.get_state(),
+            "parent": parent,
         }
+
+    def _rewinds_in_memory(self, state: dict[str, Any], filled: int, pos: int) -> bool:
+        """Whether restoring `state` into this filled iterator needs nothing of the parent:
+        the state is this run's own, at the start of the pass (what `repeat` rewinds to) or
+        served from memory, its parent's state one the parent handed out here (the pass's
+        start or end, brought up to date: `_catch_up`). Another parent state is restored
+        into the parent, which checks it."""
+        if not self._filled or (not filled and pos != 0):
+            return False
+        parent = state["parent"]
+        known = [self._start] if not filled else [self._start, self._parent_end]
+        return any(parent == self._parent._catch_up(k) for k in known if k is not None)
 
     def _restore(self, state: Any, path: str) -> None:
         check_state(state, self.stage, {"stage", "position", "filled", "parent"}, path)
         pos = check_int(state, "position", path)
         filled = check_int(state, "filled", path, 0, 1, "1 while the pass is served from memory")
-        self._end_state = None
-        if filled:
-            # Served from memory, the parent is not read; its state is still checked.
-            self._parent._restore(state["parent"], f"{path}['parent']")
-        if filled and self._filled:
+        if self._rewinds_in_memory(state, filled, pos):
             if pos > len(self._cache):
                 raise bad_value(
                     path,
@@ -283,30 +296,45 @@ class _MemoryCacheIterator(DatasetIterator[T]):
                     pos,
                     f"the stream cached has {len(self._cache)} elements",
                 )
-            self._pos = pos
+            self._parent_at, self._pos = state["parent"], pos
             return
-        if not filled:
+        self._parent_at = None
+        later_pass = not filled and pos == 0 and self._met_end and not self._filled
+        if not filled and not later_pass:
             # The parent continues from there; the cache grows again once a pass from the
             # start reaches its end (a restored pass with a gap does not fill it).
             self._parent._restore(state["parent"], f"{path}['parent']")
             check_pass_position(self, state, self._start, pos, path)
             self._pos = pos
             return
-        # A state taken while replaying a cache this iterator does not have: read up to
-        # there from the start (filling the cache on the way).
+        # Served from memory. The parent's state is still checked, and brings the history
+        # it records (a mixture's weight changes) into the parent.
+        self._parent._restore(state["parent"], f"{path}['parent']")
+        if not self._filled:
+            # A pass this iterator does not hold (restored after the first pass began, or
+            # into a replay): read whole now, so the parent ends where it ended in the run
+            # that kept the first pass, before anything is changed during this pass.
+            self._read_pass(path)
+            self._parent_at = state["parent"]
+        if pos > len(self._cache):
+            raise bad_value(
+                path,
+                "position",
+                pos,
+                f"the stream cached has {len(self._cache)} elements",
+            )
+        self._pos = pos
+
+    def _read_pass(self, path: str) -> None:
+        """Reads the whole pass from the parent's start into memory."""
         self._parent._restore(self._parent._catch_up(self._start), f"{path}['parent']")
-        self._pos = 0
-        while self._pos < pos:
+        self._cache, self._filled, self._pos = [], False, 0
+        while not self._filled:
             try:
                 self.__next__()
             except StopIteration:
-                raise bad_value(
-                    path,
-                    "position",
-                    pos,
-                    f"the stream cached has {self._pos} elements (found by reading it again)",
-                ) from None
-        self._end_state = state["parent"]
+                self._filled = True
+                self._parent_end = self._parent.get_state()
 
 
 def check_pass_position(

@@ -22,7 +22,10 @@ not written to either: the pipeline runs uncached, with a warning.
 
 State: the position in the stream, whether it was being read from the cache, and the
 parent's state; a state taken while reading the cache restores into a process where the
-cache exists by position alone.
+cache exists by position alone. A pass read from the cache after a `repeat` rewound it
+leaves the parent where it was (restoring it would start its read-ahead again, an
+interleave's or a prefetch's threads reading the source for nothing); the state reports
+the parent's state the rewind gave.
 """
 
 from __future__ import annotations
@@ -217,6 +220,10 @@ class _DiskCacheIterator(DatasetIterator[T]):
         # Restored from a state that read the parent, now served from the cache: the parent
         # is at this position until the next element (so the state restored is given back).
         self._parent_at: int | None = None
+        # Rewound to the pass's start (a `repeat`) while the cache serves it: the parent's
+        # state as the state reports it; the parent stays where it was, never read (its
+        # restore would start its read-ahead again: an interleave's or a prefetch's threads).
+        self._parent_state: Any = None
 
     def _open_cache(self) -> bool:
         """Opens the cache if it is there and passes every check (see the module doc)."""
@@ -355,7 +362,9 @@ class _DiskCacheIterator(DatasetIterator[T]):
             "stage": self.stage,
             "position": self._pos,
             "from_cache": from_cache,
-            "parent": self._parent.get_state(),
+            "parent": (
+                self._parent_state if self._parent_state is not None else self._parent.get_state()
+            ),
         }
 
     def _restore(self, state: Any, path: str) -> None:
@@ -365,10 +374,15 @@ class _DiskCacheIterator(DatasetIterator[T]):
         if self._open_cache() and pos > self._len:
             raise bad_value(path, "position", pos, f"the cache holds {self._len} elements")
         self._abort()
-        self._parent_at = None
+        self._parent_at = self._parent_state = None
         if self._open_cache():
-            # Served from the cache, the parent is not read; its state is still checked.
-            self._parent._restore(state["parent"], f"{path}['parent']")
+            # Served from the cache, the parent is not read. The pass's start in this run
+            # (what a repeat rewinds to) is only reported; another state is restored into
+            # the parent, which checks it.
+            if state["parent"] == self._parent._catch_up(self._start):
+                self._parent_state = state["parent"]
+            else:
+                self._parent._restore(state["parent"], f"{path}['parent']")
             self._may_write = False
             self._pos = pos
             self._parent_at = None if from_cache else pos

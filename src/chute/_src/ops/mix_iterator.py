@@ -7,6 +7,14 @@ position). Weights given between steps (`set_weights`) are recorded by the posit
 are made at (`mix_schedule.ChangeLog`): the state carries that schedule (`"changes"`) and
 the weights in force at its position (`"weights"`), so a replay from an earlier position
 (a window, a prefetch buffer, an epoch's start) makes each change where it was made.
+
+A mixture that has ended (an input ran out) stays ended, as Python's iterator protocol
+asks: weights given after its end do not revive it. The end is history too: the state
+records the position it ended at (`"ended"`), brought into older states as the changes
+are, so a replay from an earlier position ends there as the run did, whatever was
+changed after (an `IterDataset.cache()` that reads its pass again, a packer's window); it
+is in the state once a change was made at or after it. A change made before that position
+(a replay not there yet) rewrites what follows it, the end included.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import numpy as np
 
 from chute._src.core.errors import CheckpointError
 from chute._src.core.iterator import (
+    MAX_POSITION,
     DatasetIterator,
     bad_value,
     check_int,
@@ -51,6 +60,7 @@ class MixIterator(DatasetIterator[Any]):
         self._lock = threading.RLock()  # reentrant: a function drawn from may set weights
         self._initial = [p.get_state() for p in parents]
         self._index = 0
+        self._ended = NEVER  # the position it ended at (an input ran out), or NEVER
 
     def _schedule_for_every_step(self) -> Schedule | None:
         """The schedule in force whatever the step (weights set, or fixed ones), or None
@@ -80,6 +90,8 @@ class MixIterator(DatasetIterator[Any]):
             self._log.record(self._index, recorded)
             self._make(recorded)
             self._due = NEVER  # later changes the log held are replaced by this one
+            if self._index < self._ended:  # so is a later end (a replay not there yet)
+                self._ended = NEVER
 
     def weight_changes(self) -> tuple[list[tuple[int, Any]], int]:
         """The weights given at run time, each with the position from which it holds, and
@@ -122,22 +134,28 @@ class MixIterator(DatasetIterator[Any]):
     def __next__(self) -> Any:
         with self._lock:
             k = self._index
+            if k >= self._ended:
+                raise StopIteration
             if k == self._due:
                 self._make_due()
             schedule = self._fixed
             if schedule is None:
                 schedule = self._weights.at_step(k // self._weights.step_size)
-            x = next(self._parents[int(schedule.which[k % schedule.period])])
+            try:
+                x = next(self._parents[int(schedule.which[k % schedule.period])])
+            except StopIteration:
+                self._ended = k
+                raise
             self._index = k + 1
             return x
 
     def _next_many(self, n: int) -> list[Any]:
         out: list[Any] = []
         with self._lock:
-            while n > 0:
+            while n > 0 and self._index < self._ended:
                 if self._index == self._due:
                     self._make_due()
-                m = min(n, self._due - self._index)
+                m = min(n, self._due - self._index, self._ended - self._index)
                 got = self._draw(m)
                 out.extend(got)
                 if len(got) < m:
@@ -158,6 +176,8 @@ class MixIterator(DatasetIterator[Any]):
             if len(got) < len(slots):
                 end = min(end, int(slots[len(got)]))
         self._index += end
+        if end < n:
+            self._ended = self._index
         return out[:end]
 
     def get_state(self) -> dict[str, Any]:
@@ -169,7 +189,16 @@ class MixIterator(DatasetIterator[Any]):
                 state["weights"] = copy.copy(self._set[0])
             if self._log:
                 state["changes"] = self._log.as_state()
+            if self._end_is_history():
+                state["ended"] = self._ended
             return state
+
+    def _end_is_history(self) -> bool:
+        """Whether a replay needs to be told where the mixture ended: a change was made
+        at or after its end (without one, a replay ends there by itself; and a state
+        keeps its shape until weights are set)."""
+        log = self._log
+        return self._ended != NEVER and bool(log) and log.positions[-1] >= self._ended
 
     def _catch_up(self, state: Any) -> Any:
         index = int_at(state, "index")
@@ -190,9 +219,11 @@ class MixIterator(DatasetIterator[Any]):
             if any(named[n] is not parents[n] for n in named):
                 out = {**state, "parents": {**parents, **named}}
         with self._lock:
-            if not self._log and "changes" not in state:
-                return out
-            return self._log.catch_up(out, index)
+            if self._log or "changes" in state:
+                out = self._log.catch_up(out, index)
+            if self._end_is_history() and index <= self._ended and "ended" not in out:
+                out = {**out, "ended": self._ended}  # where a replay from there ends
+            return out
 
     def _count_at(self, state: Any) -> int | None:
         return int_at(state, "index")
@@ -200,9 +231,19 @@ class MixIterator(DatasetIterator[Any]):
     def _restore(self, state: Any, path: str) -> None:
         keys = {"stage", "index", "parents"}
         if isinstance(state, dict):
-            keys |= {"weights", "changes"} & set(state)
+            keys |= {"weights", "changes", "ended"} & set(state)
         check_state(state, self.stage, keys, path)
         index = check_int(state, "index", path)
+        ended = NEVER
+        if "ended" in state:
+            ended = check_int(
+                state,
+                "ended",
+                path,
+                index,
+                MAX_POSITION,
+                "where the mixture ended, at or after 'index'",
+            )
         chosen = self._weights_of(state, path)
         log = ChangeLog()
         if "changes" in state:
@@ -253,6 +294,7 @@ class MixIterator(DatasetIterator[Any]):
             self._fixed = self._schedule_for_every_step()
             self._log = log
             self._due = log.due_after(index)
+            self._ended = ended
 
     def _check_weights(self, recorded: Any, where: str) -> None:
         try:

@@ -85,7 +85,7 @@ class ShardStream:
     """What the workers receive for one merge: its shards and the stages moved above them.
 
     `moved`: each moved stage as the workers run it (its MapDataset form), bottom first.
-    In debug mode the observer's copies (`observe.py`: `shard`, `map_chain`) are sent, so
+    In debug mode the observer's copies (`observe.py`: `shard`, `stream_chain`) are sent, so
     the workers time the shards and the moved stages; `observed()` lists them."""
 
     def __init__(self, shards: list[IterDataset[Any]], moved: list[Any]) -> None:
@@ -101,7 +101,7 @@ class ShardStream:
         if observer is not None:
             self.shards = [observer.shard(shard) for shard in shards]
             if self.chain is not None:
-                self.chain = observer.map_chain(self.chain)
+                self.chain = observer.stream_chain(self.chain)
 
     def observed(self) -> list[Any]:
         """The shards and the chain of moved stages, as the observer's figures come from."""
