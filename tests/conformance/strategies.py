@@ -240,17 +240,24 @@ def map_flat_map(p: Pipeline | Loader) -> bool:
 
 
 @st.composite
-def loader_cases(draw: st.DrawFn, workers: list[int]) -> Case:
+def loader_cases(draw: st.DrawFn, workers: list[int], must: str | None = None) -> Case:
+    """A DataLoader: up to three element-wise operations, then `Batch`,
+    `PackAndBatchOperation` or neither; with `must` (a name of `LOADER_OPS`), one that has
+    that operation."""
     ops: list[tuple[Any, ...]] = []
-    for _ in range(draw(st.integers(0, 3))):
-        name = draw(st.sampled_from(["map", "random_map", "filter", "flat_map"]))
+    names = [draw(st.sampled_from(["map", "random_map", "filter", "flat_map"]))
+             for _ in range(draw(st.integers(0, 3)))]  # fmt: skip
+    if must is not None and must not in ("batch", "pack_and_batch"):
+        names.insert(draw(st.integers(0, len(names))), must)
+    for name in names:
         if name == "filter":
             ops.append((name, draw(st.integers(2, 5))))
         elif name == "flat_map":
             ops.append((name, draw(st.integers(1, 3))))
         else:
             ops.append((name,))
-    last = draw(st.sampled_from(["none", "batch", "pack_and_batch"]))
+    last = must if must in ("batch", "pack_and_batch") else None
+    last = last or draw(st.sampled_from(["none", "batch", "pack_and_batch"]))
     if last == "batch":
         ops.append(("batch", draw(st.integers(1, 5)), draw(st.booleans())))
     elif last == "pack_and_batch":
