@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 import chute
+from chute.experimental import FlatMapTransform
+from chute.transforms import DatasetSelectionMap
 
 # -- element functions ------------------------------------------------------------------------
 
@@ -113,6 +115,53 @@ def shard_reader(k: int, n: int) -> Any:
     return functools.partial(read_shard, k, n)
 
 
+def parts_of(record_id: int, k: int) -> int:
+    """How many parts the drawn flat map (`SplitInto(k)`) makes of a record: 0 to `k`."""
+    return int(record_id) % (k + 1)
+
+
+class SplitInto(FlatMapTransform):
+    """The drawn flat map: an element (a record, a batch or a packed row) becomes
+    `parts_of(first id, k)` copies, part `j` with `j` added to `"v"`; every part keeps the
+    element's `"id"`, so the suite still counts each record (0 parts drops it). With
+    `bounded=False`, `max_fan_out` is None (no limit, `FlatMapIterDataset` only)."""
+
+    max_fan_out: int | None
+
+    def __init__(self, k: int, bounded: bool = True) -> None:
+        self.k = k
+        self.max_fan_out = k if bounded else None
+
+    def flat_map(self, element: Any) -> list[Any]:
+        return [
+            {**element, "v": element["v"] + j} for j in range(parts_of(first_id(element), self.k))
+        ]
+
+    def __repr__(self) -> str:
+        return f"split_into({self.k}, max_fan_out={self.max_fan_out})"
+
+
+def selection(n1: int, n2: int, seed: int, length: int) -> list[tuple[int, int]]:
+    """The first `length` pairs of a seeded permutation of every (dataset, index) of two
+    datasets of `n1` and `n2` records: each record at most once."""
+    pairs = [(0, i) for i in range(n1)] + [(1, i) for i in range(n2)]
+    order = np.random.default_rng(seed).permutation(len(pairs))
+    return [pairs[int(k)] for k in order[:length]]
+
+
+class Selection(DatasetSelectionMap):
+    """The drawn `MapDataset.select_from_datasets` map (`selection(...)`)."""
+
+    def __init__(self, n1: int, n2: int, seed: int, length: int) -> None:
+        self._pairs = selection(n1, n2, seed, length)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return self._pairs[index]
+
+
 def parse_jsonl(line: bytes) -> dict[str, Any]:
     import json
 
@@ -131,6 +180,13 @@ class AddOne(chute.MapTransform):
 class Jitter(chute.RandomMapTransform):
     def random_map(self, element: Any, rng: np.random.Generator) -> Any:
         return jitter(element, rng)
+
+
+class AsSequence(chute.MapTransform):
+    """A record as a sequence, before the DataLoader's `PackAndBatchOperation`."""
+
+    def map(self, element: Any) -> Any:
+        return as_sequence(element)
 
 
 class KeepNotMultiple(chute.FilterTransform):

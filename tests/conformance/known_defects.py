@@ -190,6 +190,16 @@ def _new8(case: Case) -> bool:
     return split or ahead
 
 
+def _new9(case: Case) -> bool:
+    """A MapDataset flat map (a DataLoader's flat map is one) whose counts are compared."""
+    if not case.stats:
+        return False
+    if isinstance(case.pipeline, Loader):
+        return any(o[0] == "flat_map" for o in case.pipeline.ops)
+    p = _p(case)
+    return bool(p and any(o[0] == "flat_map" for o in p.map_ops))
+
+
 def _d4_weight_change_reaches_mix_late(env: Any) -> None:
     """A weight change must reach the mixture within the window of the stage above it:
     here `batch_by_tokens(window_size=100)`. Elements past one window after the change
@@ -584,6 +594,25 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 runs=(Run(), Run(1)),
                 stats=True,
             ),
+        ),
+    ),
+    KnownDefect(
+        "new-9",
+        "a MapDataset flat map's parent counts an element it reads again as produced again: "
+        "FlatMapMapDataset reads each parent element once per block of positions asked "
+        "for, so an element whose parts fall in two blocks is read (and counted) twice, "
+        "and where blocks split depends on the workers and on timing (range(10) with a "
+        "flat map into 2 parts: the source reports 11 or 12 with 0 workers, 14 with 2; "
+        "the output is right)",
+        frozenset({"stats"}),
+        _new9,
+        (
+            Case(
+                Pipeline(("range", 10), (("flat_map", 2),), (("mp", False),)),
+                runs=(Run(), Run(2)),
+                stats=True,
+            ),
+            Case(Loader(10, False, 1, 1, (("flat_map", 2),)), runs=(Run(), Run(2)), stats=True),
         ),
     ),
     KnownDefect(

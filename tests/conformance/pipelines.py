@@ -28,15 +28,21 @@ from conformance import fns
 Op = tuple[Any, ...]
 
 # Sources: random access (a MapDataset, then `to_iter_dataset`) or a stream.
-MAP_SOURCES = ("range", "list", "user", "mix_map", "concat", "zip_map", "jsonl_map")
+MAP_SOURCES = ("range", "list", "user", "mix_map", "concat", "zip_map", "jsonl_map",
+               "select_map")  # fmt: skip
 ITER_SOURCES = ("iter_list", "mix_iter", "interleave", "jsonl", "countdown", "zip_iter")
 # Operations on a MapDataset, on an IterDataset, and those that group elements.
 MAP_OPS = ("shuffle", "map", "random_map", "filter", "slice", "repeat", "batch", "cache",
-           "window_shuffle")  # fmt: skip
+           "window_shuffle", "flat_map")  # fmt: skip
 ITER_OPS = ("map", "random_map", "filter", "prefetch", "cache", "repeat", "limit",
-            "window_shuffle", "stamp", "mp", "batch", "batch_by_tokens", "bucket", "pack",
-            "even_batches")  # fmt: skip
+            "window_shuffle", "stamp", "mp", "flat_map", "batch", "batch_by_tokens", "bucket",
+            "pack", "even_batches", "rebatch")  # fmt: skip
 GROUPING = ("batch", "batch_by_tokens", "bucket", "pack")
+# Groupings whose elements are batches of records along a leading axis (what
+# `even_batches` and `RebatchIterDataset` take; a packed row's leading axis is its tokens).
+BATCHING = ("batch", "batch_by_tokens", "bucket")
+# DataLoader operations (`Loader.ops`).
+LOADER_OPS = ("map", "random_map", "filter", "flat_map", "batch", "pack_and_batch")
 # Stages that read the stream in windows (defect 1 of issue 47 lives under them).
 WINDOWED = ("window_shuffle", "batch_by_tokens", "bucket", "pack")
 
@@ -148,6 +154,11 @@ def build_map(p: Pipeline, env: Env) -> chute.MapDataset[Any]:
     elif kind == "jsonl_map":
         _, files, n = p.source
         ds = chute.MapDataset.source(chute.sources.JsonlDataSource(env.jsonl_files(files, n)))
+    elif kind == "select_map":
+        _, n1, n2, seed, length = p.source
+        ds = chute.MapDataset.select_from_datasets(
+            [_map_range(0, n1), _map_range(1000, n2)], fns.Selection(n1, n2, seed, length)
+        )
     else:
         raise ValueError(f"not a MapDataset source: {p.source!r}")
     for op in p.map_ops:
@@ -175,6 +186,8 @@ def _map_op(ds: chute.MapDataset[Any], op: Op) -> chute.MapDataset[Any]:
             return ds.cache()
         case ("window_shuffle", w, seed):
             return ex.WindowShuffleMapDataset(ds, window_size=w, seed=seed)
+        case ("flat_map", k):
+            return ex.FlatMapMapDataset(ds, fns.SplitInto(k))
     raise ValueError(f"not a MapDataset operation: {op!r}")
 
 
@@ -275,6 +288,10 @@ def _iter_op(ds: chute.IterDataset[Any], op: Op, run: Run) -> chute.IterDataset[
             )
         case ("even_batches", n):
             return ds.even_batches(n)
+        case ("flat_map", k, bounded):
+            return ex.FlatMapIterDataset(ds, fns.SplitInto(k, bounded))
+        case ("rebatch", b, drop):
+            return ex.RebatchIterDataset(ds, b, drop_remainder=drop)
     raise ValueError(f"not an IterDataset operation: {op!r}")
 
 
@@ -288,8 +305,13 @@ def build_loader(lo: Loader, workers: int) -> chute.DataLoader:
                 ops.append(fns.Jitter())
             case ("filter", k):
                 ops.append(fns.KeepNotMultiple(k))
+            case ("flat_map", k):
+                ops.append(fns.SplitInto(k))
             case ("batch", b, drop):
                 ops.append(chute.Batch(b, drop_remainder=drop))
+            case ("pack_and_batch", b):
+                ops.append(fns.AsSequence())
+                ops.append(ex.PackAndBatchOperation(length_struct={"id": 6, "v": 6}, batch_size=b))
             case _:
                 raise ValueError(f"not a DataLoader operation: {op!r}")
     sampler = chute.IndexSampler(lo.n, shuffle=lo.shuffle, num_epochs=lo.epochs, seed=lo.seed)
@@ -301,11 +323,13 @@ def build_loader(lo: Loader, workers: int) -> chute.DataLoader:
 # -- what the operations promise about identities ---------------------------------------------
 
 
-def expected_ids(p: Pipeline) -> Counter[int] | None:
+def expected_ids(p: Pipeline | Loader) -> Counter[int] | None:
     """The multiset of record ids one pass of `p` hands out, where its operations promise
     it (every record once per epoch); None where they do not (a mixture ends when a
     component runs out, `limit`, `even_batches`, a drop of a remainder, a filter of whole
     batches, a slice after a shuffle...)."""
+    if isinstance(p, Loader):
+        return _loader_ids(p)
     ordered: list[int | None] | None
     src = p.source
     match src:
@@ -333,6 +357,8 @@ def expected_ids(p: Pipeline) -> Counter[int] | None:
             return _through(ids, None, p, grouped=False)
         case ("jsonl_map", files, n):
             ordered = [5000 + 100 * k + i for k in range(files) for i in range(n)]
+        case ("select_map", n1, n2, seed, length):
+            ordered = [1000 * d + i for d, i in fns.selection(n1, n2, seed, length)]
         case _:
             return None
     return _through(Counter(i for i in ordered if i is not None), ordered, p, grouped=False)
@@ -374,6 +400,26 @@ def _through(
         elif name == "repeat":
             ids = Counter({i: c * op[1] for i, c in ids.items()})
             ordered = None if ordered is None else ordered * op[1]
+        elif name == "flat_map":
+            if grouped:
+                return None  # a group's parts: copies of all its records, by its first id
+            k = op[1]
+            ids = Counter({i: c * fns.parts_of(i, k) for i, c in ids.items()})
+            ids = Counter({i: c for i, c in ids.items() if c})
+            if ordered is not None:
+                # On a MapDataset, element i owns k positions (None past its parts).
+                pad = k if on_map else 0
+                ordered = [
+                    x
+                    for i in ordered
+                    for x in (
+                        [None] * pad
+                        if i is None
+                        else [i] * fns.parts_of(i, k) + [None] * (pad - fns.parts_of(i, k))
+                    )
+                ]
+        elif name == "rebatch" and not op[-1]:
+            continue  # the rows of batches, in new batches
         elif name in ("batch", "bucket") and not op[-1]:
             if on_map and ordered is not None and None in ordered:
                 return None  # batches of a filtered MapDataset: not a promise made here
@@ -385,15 +431,51 @@ def _through(
     return ids
 
 
+def _loader_ids(lo: Loader) -> Counter[int] | None:
+    """A DataLoader reads every record once per epoch; its operations as in `_through`
+    (`PackAndBatchOperation` keeps every sequence: none is longer than its rows)."""
+    ids = Counter({i: lo.epochs for i in range(lo.n)})
+    grouped = False
+    for op in lo.ops:
+        match op:
+            case ("map",) | ("random_map",) | ("pack_and_batch", _):
+                pass
+            case ("filter", k):
+                if grouped:
+                    return None
+                ids = Counter({i: c for i, c in ids.items() if i % k != 0})
+            case ("flat_map", k):
+                if grouped:
+                    return None
+                ids = Counter({i: c * fns.parts_of(i, k) for i, c in ids.items()})
+                ids = Counter({i: c for i, c in ids.items() if c})
+            case ("batch", _, drop):
+                if drop:
+                    return None
+                grouped = True
+            case _:
+                return None
+    return ids
+
+
 def ids_of(element: Any) -> list[int]:
-    """The record ids in one output element (a record, a batch, or a packed row)."""
+    """The record ids in one output element (a record, a batch, a packed row, or the
+    `(data, segmentations, positions)` batch of a `PackAndBatchOperation`)."""
+    if isinstance(element, tuple) and len(element) == 3 and isinstance(element[1], dict):
+        ids, seg = np.asarray(element[0]["id"]), np.asarray(element[1]["id"])
+        return _segments(ids, seg)
     if isinstance(element, dict) and "id_segment_ids" in element:
         ids = np.asarray(element["id"])
         seg = np.asarray(element["id_segment_ids"])
-        ids, seg = ids.reshape(-1, ids.shape[-1]), seg.reshape(-1, seg.shape[-1])
-        out = []
-        for row_ids, row_seg in zip(ids, seg, strict=True):
-            for s in sorted(set(row_seg.tolist()) - {0}):
-                out.append(int(row_ids[row_seg == s][0]))
-        return out
+        return _segments(ids, seg)
     return [int(i) for i in np.asarray(element["id"]).ravel()]
+
+
+def _segments(ids: np.ndarray, seg: np.ndarray) -> list[int]:
+    """The first id of every segment of packed rows (segment ids 1.., 0 in padding)."""
+    ids, seg = ids.reshape(-1, ids.shape[-1]), seg.reshape(-1, seg.shape[-1])
+    out = []
+    for row_ids, row_seg in zip(ids, seg, strict=True):
+        for s in sorted(set(row_seg.tolist()) - {0}):
+            out.append(int(row_ids[row_seg == s][0]))
+    return out

@@ -233,12 +233,12 @@ def _check(
             if not excepted("resume_vs_reference", p, before, after):
                 base = ref if not excepted("workers", p, ref_run, before) else d.full(before)
                 assert head + rest == base, _diff("resume", case, before, after, base, head + rest)
+    expected = pl.expected_ids(p)
+    if expected is not None and not skip("once"):
+        note("once")
+        got = Counter(i for x in ref for i in pl.ids_of(_uncanon(x)))
+        assert got == expected, f"[once] {case!r}: ids {_counter_diff(expected, got)}"
     if isinstance(p, Pipeline):
-        expected = pl.expected_ids(p)
-        if expected is not None and not skip("once"):
-            note("once")
-            got = Counter(i for x in d.full(ref_run) for i in pl.ids_of(_uncanon(x)))
-            assert got == expected, f"[once] {case!r}: ids {_counter_diff(expected, got)}"
         if p.source[0] in pl.MAP_SOURCES and not skip("len"):
             note("len")
             mds = pl.build_map(p, env)
@@ -298,6 +298,8 @@ def _uncanon(x: Any) -> Any:
         keys = [kv[0] for kv in x]
         if all(isinstance(k, str) for k in keys):
             return {k: _uncanon(v) for k, v in x}
+    if isinstance(x, tuple):  # a tuple of elements (a PackAndBatchOperation's batch)
+        return tuple(_uncanon(v) for v in x)
     return x
 
 

@@ -11,7 +11,15 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.pipelines import GROUPING, ITER_SOURCES, MAP_SOURCES, Loader, Pipeline, Run
+from conformance.pipelines import (
+    BATCHING,
+    GROUPING,
+    ITER_SOURCES,
+    MAP_SOURCES,
+    Loader,
+    Pipeline,
+    Run,
+)
 from conformance.runner import Case
 
 sizes = st.integers(5, 48)
@@ -49,6 +57,9 @@ def sources(
             )
         case "jsonl_map":
             return (kind, draw(st.integers(1, 3)), draw(st.integers(2, 12)))
+        case "select_map":
+            n1, n2 = draw(sizes), draw(sizes)
+            return (kind, n1, n2, draw(seeds), draw(st.integers(1, n1 + n2)))
         case "jsonl":
             return (
                 kind,
@@ -66,7 +77,7 @@ def map_ops(draw: st.DrawFn, only: str | None = None) -> tuple[tuple[Any, ...], 
     grouped = False
     for _ in range(1 if only else draw(st.integers(0, 3))):
         name = only or draw(st.sampled_from(["shuffle", "map", "random_map", "filter", "slice", "repeat",
-                                     "batch", "cache", "window_shuffle"]))  # fmt: skip
+                                     "batch", "cache", "window_shuffle", "flat_map"]))  # fmt: skip
         match name:
             case "shuffle":
                 ops.append((name, draw(seeds)))
@@ -89,6 +100,8 @@ def map_ops(draw: st.DrawFn, only: str | None = None) -> tuple[tuple[Any, ...], 
                 ops.append((name, draw(st.integers(1, 5)), draw(st.booleans())))
             case "window_shuffle":
                 ops.append((name, draw(st.integers(2, 10)), draw(seeds)))
+            case "flat_map":
+                ops.append((name, draw(st.integers(1, 3))))
     return tuple(ops)
 
 
@@ -123,19 +136,29 @@ def iter_op(draw: st.DrawFn, name: str) -> tuple[Any, ...]:
         case "pack":
             kind = draw(st.sampled_from(["first", "best", "concat"]))
             return (name, kind, draw(st.integers(1, 3)))
+        case "flat_map":
+            return (name, draw(st.integers(1, 3)), draw(st.booleans()))
+        case "rebatch":
+            return (name, draw(st.integers(1, 6)), draw(st.booleans()))
     raise AssertionError(name)
 
 
 @st.composite
-def iter_ops(draw: st.DrawFn, grouped: bool = False) -> tuple[tuple[Any, ...], ...]:
+def iter_ops(
+    draw: st.DrawFn, grouped: bool = False, batched: bool = False
+) -> tuple[tuple[Any, ...], ...]:
+    """Up to four IterDataset operations; `grouped`: the elements are groups already,
+    `batched`: batches of records along a leading axis (what `rebatch` takes)."""
     ops: list[tuple[Any, ...]] = []
     for _ in range(draw(st.integers(0, 4))):
         names = ["map", "random_map", "filter", "prefetch", "cache", "repeat", "limit", "stamp",
-                 "mp"]  # fmt: skip
+                 "mp", "flat_map"]  # fmt: skip
         names += ["even_batches"] if grouped else ["window_shuffle", *GROUPING]
+        names += ["rebatch"] if batched else []
         name = draw(st.sampled_from(names))
         ops.append(iter_op(draw, name))
         grouped = grouped or name in GROUPING
+        batched = batched or name in BATCHING
     return tuple(ops)
 
 
@@ -158,12 +181,15 @@ def pipelines(draw: st.DrawFn, must: str | None = None) -> Pipeline:
     grouped = any(o[0] == "batch" for o in m_ops)
     if where == "iter" and name in GROUPING:
         m_ops = tuple(o for o in m_ops if o[0] != "batch")
-        i_ops = (iter_op(draw, name), *draw(iter_ops(grouped=True)))
-    elif where == "iter" and name == "even_batches":
+        i_ops = (iter_op(draw, name), *draw(iter_ops(grouped=True, batched=name in BATCHING)))
+    elif where == "iter" and name in ("even_batches", "rebatch"):
         m_ops = tuple(o for o in m_ops if o[0] != "batch")
-        i_ops = (iter_op(draw, "batch"), iter_op(draw, name), *draw(iter_ops(grouped=True)))
+        first = iter_op(
+            draw, "batch" if name == "even_batches" else draw(st.sampled_from(BATCHING))
+        )
+        i_ops = (first, iter_op(draw, name), *draw(iter_ops(grouped=True, batched=True)))
     else:
-        i_ops = draw(iter_ops(grouped=grouped))
+        i_ops = draw(iter_ops(grouped=grouped, batched=grouped))
         if where == "iter":
             k = draw(st.integers(0, len(i_ops)))
             i_ops = (*i_ops[:k], iter_op(draw, name), *i_ops[k:])
@@ -201,17 +227,33 @@ def cases(
     run_st = runs(tuple(workers), backend)
     others = tuple(draw(st.lists(run_st, min_size=1, max_size=2)))
     restore = (draw(st.integers(0, 24)), draw(run_st), draw(st.one_of(run_st, st.just(Run()))))
-    return Case(p, (Run(), *others), restore, stats=stats and draw(st.booleans()))
+    stats = stats and draw(st.booleans())
+    return Case(p, (Run(), *others), restore, stats=stats)
 
 
 @st.composite
-def loader_cases(draw: st.DrawFn, workers: list[int]) -> Case:
+def loader_cases(draw: st.DrawFn, workers: list[int], must: str | None = None) -> Case:
+    """A DataLoader: up to three element-wise operations, then `Batch`,
+    `PackAndBatchOperation` or neither; with `must` (a name of `LOADER_OPS`), one that has
+    that operation."""
     ops: list[tuple[Any, ...]] = []
-    for _ in range(draw(st.integers(0, 3))):
-        name = draw(st.sampled_from(["map", "random_map", "filter"]))
-        ops.append((name, draw(st.integers(2, 5))) if name == "filter" else (name,))
-    if draw(st.booleans()):
+    names = [draw(st.sampled_from(["map", "random_map", "filter", "flat_map"]))
+             for _ in range(draw(st.integers(0, 3)))]  # fmt: skip
+    if must is not None and must not in ("batch", "pack_and_batch"):
+        names.insert(draw(st.integers(0, len(names))), must)
+    for name in names:
+        if name == "filter":
+            ops.append((name, draw(st.integers(2, 5))))
+        elif name == "flat_map":
+            ops.append((name, draw(st.integers(1, 3))))
+        else:
+            ops.append((name,))
+    last = must if must in ("batch", "pack_and_batch") else None
+    last = last or draw(st.sampled_from(["none", "batch", "pack_and_batch"]))
+    if last == "batch":
         ops.append(("batch", draw(st.integers(1, 5)), draw(st.booleans())))
+    elif last == "pack_and_batch":
+        ops.append(("pack_and_batch", draw(st.integers(1, 3))))
     lo = Loader(draw(sizes), draw(st.booleans()), draw(seeds), draw(st.integers(1, 2)), tuple(ops))
     w = runs(tuple(workers))
     restore = (draw(st.integers(0, 24)), draw(w), draw(w))

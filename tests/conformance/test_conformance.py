@@ -125,6 +125,26 @@ def test_each_operation_with_workers(must: str, data: st.DataObject, conformance
     run_case(data.draw(cst.cases(workers=[1, 2], must=must)), conformance_env)
 
 
+@pytest.mark.parametrize("must", pl.LOADER_OPS)
+@budget(ci=3, long=20)
+@given(data=st.data())
+def test_each_loader_operation_in_process(
+    must: str, data: st.DataObject, conformance_env: Env
+) -> None:
+    """Every DataLoader operation forced into the drawn loaders (as MUSTS above)."""
+    run_case(data.draw(cst.loader_cases(workers=[0], must=must)), conformance_env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("must", pl.LOADER_OPS)
+@budget(ci=1, long=8)
+@given(data=st.data())
+def test_each_loader_operation_with_workers(
+    must: str, data: st.DataObject, conformance_env: Env
+) -> None:
+    run_case(data.draw(cst.loader_cases(workers=[1, 2], must=must)), conformance_env)
+
+
 @pytest.mark.slow
 @budget(ci=6, long=30)
 @given(case=cst.loader_cases(workers=[0, 1, 2]))

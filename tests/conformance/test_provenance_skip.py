@@ -44,7 +44,7 @@ def record_id(p: Pipeline, r: dict[str, Any]) -> int | None:
         return int(r["index"])
     if kind == "countdown":
         return int(p.source[1]) - 1 - int(r["index"])
-    if kind in ("mix_map", "mix_iter", "concat"):
+    if kind in ("mix_map", "mix_iter", "concat", "select_map"):
         return BASES[label] + int(r["index"])
     if kind in ("zip_map", "zip_iter"):
         return int(r["index"]) if label == 0 else None
