@@ -180,13 +180,13 @@ def _new7(case: Case) -> bool:
 
 def _new8(case: Case) -> bool:
     """A stream that stops early (as new-1) where what was read ahead is not the reader's
-    own positions: the parts of a MapDataset mixture, concatenation, selection or cache
-    under the reader, or stages above it that read ahead themselves (shards, prefetch threads)."""
+    own positions: the parts of a MapDataset mixture, concatenation, selection, cache or
+    window shuffle under the reader, or stages above it that read ahead themselves (shards, prefetch threads)."""
     p = _p(case)
     if p is None or not _new1(case):
         return False
     split = p.source[0] in ("mix_map", "concat", "select_map") or any(
-        o[0] == "cache" for o in p.map_ops
+        o[0] in ("cache", "window_shuffle") for o in p.map_ops
     )
     ahead = p.source[0] in ("mix_iter", "interleave", "jsonl") or "prefetch" in _names(case)
     return split or ahead
@@ -579,8 +579,8 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "new-8",
         "new-1 left over: a stream that stops early still counts read-ahead (so counts "
         "that depend on the worker count) where it is not the reader's own positions: the "
-        "parts of a MapDataset mixture, concatenation, select_from_datasets or cache under "
-        "the reader are "
+        "parts of a MapDataset mixture, concatenation, select_from_datasets, cache or "
+        "window shuffle under the reader are "
         "credited once their caller's whole block is handed out, and stages above the "
         "reader that read ahead themselves (an interleave's shards, prefetch threads) "
         "count what they read",
@@ -604,6 +604,14 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                 ),
                 runs=(Run(), Run(1)),
                 restore=(0, Run(1), Run(1)),
+                stats=True,
+            ),
+            # The same long run, its second round: a MapDataset window shuffle's window.
+            Case(
+                Pipeline(
+                    ("range", 11), (("batch", 2, False), ("window_shuffle", 6, 1)), (("limit", 2),)
+                ),
+                runs=(Run(), Run(1)),
                 stats=True,
             ),
         ),
