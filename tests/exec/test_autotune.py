@@ -146,10 +146,10 @@ def test_slow_reads_get_many_threads(debug_mode: None) -> None:
     assert tuned(it)["num_threads"] >= 8, chute.stats(it).summary()
     # Where the climb starts (16 threads for elements that wait) is decided from one
     # chunk's timing, which a busy machine can blur (the rule itself is tested on given
-    # figures below); wherever it started, it reached 16 threads or more within two steps
-    # after the start (from 2: 4, then 16, skipping 8 on a near-linear gain).
-    first_three = decisions(it, "num_threads")[:3]
-    assert max(d.value for d in first_three) >= 16, chute.stats(it).summary()
+    # figures below), and so is whether a near-linear gain skips a step (from 2: 4, then
+    # 16); wherever it started, the climb reached 16 threads or more (in CI under load it
+    # went past the first three decisions before it did, to 32).
+    assert max(d.value for d in decisions(it, "num_threads")) >= 16, chute.stats(it).summary()
     summary = chute.stats(it).summary()
     it.close()
     assert "chute.AUTOTUNE chose" in summary
