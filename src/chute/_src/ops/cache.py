@@ -289,13 +289,7 @@ class _MemoryCacheIterator(DatasetIterator[T]):
         pos = check_int(state, "position", path)
         filled = check_int(state, "filled", path, 0, 1, "1 while the pass is served from memory")
         if self._rewinds_in_memory(state, filled, pos):
-            if pos > len(self._cache):
-                raise bad_value(
-                    path,
-                    "position",
-                    pos,
-                    f"the stream cached has {len(self._cache)} elements",
-                )
+            self._check_cached(pos, path)
             self._parent_at, self._pos = state["parent"], pos
             return
         self._parent_at = None
@@ -316,14 +310,15 @@ class _MemoryCacheIterator(DatasetIterator[T]):
             # that kept the first pass, before anything is changed during this pass.
             self._read_pass(path)
             self._parent_at = state["parent"]
+        self._check_cached(pos, path)
+        self._pos = pos
+
+    def _check_cached(self, pos: int, path: str) -> None:
+        """A position served from memory lies within the pass cached."""
         if pos > len(self._cache):
             raise bad_value(
-                path,
-                "position",
-                pos,
-                f"the stream cached has {len(self._cache)} elements",
+                path, "position", pos, f"the stream cached has {len(self._cache)} elements"
             )
-        self._pos = pos
 
     def _read_pass(self, path: str) -> None:
         """Reads the whole pass from the parent's start into memory."""
